@@ -1,0 +1,22 @@
+/* CPython's number formatting and arithmetic where the answer's bytes depend on it.
+ * Why hand-written: repr(float), round(x, n) and sum() have exact CPython semantics that no C
+ * library function reproduces as-is (shortest round-trip digits, Python's exponent thresholds,
+ * correctly rounded decimal rounding, Neumaier-compensated summation since Python 3.12). */
+#ifndef CLEF_TEXT_PYFMT_H
+#define CLEF_TEXT_PYFMT_H
+
+#include <stddef.h>
+
+/* repr(x) into out (at least 32 bytes): "1.0", "1e-07", "1e+16", "-0.0", "inf", "nan".
+ * (json_render maps inf/nan to Infinity/NaN itself.) Returns the length. */
+int py_repr_double(double x, char *out);
+
+/* round(x, ndigits) for a Python float: the double nearest to the exact decimal rounding
+ * (half-even on the exact binary value), as CPython's float.__round__. nan/inf pass through. */
+double py_round(double x, int ndigits);
+
+/* sum(xs) starting from the integer 0, as CPython >= 3.12's builtin sum over floats
+ * (Neumaier compensation, with CPython's handling of non-finite values). */
+double py_sum(const double *xs, size_t n);
+
+#endif
