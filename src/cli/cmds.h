@@ -1,0 +1,12 @@
+/* The clef command's verbs. Each lives in its own file (cmd_<verb>.c) and returns the process exit
+ * status. */
+#ifndef CLEF_CLI_CMDS_H
+#define CLEF_CLI_CMDS_H
+
+int cmd_tokenize(int argc, char **argv);
+int cmd_encode(int argc, char **argv);
+int cmd_respond(int argc, char **argv);
+int cmd_decide(int argc, char **argv);
+int cmd_preprocess(int argc, char **argv);
+
+#endif

@@ -1,0 +1,37 @@
+/* Image input: decode a request's image entry and run the Qwen2-VL image processor exactly as the
+ * reference does (spec: ../shared/spec/model.md §7, contract.md §9.2). */
+#ifndef CLEF_IMAGE_IMAGE_H
+#define CLEF_IMAGE_IMAGE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/err.h"
+
+typedef struct clef_image_opts {
+    int64_t min_pixels, max_pixels; /* processor bounds; defaults 65536 / 16777216 */
+    int tile;                       /* 0 = native grid (reference); 256 or 448 = fixed tile (ours) */
+    int allow_paths;                /* accept local file paths (CLI only) */
+    size_t max_bytes;               /* cap on the encoded image size (ours) */
+    int64_t max_source_pixels;      /* cap on decoded width*height before allocating (ours) */
+    int patch_size, temporal_patch_size, merge_size; /* 16, 2, 2 */
+} clef_image_opts;
+
+void clef_image_opts_default(clef_image_opts *o);
+
+typedef struct clef_image {
+    int grid_t, grid_h, grid_w;  /* image_grid_thw, in patches */
+    size_t n_patches;            /* grid_t * grid_h * grid_w */
+    size_t patch_dim;            /* 3 * temporal_patch_size * patch_size^2 = 1536 */
+    float *pixel_values;         /* [n_patches, patch_dim], rows in the processor's block order */
+} clef_image;
+
+/* Decodes one `images` entry (a data: URL, bare base64, or a path when allowed) and preprocesses it.
+ * Errors: UnsupportedMedia (with a clear message), RequestTooLong (over our limits), OutOfMemory. */
+int clef_image_prepare(const char *entry, size_t len, const clef_image_opts *o, clef_image *out, clef_err *err);
+void clef_image_free(clef_image *im);
+
+/* Image tokens the prompt carries for this image: (grid_h / merge) * (grid_w / merge) * grid_t. */
+size_t clef_image_tokens(const clef_image *im, int merge_size);
+
+#endif
