@@ -1,0 +1,21 @@
+/* A read-only, private memory mapping of a whole regular file (no copy: pages are faulted in from
+ * the page cache on first touch). Errors are values (IoError naming the path). */
+#ifndef CLEF_BASE_MAPFILE_H
+#define CLEF_BASE_MAPFILE_H
+
+#include <stddef.h>
+
+#include "base/err.h"
+
+typedef struct clef_mapfile {
+    const unsigned char *data; /* NULL when size == 0 */
+    size_t size;
+} clef_mapfile;
+
+/* Maps `path` (must be a regular file) with PROT_READ, MAP_PRIVATE. On failure returns -1, leaves
+ * *m zeroed and sets err (IoError). */
+int clef_mapfile_open(clef_mapfile *m, const char *path, clef_err *err);
+/* Unmaps; safe on a zeroed or already-closed mapping. */
+void clef_mapfile_close(clef_mapfile *m);
+
+#endif
