@@ -258,7 +258,7 @@ def head_tensors(d):
                lin(p + "linear2.weight", W, F), bias(p + "linear2.bias", W)]
         ts += ln(p + "norm1", W) + ln(p + "norm2", W) + ln(p + "norm3", W)
     ts += [lin("residual_scorer.0.weight", W, 4 * W), bias("residual_scorer.0.bias", W),
-           lin("residual_scorer.3.weight", 1, W), bias("residual_scorer.3.bias", 1)]
+           lin("residual_scorer.3.weight", 1, W, gain=4.0), bias("residual_scorer.3.bias", 1)]
     # 0-d scalars: exact in bf16.
     ts += [T("prior_logit_scale", [], 0.5), T("joint_logit_scale", [], 1.0), T("residual_gate", [], -0.5)]
     return ts
