@@ -41,8 +41,9 @@ struct json_value {
         struct { const char *digits; size_t len; } integer; /* "-123", "0"; never "-0", no leading zeros */
         double number;
         struct { const char *s; size_t len; } string;       /* NUL-terminated, may contain NUL bytes */
-        struct { json_value **items; size_t n; } array;
-        struct { json_member *members; size_t n; } object;  /* insertion order, duplicate keys merged */
+        struct { json_value **items; size_t n, cap; } array;   /* cap: allocated slots (internal) */
+        struct { json_member *members; size_t n, cap; } object; /* insertion order, duplicate keys
+                                                                  merged; cap as for arrays */
     } u;
 };
 
@@ -66,6 +67,8 @@ typedef struct json_doc json_doc;
  * (char 4)"), RequestTooLong (over our size or depth limit), OutOfMemory. */
 json_doc *json_parse(const char *text, size_t len, const json_limits *lim, clef_err *err);
 json_value *json_doc_root(json_doc *d);
+/* Makes v (built on d) the document's root (for documents built by hand). */
+void json_doc_set_root(json_doc *d, json_value *v);
 void json_doc_free(json_doc *d);
 
 /* An empty document for building values by hand. */
@@ -77,6 +80,7 @@ json_value *json_new_float(json_doc *d, double v);
 json_value *json_new_string(json_doc *d, const char *s, size_t len);
 json_value *json_new_array(json_doc *d);
 json_value *json_new_object(json_doc *d);
+/* Builders return NULL / -1 only when out of memory. */
 int json_array_push(json_doc *d, json_value *arr, json_value *item);
 /* Sets key to val: replaces the value in place if the key exists (json.loads / dict semantics). */
 int json_object_set(json_doc *d, json_value *obj, const char *key, size_t key_len, json_value *val);

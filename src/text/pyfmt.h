@@ -19,4 +19,8 @@ double py_round(double x, int ndigits);
  * (Neumaier compensation, with CPython's handling of non-finite values). */
 double py_sum(const double *xs, size_t n);
 
+/* strtod in the "C" locale whatever LC_NUMERIC says (glibc's strtod is correctly rounded; overflow
+ * gives +-HUGE_VAL = +-inf, as Python's float()). */
+double py_strtod(const char *s, char **end);
+
 #endif
