@@ -122,7 +122,7 @@ typedef struct clef_head_weights {
     clef_tensor option_norm_w, option_norm_b;         /* [W] */
     int n_layers;                                     /* layers */
     clef_head_decoder_layer *layers;
-    clef_tensor scorer0_w, scorer0_b;                 /* residual_scorer.0 [W, F] / [W] */
+    clef_tensor scorer0_w, scorer0_b;                 /* residual_scorer.0 [W, 4W] / [W] (input [F, o, F*o, abs(F-o)]) */
     clef_tensor scorer3_w, scorer3_b;                 /* residual_scorer.3 [1, W] / [1] */
     clef_tensor prior_logit_scale;                    /* [] 0-d */
     clef_tensor joint_logit_scale;                    /* [] */
