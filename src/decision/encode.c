@@ -1,0 +1,382 @@
+/* encode_record in C: see encode.h and contract.md §4. */
+#include "decision/encode.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "text/utf8.h"
+
+static const char SYSTEM_PROMPT[] =
+    "Read the complete state and schema. Decide every field jointly. Each answer must be exactly one of "
+    "that field's allowed options.";
+static const char SUFFIX[] = "\n<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\nJOINT SCHEMA DECISIONS:";
+
+int clef_check_surrogates(const char *s, size_t len, clef_err *err) {
+    size_t pos = 0, i = 0;
+    while (i < len) {
+        uint32_t cp;
+        int k = utf8_decode_wtf8(s + i, len - i, &cp);
+        if (k <= 0) k = 1;
+        if (utf8_is_surrogate(cp)) {
+            /* Python reports the run of consecutive surrogates */
+            size_t first = pos, last = pos;
+            uint32_t first_cp = cp;
+            size_t j = i + (size_t)k;
+            while (j < len) {
+                uint32_t c2;
+                int k2 = utf8_decode_wtf8(s + j, len - j, &c2);
+                if (k2 <= 0 || !utf8_is_surrogate(c2)) break;
+                last++;
+                j += (size_t)k2;
+            }
+            if (first == last)
+                clef_err_set(err, CLEF_E_LONE_SURROGATE,
+                             "'utf-8' codec can't encode character '\\u%04" PRIx32 "' in position %zu: surrogates not allowed",
+                             first_cp, first);
+            else
+                clef_err_set(err, CLEF_E_LONE_SURROGATE,
+                             "'utf-8' codec can't encode characters in position %zu-%zu: surrogates not allowed", first, last);
+            return 1;
+        }
+        i += (size_t)k;
+        pos++;
+    }
+    return 0;
+}
+
+static int has_surrogate_bytes(const char *s, size_t len) {
+    for (size_t i = 0; i + 1 < len; i++)
+        if ((unsigned char)s[i] == 0xED && (unsigned char)s[i + 1] >= 0xA0) return 1;
+    return 0;
+}
+
+/* One piece: _tokens(tokenizer, text). */
+static int piece(const clef_tokenizer *tok, const char *s, size_t len, clef_ids *ids, clef_err *err) {
+    if (has_surrogate_bytes(s, len) && clef_check_surrogates(s, len, err)) return -1;
+    if (clef_tokenize(tok, s, len, ids, err)) return -1;
+    if (ids->oom) return clef_err_set(err, CLEF_E_OOM, "out of memory while tokenizing");
+    return 0;
+}
+
+static int piece_buf(const clef_tokenizer *tok, clef_buf *b, clef_ids *ids, clef_err *err) {
+    if (b->oom) return clef_err_set(err, CLEF_E_OOM, "out of memory while encoding");
+    return piece(tok, b->data ? b->data : "", b->len, ids, err);
+}
+
+static int piece_str(const clef_tokenizer *tok, const char *s, clef_ids *ids, clef_err *err) {
+    return piece(tok, s, strlen(s), ids, err);
+}
+
+void clef_record_free(clef_record *r) {
+    if (!r) return;
+    free(r->input_ids);
+    if (r->questions)
+        for (size_t i = 0; i < r->n_questions; i++) free(r->questions[i].option_spans);
+    free(r->questions);
+    if (r->images)
+        for (size_t i = 0; i < r->n_images; i++) clef_image_free(&r->images[i].image);
+    free(r->images);
+    memset(r, 0, sizeof *r);
+}
+
+static int default_media(void *ctx, size_t index, const json_value *entry, const clef_image_opts *o, clef_image *out,
+                         clef_err *err) {
+    (void)ctx;
+    if (entry->kind != JSON_STRING)
+        return clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA,
+                            "images[%zu]: an image must be a string (a data: URL or base64), not %s", index,
+                            clef_py_type_name(entry));
+    return clef_image_prepare(entry->u.string.s, entry->u.string.len, o, out, err);
+}
+
+static int kw_int(const json_value *v, const char *name, int64_t *out, clef_err *err) {
+    if (v->kind == JSON_INT) {
+        char *end;
+        long long x = strtoll(v->u.integer.digits, &end, 10);
+        if (*end == '\0' && x > 0 && v->u.integer.len < 19) {
+            *out = x;
+            return 0;
+        }
+    } else if (v->kind == JSON_FLOAT && v->u.number > 0 && v->u.number < 9.0e18 &&
+               v->u.number == (double)(int64_t)v->u.number) {
+        *out = (int64_t)v->u.number;
+        return 0;
+    }
+    return clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA, "media_kwargs.%s must be a positive integer", name);
+}
+
+/* list(request.get(x) or []) for images: the entries as JSON values (synthesized ones in `own`). */
+static int media_list(const json_value *v, const char *name, json_doc *own, const json_value ***items, size_t *n,
+                      clef_err *err) {
+    *items = NULL;
+    *n = 0;
+    if (!json_truthy(v)) return 0;
+    if (v->kind == JSON_ARRAY) {
+        *n = v->u.array.n;
+        *items = malloc(*n * sizeof **items);
+        if (!*items) return clef_err_set(err, CLEF_E_OOM, "out of memory");
+        for (size_t i = 0; i < *n; i++) (*items)[i] = v->u.array.items[i];
+        return 0;
+    }
+    if (v->kind == JSON_OBJECT || v->kind == JSON_STRING) {
+        /* Python iterates a dict's keys and a string's characters; none of these is an image */
+        return clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA, "%s must be a list, not %s", name, clef_py_type_name(v));
+    }
+    (void)own;
+    return clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA, "'%s' object is not iterable", clef_py_type_name(v));
+}
+
+int clef_encode_record(const clef_tokenizer *tok, const clef_request *req, const clef_encode_opts *opts,
+                       clef_record *out, clef_err *err) {
+    memset(out, 0, sizeof *out);
+    size_t max_length = opts && opts->max_length ? opts->max_length : CLEF_MAX_LENGTH_DEFAULT;
+    clef_ids schema, prefix, suffix, state;
+    clef_ids_init(&schema);
+    clef_ids_init(&prefix);
+    clef_ids_init(&suffix);
+    clef_ids_init(&state);
+    clef_buf b;
+    clef_buf_init(&b);
+    const json_value **entries = NULL;
+    size_t n_entries = 0;
+    int rc = -1;
+
+    out->n_questions = req->n_questions;
+    out->questions = calloc(req->n_questions ? req->n_questions : 1, sizeof *out->questions);
+    if (!out->questions) {
+        clef_err_set(err, CLEF_E_OOM, "out of memory");
+        goto done;
+    }
+
+    /* ---- schema, question by question ---- */
+    if (piece_str(tok, "\n\nSCHEMA FIELDS:\n", &schema, err)) goto done;
+    for (size_t i = 0; i < req->n_questions; i++) {
+        const clef_question *q = &req->questions[i];
+        clef_enc_question *eq = &out->questions[i];
+        eq->id = q->id;
+        eq->id_len = q->id_len;
+        eq->type = (int)q->type;
+        clef_buf_reset(&b);
+        clef_buf_printf(&b, "\nFIELD %zu\nID: ", i + 1);
+        clef_buf_put(&b, q->id, q->id_len);
+        clef_buf_printf(&b, "\nTYPE: %s\nINSTRUCTION: ", q->type_name);
+        if (piece_buf(tok, &b, &schema, err)) goto done;
+        eq->span.start = schema.n;
+        clef_buf_reset(&b);
+        if (json_render_py(&b, q->instructions)) {
+            clef_err_set(err, CLEF_E_OOM, "out of memory");
+            goto done;
+        }
+        if (piece_buf(tok, &b, &schema, err)) goto done;
+        eq->span.end = schema.n;
+        if (piece_str(tok, "\nALLOWED OPTIONS:\n", &schema, err)) goto done;
+        /* question_options(question) runs here in the reference */
+        if (q->crit_err_type) {
+            clef_err_set(err, q->crit_err_type, "%s", q->crit_err_msg);
+            goto done;
+        }
+        eq->n_options = q->n_options;
+        eq->options = q->options;
+        eq->option_spans = calloc(q->n_options ? q->n_options : 1, sizeof *eq->option_spans);
+        if (!eq->option_spans) {
+            clef_err_set(err, CLEF_E_OOM, "out of memory");
+            goto done;
+        }
+        for (size_t j = 0; j < q->n_options; j++) {
+            const clef_option *o = &q->options[j];
+            char lab[48];
+            snprintf(lab, sizeof lab, "OPTION %zu: ", j + 1);
+            if (piece_str(tok, lab, &schema, err)) goto done;
+            eq->option_spans[j].start = schema.n;
+            /* render({"option_id": id[, "description": d]}): sorted keys, description first */
+            clef_buf_reset(&b);
+            clef_buf_putc(&b, '{');
+            if (o->description) {
+                clef_buf_puts(&b, "\"description\":");
+                if (json_render(&b, o->description, 1)) b.oom = 1;
+                clef_buf_putc(&b, ',');
+            }
+            clef_buf_puts(&b, "\"option_id\":");
+            json_render_string(&b, o->id, o->id_len);
+            clef_buf_putc(&b, '}');
+            if (piece_buf(tok, &b, &schema, err)) goto done;
+            eq->option_spans[j].end = schema.n;
+            if (piece_str(tok, "\n", &schema, err)) goto done;
+        }
+        if (piece_str(tok, "END FIELD\n", &schema, err)) goto done;
+    }
+
+    /* ---- prefix and suffix ---- */
+    clef_buf_reset(&b);
+    clef_buf_puts(&b, "<|im_start|>system\n");
+    clef_buf_puts(&b, SYSTEM_PROMPT);
+    clef_buf_puts(&b, "<|im_end|>\n<|im_start|>user\nSTATE:\n");
+    if (piece_buf(tok, &b, &prefix, err)) goto done;
+    if (piece_str(tok, SUFFIX, &suffix, err)) goto done;
+    out->token_offset = prefix.n;
+
+    /* ---- media ---- */
+    if (media_list(req->images, "images", req->own, &entries, &n_entries, err)) goto done;
+    if (json_truthy(req->videos)) {
+        clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA, "videos are not supported by this engine");
+        goto done;
+    }
+    if (n_entries) {
+        clef_image_opts io;
+        if (opts && opts->image) io = *opts->image;
+        else clef_image_opts_default(&io);
+        const json_value *kw = req->media_kwargs;
+        if (json_truthy(kw)) {
+            if (kw->kind != JSON_OBJECT) {
+                clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA, "media_kwargs must be an object, not %s",
+                             clef_py_type_name(kw));
+                goto done;
+            }
+            const json_value *mn = json_object_get(kw, "min_pixels"), *mx = json_object_get(kw, "max_pixels");
+            if (mn && mx) { /* one alone has no effect in the processor */
+                int64_t a, c;
+                if (kw_int(mn, "min_pixels", &a, err) || kw_int(mx, "max_pixels", &c, err)) goto done;
+                io.min_pixels = a;
+                io.max_pixels = c;
+            }
+        }
+        int merge = io.merge_size > 0 ? io.merge_size : 2;
+        int32_t vs = clef_tokenizer_added_id(tok, "<|vision_start|>");
+        int32_t pad = clef_tokenizer_added_id(tok, "<|image_pad|>");
+        int32_t ve = clef_tokenizer_added_id(tok, "<|vision_end|>");
+        if (vs < 0 || pad < 0 || ve < 0) {
+            clef_err_set(err, CLEF_E_BAD_MODEL, "the tokenizer has no <|vision_start|>/<|image_pad|>/<|vision_end|>");
+            goto done;
+        }
+        out->images = calloc(n_entries, sizeof *out->images);
+        if (!out->images) {
+            clef_err_set(err, CLEF_E_OOM, "out of memory");
+            goto done;
+        }
+        clef_media_fn fn = opts && opts->media ? opts->media : default_media;
+        void *ctx = opts && opts->media ? opts->media_ctx : NULL;
+        for (size_t k = 0; k < n_entries; k++) {
+            clef_enc_image *im = &out->images[k];
+            if (fn(ctx, k, entries[k], &io, &im->image, err)) goto done;
+            out->n_images = k + 1;
+            int t = im->image.grid_t, h = im->image.grid_h, w = im->image.grid_w;
+            if (t <= 0 || h <= 0 || w <= 0 || h % merge || w % merge) {
+                clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA, "images[%zu]: bad grid %dx%dx%d", k, t, h, w);
+                goto done;
+            }
+            im->n_pad = (size_t)t * (size_t)(h / merge) * (size_t)(w / merge);
+            clef_ids_push(&prefix, vs);
+            im->pad_start = prefix.n;
+            for (size_t p = 0; p < im->n_pad; p++) clef_ids_push(&prefix, pad);
+            clef_ids_push(&prefix, ve);
+        }
+        if (piece_str(tok, "\n", &prefix, err)) goto done;
+        if (prefix.oom) {
+            clef_err_set(err, CLEF_E_OOM, "out of memory");
+            goto done;
+        }
+    }
+    out->state_start = prefix.n;
+
+    /* ---- state ---- */
+    clef_buf_reset(&b);
+    if (json_render_py(&b, req->state) || b.oom) {
+        clef_err_set(err, CLEF_E_OOM, "out of memory");
+        goto done;
+    }
+    if (piece_buf(tok, &b, &state, err)) goto done;
+    out->state_total = state.n;
+
+    /* ---- length check and truncation ---- */
+    size_t fixed = prefix.n + schema.n + suffix.n;
+    if (fixed > max_length) {
+        clef_err_set(err, CLEF_E_SCHEMA_TOO_LONG, "schema requires %zu tokens before state; maximum is %zu", fixed,
+                     max_length);
+        goto done;
+    }
+    size_t kept = state.n < max_length - fixed ? state.n : max_length - fixed;
+    out->state_kept = kept;
+    out->schema_offset = prefix.n + kept;
+    for (size_t i = 0; i < out->n_questions; i++) {
+        clef_enc_question *eq = &out->questions[i];
+        eq->span.start += out->schema_offset;
+        eq->span.end += out->schema_offset;
+        for (size_t j = 0; j < eq->n_options; j++) {
+            eq->option_spans[j].start += out->schema_offset;
+            eq->option_spans[j].end += out->schema_offset;
+        }
+    }
+    out->n_ids = fixed + kept;
+    out->input_ids = malloc(out->n_ids * sizeof *out->input_ids);
+    if (!out->input_ids) {
+        clef_err_set(err, CLEF_E_OOM, "out of memory");
+        goto done;
+    }
+    int32_t *p = out->input_ids;
+    memcpy(p, prefix.v, prefix.n * sizeof *p), p += prefix.n;
+    if (kept) memcpy(p, state.v, kept * sizeof *p), p += kept;
+    memcpy(p, schema.v, schema.n * sizeof *p), p += schema.n;
+    memcpy(p, suffix.v, suffix.n * sizeof *p);
+
+    /* ---- ours, after the reference's checks ---- */
+    if (out->n_images) {
+        int32_t pad = clef_tokenizer_added_id(tok, "<|image_pad|>");
+        size_t want = 0, have = 0;
+        for (size_t k = 0; k < out->n_images; k++) want += out->images[k].n_pad;
+        for (size_t k = 0; k < out->n_ids; k++) have += out->input_ids[k] == pad;
+        if (have != want) {
+            clef_err_set(err, CLEF_E_MEDIA_TOKEN_MISMATCH,
+                         "Image features and image tokens do not match: tokens: %zu, features %zu (the request text "
+                         "holds a literal <|image_pad|>)",
+                         have, want);
+            goto done;
+        }
+    }
+    if (clef_check_surrogates(req->model, req->model_len, err)) goto done;
+    rc = 0;
+done:
+    free(entries);
+    clef_buf_free(&b);
+    clef_ids_free(&schema);
+    clef_ids_free(&prefix);
+    clef_ids_free(&suffix);
+    clef_ids_free(&state);
+    if (rc) clef_record_free(out);
+    return rc;
+}
+
+int clef_record_render(clef_buf *o, const clef_record *r) {
+    clef_buf_puts(o, "{\"input_ids\":[");
+    for (size_t i = 0; i < r->n_ids; i++) clef_buf_printf(o, i ? ",%" PRId32 : "%" PRId32, r->input_ids[i]);
+    clef_buf_puts(o, "],\"questions\":[");
+    for (size_t i = 0; i < r->n_questions; i++) {
+        const clef_enc_question *q = &r->questions[i];
+        if (i) clef_buf_putc(o, ',');
+        clef_buf_puts(o, "{\"question_id\":");
+        json_render_string(o, q->id, q->id_len);
+        clef_buf_printf(o, ",\"question_type\":%d,\"question_span\":[%zu,%zu],\"option_spans\":[", q->type,
+                        q->span.start, q->span.end);
+        for (size_t j = 0; j < q->n_options; j++)
+            clef_buf_printf(o, j ? ",[%zu,%zu]" : "[%zu,%zu]", q->option_spans[j].start, q->option_spans[j].end);
+        clef_buf_puts(o, "],\"option_ids\":[");
+        for (size_t j = 0; j < q->n_options; j++) {
+            if (j) clef_buf_putc(o, ',');
+            json_render_string(o, q->options[j].id, q->options[j].id_len);
+        }
+        clef_buf_puts(o, "]}");
+    }
+    clef_buf_putc(o, ']');
+    if (r->n_images) {
+        clef_buf_puts(o, ",\"images\":[");
+        for (size_t k = 0; k < r->n_images; k++) {
+            const clef_enc_image *im = &r->images[k];
+            clef_buf_printf(o, "%s{\"grid_thw\":[%d,%d,%d],\"pad_start\":%zu,\"n_pad\":%zu}", k ? "," : "",
+                            im->image.grid_t, im->image.grid_h, im->image.grid_w, im->pad_start, im->n_pad);
+        }
+        clef_buf_putc(o, ']');
+    }
+    clef_buf_putc(o, '}');
+    return o->oom ? -1 : 0;
+}

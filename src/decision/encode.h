@@ -1,0 +1,92 @@
+/* encode_record: the token sequence, spans and media of one request, as the author's
+ * joint_schema_model.encode_record builds them (spec: ../shared/spec/contract.md §4).
+ *
+ *   input_ids = PREFIX [+ MEDIA] + STATE_kept + SCHEMA + SUFFIX
+ *
+ * Every piece is tokenized on its own (clef_tokenize, add_special_tokens=False) and the ids are
+ * concatenated. The work runs in the reference's order, so the first failure is the one it reports:
+ * schema (question by question: header, instructions, "ALLOWED OPTIONS", then the options, where a
+ * deferred BadCriteria is raised; LoneSurrogate from any piece) -> prefix/suffix -> media
+ * (UnsupportedMedia) -> state (LoneSurrogate) -> length check (SchemaTooLong) -> our checks after
+ * the reference's (MediaTokenMismatch: a literal <|image_pad|> in text while images are present;
+ * LoneSurrogate in `model`, which the response echoes).
+ *
+ * The record does not depend on model headers and is batch-ready: each record owns its arrays and
+ * knows its length; a batch is an array of records (the model part converts). It borrows option ids
+ * and question ids from the request: free the record before the request. */
+#ifndef CLEF_DECISION_ENCODE_H
+#define CLEF_DECISION_ENCODE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/err.h"
+#include "decision/request.h"
+#include "image/image.h"
+#include "text/json.h"
+#include "text/tokenizer.h"
+
+#define CLEF_MAX_LENGTH_DEFAULT 16384
+
+typedef struct clef_span {
+    size_t start, end; /* half-open, indices into input_ids */
+} clef_span;
+
+typedef struct clef_enc_question {
+    const char *id; /* borrowed from the request */
+    size_t id_len;
+    int type; /* 0 noul, 1 choice, 2 score */
+    clef_span span;
+    size_t n_options;
+    clef_span *option_spans;    /* head order */
+    const clef_option *options; /* borrowed: ids (and descriptions) in head order */
+} clef_enc_question;
+
+typedef struct clef_enc_image {
+    clef_image image; /* grid and pixel_values (owned; pixel_values may be NULL when injected) */
+    size_t pad_start; /* index of the first <|image_pad|> in input_ids */
+    size_t n_pad;     /* number of <|image_pad|> ids: t * (h / merge) * (w / merge) */
+} clef_enc_image;
+
+typedef struct clef_record {
+    int32_t *input_ids;
+    size_t n_ids;
+    size_t n_questions;
+    clef_enc_question *questions; /* request order */
+    size_t n_images;
+    clef_enc_image *images; /* request order */
+    size_t token_offset;    /* len(PREFIX) = 36: where the media block starts */
+    size_t state_start;     /* len(PREFIX) + len(MEDIA) */
+    size_t state_kept, state_total; /* state ids kept / before truncation */
+    size_t schema_offset;   /* state_start + state_kept: the shift applied to every span */
+} clef_record;
+
+/* The media step, replaceable (tests inject precomputed grids): fill `out` for images[index].
+ * `entry` is the entry as list(request["images"]) yields it (a JSON value; for an object `images`
+ * a key string, for a string `images` one character). Return -1 with err set on failure. */
+typedef int (*clef_media_fn)(void *ctx, size_t index, const json_value *entry, const clef_image_opts *opts,
+                             clef_image *out, clef_err *err);
+
+typedef struct clef_encode_opts {
+    size_t max_length;            /* 0 = CLEF_MAX_LENGTH_DEFAULT (16384) */
+    const clef_image_opts *image; /* NULL = the processor defaults */
+    clef_media_fn media;          /* NULL = clef_image_prepare on string entries */
+    void *media_ctx;
+} clef_encode_opts;
+
+/* Builds the record. On failure returns -1 with err set (the record is left empty). */
+int clef_encode_record(const clef_tokenizer *tok, const clef_request *req, const clef_encode_opts *opts,
+                       clef_record *out, clef_err *err);
+void clef_record_free(clef_record *r);
+
+/* Renders the record as `clef encode` prints it:
+ * {"input_ids":[...],"questions":[{"question_id","question_type","question_span","option_spans",
+ *  "option_ids"},...]} (images add "images":[{"grid_thw":[t,h,w],"pad_start":i,"n_pad":n}]). */
+int clef_record_render(clef_buf *out, const clef_record *r);
+
+/* Python's UnicodeEncodeError text for the first lone surrogate (run) in a WTF-8 string:
+ * "'utf-8' codec can't encode character '\ud800' in position 5: surrogates not allowed".
+ * Returns 1 and sets err (LoneSurrogate) when s holds one, else 0. */
+int clef_check_surrogates(const char *s, size_t len, clef_err *err);
+
+#endif
