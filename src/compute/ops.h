@@ -1,0 +1,153 @@
+/* The op interface the model code calls (text forward, head, later the vision tower). A backend
+ * (cpu/ now, cuda/ later) fills a clef_ops table of function pointers; model code never sees a
+ * backend type.
+ *
+ * Conventions
+ * - Activations are contiguous fp32 "device" buffers obtained from ops->alloc (on the CPU backend
+ *   plain host memory; ops->host_memory says so). Sizes and strides are in floats. `ld*` is the
+ *   distance between consecutive rows.
+ * - Weights are clef_tensor views (model/safetensors.h) of the mapped checkpoint, BF16 or F32 (F16
+ *   accepted too), row-major. A backend may cache device copies keyed by the tensor's data
+ *   pointer; the model passes the tensors as bound by model/weights.h.
+ * - Arrays documented as "host" (token ids, positions) are ordinary host memory.
+ * - Ops do not fail on valid arguments. A backend that runs out of scratch memory inside an op
+ *   sets ops->failed (sticky) and leaves the output unspecified; callers check it at safe points
+ *   (the model does after each layer).
+ * - Every op computes each output element inside one worker, so results do not depend on the
+ *   thread count. Long sums accumulate in double on the CPU backend.
+ * - Unless stated, output buffers must not overlap inputs; "in place" ops say so. */
+#ifndef CLEF_COMPUTE_OPS_H
+#define CLEF_COMPUTE_OPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "model/safetensors.h"
+
+typedef struct clef_ops clef_ops;
+
+struct clef_ops {
+    const char *name;     /* "cpu", ... */
+    int host_memory;      /* 1: device buffers are host memory (pointers may be used directly) */
+    int failed;           /* sticky: an op ran out of memory */
+    void *impl;           /* backend state */
+
+    void (*destroy)(clef_ops *ops);
+
+    /* ---- memory (n in floats) ---- */
+    float *(*alloc)(clef_ops *ops, size_t n);                 /* NULL when out of memory */
+    void (*free)(clef_ops *ops, float *p);                    /* NULL ok */
+    void (*upload)(clef_ops *ops, float *dst, const float *host_src, size_t n);
+    void (*download)(clef_ops *ops, float *host_dst, const float *src, size_t n);
+    /* y[r, c] = x[r, c] for r < rows, c < cols (strided copy; a gather of columns). */
+    void (*copy2d)(clef_ops *ops, float *y, size_t ldy, const float *x, size_t ldx, size_t rows,
+                   size_t cols);
+
+    /* ---- gathers ---- */
+    /* y[i, :] = table[ids[i], :] converted to fp32; table [V, D]; ids host, each in [0, V). */
+    void (*embed)(clef_ops *ops, float *y, const clef_tensor *table, const int32_t *ids, size_t n);
+    /* y[d] = mean over rows r in [r0, r1) of x[r, d] (r1 > r0); x has row stride ldx. */
+    void (*row_mean)(clef_ops *ops, float *y, const float *x, size_t ldx, size_t r0, size_t r1,
+                     size_t D);
+
+    /* ---- linear algebra ---- */
+    /* nn.Linear on a block of weight rows: y[t, n] = sum_k x[t, k] * W[row0 + n, k] (+ b[row0 + n])
+     * for t < T, n < N; K = W.shape[last]; x [T, K] and y [T, N] contiguous. b may be NULL. */
+    void (*linear)(clef_ops *ops, float *y, const float *x, size_t T, const clef_tensor *w,
+                   size_t row0, size_t N, const clef_tensor *b);
+
+    /* ---- norms (per row of D values; rows at stride ldx in, ldy out; y may equal x when
+     *      ldy == ldx) ---- */
+    /* y = x * rsqrt(mean(x^2) + eps) * (offset ? 1 + w : w), w [D]. */
+    void (*rmsnorm)(clef_ops *ops, float *y, size_t ldy, const float *x, size_t ldx, size_t rows,
+                    size_t D, const clef_tensor *w, int offset, float eps);
+    /* y = (x - mean) / sqrt(var + eps) * w + b, biased variance; contiguous rows; in place ok. */
+    void (*layernorm)(clef_ops *ops, float *y, const float *x, size_t rows, size_t D,
+                      const clef_tensor *w, const clef_tensor *b, float eps);
+    /* In place: x = x * rsqrt(sum(x^2) + eps) (eps inside the SUM), then x = x * scale when
+     * scale != 1 (a second rounding, as torch does). Rows of D at stride ld. */
+    void (*l2norm)(clef_ops *ops, float *x, size_t ld, size_t rows, size_t D, float eps, float scale);
+    /* Qwen3_5RMSNormGated: y = w * (x * rsqrt(mean(x^2) + eps)) * silu(z), rows of D
+     * contiguous in x, z, y (y may equal x); w [D] a plain multiplier. */
+    void (*gated_rmsnorm)(clef_ops *ops, float *y, const float *x, const float *z, size_t rows,
+                          size_t D, const clef_tensor *w, float eps);
+
+    /* ---- position ---- */
+    /* In place rotate-half rotary on the first `rot` dims of every head: x[t, h, :] at
+     * x + t*ld + h*hd, for t < T, h < nh. cos/sin are device tables [T, rot/2] (the half table;
+     * dims d and d + rot/2 share angle d):
+     *   x'[d] = x[d]*c - x[d+rot/2]*s,  x'[d+rot/2] = x[d+rot/2]*c + x[d]*s. */
+    void (*rope)(clef_ops *ops, float *x, size_t ld, size_t T, size_t nh, size_t hd, size_t rot,
+                 const float *cos, const float *sin);
+
+    /* ---- Gated DeltaNet ---- */
+    /* Causal depthwise conv1d (kernel K from w [C, 1, K], tap K-1 = current token, zeros before
+     * 0, no bias) followed by SiLU. x, y [T, C] contiguous. */
+    void (*conv1d_silu)(clef_ops *ops, float *y, const float *x, size_t T, size_t C,
+                        const clef_tensor *w);
+    /* beta = sigmoid(b); g = -exp(A_log) * softplus(a + dt_bias) (torch softplus, threshold 20).
+     * a, b, beta, g [T, H] contiguous; A_log, dt_bias [H]. */
+    void (*gdn_gates)(clef_ops *ops, float *beta, float *g, const float *b, const float *a,
+                      size_t T, size_t H, const clef_tensor *A_log, const clef_tensor *dt_bias);
+    /* The chunked gated delta rule (model.md §4.4.6), chunks of `chunk` tokens aligned at
+     * position 0, zero initial state. q [T, Hk, dk] (already l2-normalized and scaled),
+     * k [T, Hk, dk] (l2-normalized), v [T, Hv, dv], beta, g [T, Hv]; o [T, Hv, dv]. v-head h uses
+     * k-head h / (Hv / Hk). All contiguous. */
+    void (*delta_rule)(clef_ops *ops, float *o, const float *q, const float *k, const float *v,
+                       const float *beta, const float *g, size_t T, size_t Hk, size_t Hv,
+                       size_t dk, size_t dv, size_t chunk);
+
+    /* ---- attention ---- */
+    /* Multi-head softmax attention with grouped kv heads: query head h (< nh) uses kv head
+     * h / (nh / nkv). q row i head h at q + i*ldq + h*hd; k, v row t kv head j at k + t*ldk + j*hd
+     * (v likewise with ldv); o row i head h at o + i*ldo + h*hd.
+     *   o_h[i] = sum_t softmax_t(scale * q_h[i] . k_j[t]) v_j[t],
+     * over t < Tk, or t <= i when causal (then Tq == Tk). Memory O(Tk) per worker. */
+    void (*attention)(clef_ops *ops, float *o, size_t ldo, const float *q, size_t ldq,
+                      const float *k, size_t ldk, const float *v, size_t ldv, size_t Tq, size_t Tk,
+                      size_t nh, size_t nkv, size_t hd, float scale, int causal);
+
+    /* ---- elementwise (n floats, contiguous) ---- */
+    void (*silu_mul)(clef_ops *ops, float *y, const float *gate, const float *up, size_t n); /* y = silu(gate)*up; y may alias */
+    void (*gelu)(clef_ops *ops, float *x, size_t n, int tanh_approx); /* in place; erf form when tanh_approx == 0 */
+    void (*sigmoid_mul)(clef_ops *ops, float *x, const float *gate, size_t n); /* x *= sigmoid(gate) */
+    void (*add)(clef_ops *ops, float *y, const float *a, const float *b, size_t n); /* y = a + b; y may alias a or b */
+};
+
+/* Reads element i of a weight tensor as fp32 on the host (BF16, F16 or F32; 0 for other dtypes).
+ * Weights are always host-mapped, so this works for any backend; meant for scalars and small
+ * tables, not for bulk data. */
+static inline float clef_bf16_to_f32(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static inline float clef_half_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, u;
+    if (e == 0x1fu) {
+        u = sign | 0x7f800000u | (m << 13);
+    } else if (e != 0) {
+        u = sign | ((e + 112u) << 23) | (m << 13);
+    } else if (m == 0) {
+        u = sign;
+    } else { /* subnormal: normalize */
+        e = 113u;
+        while (!(m & 0x400u)) { m <<= 1; e--; }
+        u = sign | (e << 23) | ((m & 0x3ffu) << 13);
+    }
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static inline float clef_tensor_f32_at(const clef_tensor *t, int64_t i) {
+    if (t->dtype == CLEF_ST_BF16) return clef_bf16_to_f32(((const uint16_t *)t->data)[i]);
+    if (t->dtype == CLEF_ST_F32) return ((const float *)t->data)[i];
+    if (t->dtype == CLEF_ST_F16) return clef_half_to_f32(((const uint16_t *)t->data)[i]);
+    return 0.0f;
+}
+
+#endif
