@@ -1,11 +1,226 @@
-/* Placeholder until the tokenize verb lands: refuses clearly instead of pretending. */
+/* clef tokenize: token ids of text, as HF tokenizers' encode(text, add_special_tokens=False).
+ *
+ *   clef tokenize --model DIR (--text S | --file F | --jsonl F|-) [--split file|qwen2|qwen35]
+ *                 [--no-added-tokens] [--bench N]
+ *
+ * --text / --file: the text (all bytes of F) is one piece; prints {"ids":[...]}.
+ * --jsonl: every input line is one JSON string; prints one line per input line, {"ids":[...]} or
+ *   {"error":{"type":...,"message":...}}, and goes on after an error (exit 0 unless I/O fails).
+ * --split: force the split variant (default: the one tokenizer.json's pattern names).
+ * --no-added-tokens: do not match added tokens (not the reference's behaviour; for fixtures that
+ *   tokenize literal "<|im_start|>" as text).
+ * --bench N: tokenize the --text/--file text N times and print timings to stderr.
+ * Reads only DIR/tokenizer.json. */
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
 
+#include "base/buf.h"
+#include "base/err.h"
 #include "cli/cmds.h"
+#include "text/json.h"
+#include "text/tokenizer.h"
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int usage(void) {
+    fprintf(stderr,
+            "usage: clef tokenize --model DIR (--text S | --file F | --jsonl F|-)\n"
+            "                     [--split file|qwen2|qwen35] [--no-added-tokens] [--bench N]\n");
+    return 2;
+}
+
+static int read_all(FILE *f, char **data, size_t *len) {
+    clef_buf b;
+    clef_buf_init(&b);
+    char tmp[65536];
+    size_t r;
+    while ((r = fread(tmp, 1, sizeof tmp, f)) > 0)
+        if (clef_buf_put(&b, tmp, r)) break;
+    if (ferror(f) || b.oom) {
+        clef_buf_free(&b);
+        return -1;
+    }
+    if (clef_buf_reserve(&b, 0)) return -1; /* data non-NULL even when empty */
+    *data = clef_buf_take(&b, len);
+    return *data ? 0 : -1;
+}
+
+static void put_ids(clef_buf *o, const clef_ids *ids) {
+    clef_buf_puts(o, "{\"ids\":[");
+    for (size_t i = 0; i < ids->n; i++) clef_buf_printf(o, i ? ",%d" : "%d", (int)ids->v[i]);
+    clef_buf_puts(o, "]}\n");
+}
+
+static void put_error(clef_buf *o, const char *type, const char *msg) {
+    clef_buf_puts(o, "{\"error\":{\"type\":");
+    json_render_string(o, type, strlen(type));
+    clef_buf_puts(o, ",\"message\":");
+    json_render_string(o, msg, strlen(msg));
+    clef_buf_puts(o, "}}\n");
+}
+
+static int run_jsonl(const clef_tokenizer *t, const char *path, unsigned flags) {
+    int from_stdin = !strcmp(path, "-");
+    FILE *in = from_stdin ? stdin : fopen(path, "rb");
+    if (!in) {
+        fprintf(stderr, "clef tokenize: cannot open %s\n", path);
+        return 1;
+    }
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t n;
+    size_t lineno = 0;
+    clef_buf o;
+    clef_buf_init(&o);
+    clef_ids ids;
+    clef_ids_init(&ids);
+    int rc = 0;
+    while ((n = getline(&line, &cap, in)) >= 0) {
+        lineno++;
+        size_t len = (size_t)n;
+        if (len && line[len - 1] == '\n') len--;
+        clef_buf_reset(&o);
+        ids.n = 0;
+        clef_err err;
+        clef_err_clear(&err);
+        json_doc *doc = json_parse(line, len, NULL, &err);
+        if (!doc) {
+            char msg[1100];
+            snprintf(msg, sizeof msg, "line %zu: %s", lineno, err.msg);
+            put_error(&o, err.type ? err.type : CLEF_E_BAD_JSON, msg);
+        } else {
+            const json_value *v = json_doc_root(doc);
+            if (!v || v->kind != JSON_STRING) {
+                char msg[64];
+                snprintf(msg, sizeof msg, "line %zu: expected a JSON string", lineno);
+                put_error(&o, CLEF_E_BAD_JSON, msg);
+            } else if (clef_tokenize_ex(t, v->u.string.s, v->u.string.len, flags, &ids, &err)) {
+                put_error(&o, err.type, err.msg);
+            } else {
+                put_ids(&o, &ids);
+            }
+            json_doc_free(doc);
+        }
+        if (o.oom || fwrite(o.data, 1, o.len, stdout) != o.len) {
+            rc = 1;
+            break;
+        }
+        if (from_stdin) fflush(stdout);
+    }
+    if (ferror(in)) {
+        fprintf(stderr, "clef tokenize: read error on %s\n", path);
+        rc = 1;
+    }
+    if (!from_stdin) fclose(in);
+    free(line);
+    clef_buf_free(&o);
+    clef_ids_free(&ids);
+    if (fflush(stdout)) rc = 1;
+    return rc;
+}
 
 int cmd_tokenize(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "clef tokenize: not built yet\n");
-    return 2;
+    const char *model = NULL, *text = NULL, *file = NULL, *jsonl = NULL;
+    clef_split_variant variant = CLEF_SPLIT_FROM_FILE;
+    unsigned flags = 0;
+    long bench = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        int has = i + 1 < argc;
+        if (!strcmp(a, "--model") && has) model = argv[++i];
+        else if (!strcmp(a, "--text") && has) text = argv[++i];
+        else if (!strcmp(a, "--file") && has) file = argv[++i];
+        else if (!strcmp(a, "--jsonl") && has) jsonl = argv[++i];
+        else if (!strcmp(a, "--bench") && has) bench = strtol(argv[++i], NULL, 10);
+        else if (!strcmp(a, "--no-added-tokens")) flags |= CLEF_TOK_NO_ADDED;
+        else if (!strcmp(a, "--split") && has) {
+            const char *s = argv[++i];
+            if (!strcmp(s, "file")) variant = CLEF_SPLIT_FROM_FILE;
+            else if (!strcmp(s, "qwen2")) variant = CLEF_SPLIT_QWEN2;
+            else if (!strcmp(s, "qwen35")) variant = CLEF_SPLIT_QWEN35;
+            else {
+                fprintf(stderr, "clef tokenize: --split takes file, qwen2 or qwen35\n");
+                return 2;
+            }
+        } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage();
+            return 0;
+        } else {
+            fprintf(stderr, "clef tokenize: unknown or incomplete option '%s'\n", a);
+            return usage();
+        }
+    }
+    if (!model || (!!text + !!file + !!jsonl) != 1 || bench < 0 || (bench && jsonl)) return usage();
+
+    clef_buf path;
+    clef_buf_init(&path);
+    clef_buf_printf(&path, "%s/tokenizer.json", model);
+    if (path.oom) return 1;
+    clef_err err;
+    clef_err_clear(&err);
+    double t0 = now_s();
+    clef_tokenizer *t = clef_tokenizer_load(path.data, variant, &err);
+    double t_load = now_s() - t0;
+    clef_buf_free(&path);
+    if (!t) {
+        fprintf(stderr, "clef tokenize: %s: %s\n", err.type, err.msg);
+        return 1;
+    }
+    int rc = 0;
+    if (jsonl) {
+        rc = run_jsonl(t, jsonl, flags);
+    } else {
+        char *data = NULL;
+        size_t len = 0;
+        if (file) {
+            FILE *f = fopen(file, "rb");
+            if (!f || read_all(f, &data, &len)) {
+                fprintf(stderr, "clef tokenize: cannot read %s\n", file);
+                if (f) fclose(f);
+                clef_tokenizer_free(t);
+                return 1;
+            }
+            fclose(f);
+        }
+        const char *s = file ? data : text;
+        if (!file) len = strlen(text);
+        clef_ids ids;
+        clef_ids_init(&ids);
+        clef_buf o;
+        clef_buf_init(&o);
+        if (clef_tokenize_ex(t, s, len, flags, &ids, &err)) {
+            put_error(&o, err.type, err.msg);
+            rc = 1;
+        } else if (bench > 0) {
+            double best = 1e30, total = 0;
+            for (long k = 0; k < bench; k++) {
+                ids.n = 0;
+                double a = now_s();
+                clef_tokenize_ex(t, s, len, flags, &ids, &err);
+                double d = now_s() - a;
+                total += d;
+                if (d < best) best = d;
+            }
+            fprintf(stderr,
+                    "load %.1f ms; %zu bytes -> %zu tokens; best of %ld: %.3f ms (%.1f MB/s, %.2f M tokens/s); "
+                    "mean %.3f ms\n",
+                    t_load * 1e3, len, ids.n, bench, best * 1e3, (double)len / best / 1e6, (double)ids.n / best / 1e6,
+                    total / (double)bench * 1e3);
+            put_ids(&o, &ids);
+        } else {
+            put_ids(&o, &ids);
+        }
+        if (o.oom || fwrite(o.data, 1, o.len, stdout) != o.len || fflush(stdout)) rc = 1;
+        clef_buf_free(&o);
+        clef_ids_free(&ids);
+        free(data);
+    }
+    clef_tokenizer_free(t);
+    return rc;
 }

@@ -33,4 +33,14 @@ int clef_tokenize(const clef_tokenizer *t, const char *text, size_t len, clef_id
 int32_t clef_tokenizer_added_id(const clef_tokenizer *t, const char *content);
 size_t clef_tokenizer_vocab_size(const clef_tokenizer *t); /* ordinary + added */
 
+/* Additions (tokenizer part): */
+/* The variant actually in use (CLEF_SPLIT_QWEN2 or CLEF_SPLIT_QWEN35), resolved at load. */
+clef_split_variant clef_tokenizer_variant(const clef_tokenizer *t);
+/* clef_tokenize with flags. CLEF_TOK_NO_ADDED: do not match added tokens, the whole text is one
+ * segment (NFC, split, BPE); a literal "<|im_start|>" becomes ordinary tokens. Not what the
+ * reference does (it matches added tokens in every piece); for tests against per-piece fixtures. */
+#define CLEF_TOK_NO_ADDED 1u
+int clef_tokenize_ex(const clef_tokenizer *t, const char *text, size_t len, unsigned flags, clef_ids *out,
+                     clef_err *err);
+
 #endif

@@ -1,0 +1,196 @@
+#include "text/bpe.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+int bpe_pairs_init(bpe_pairs *p, size_t expected) {
+    memset(p, 0, sizeof *p);
+    size_t cap = 16;
+    while (cap < 2 * expected + 2) {
+        if (cap > SIZE_MAX / 4 / sizeof(bpe_slot)) return -1;
+        cap *= 2;
+    }
+    p->slots = malloc(cap * sizeof *p->slots);
+    if (!p->slots) return -1;
+    for (size_t i = 0; i < cap; i++) p->slots[i].rank = BPE_NO_RANK;
+    p->mask = cap - 1;
+    return 0;
+}
+
+void bpe_pairs_free(bpe_pairs *p) {
+    free(p->slots);
+    memset(p, 0, sizeof *p);
+}
+
+void bpe_pairs_put(bpe_pairs *p, uint32_t a, uint32_t b, uint32_t rank, int32_t merged) {
+    size_t i = (size_t)bpe_hash_(a, b) & p->mask;
+    for (;;) {
+        bpe_slot *s = &p->slots[i];
+        if (s->rank == BPE_NO_RANK) {
+            s->a = a;
+            s->b = b;
+            s->rank = rank;
+            s->merged = merged;
+            p->n++;
+            return;
+        }
+        if (s->a == a && s->b == b) {
+            s->rank = rank;
+            s->merged = merged;
+            p->replaced++;
+            return;
+        }
+        i = (i + 1) & p->mask;
+    }
+}
+
+void bpe_work_free(bpe_work *w) {
+    free(w->rank);
+    free(w->merged);
+    free(w->prev);
+    free(w->next);
+    free(w->heap);
+    memset(w, 0, sizeof *w);
+}
+
+static int work_reserve(bpe_work *w, size_t n) {
+    if (n <= w->cap) return 0;
+    size_t cap = w->cap ? w->cap : 64;
+    while (cap < n) cap *= 2;
+    uint32_t *r = realloc(w->rank, cap * sizeof *r);
+    if (!r) return -1;
+    w->rank = r;
+    int32_t *m = realloc(w->merged, cap * sizeof *m);
+    if (!m) return -1;
+    w->merged = m;
+    int32_t *pv = realloc(w->prev, cap * sizeof *pv);
+    if (!pv) return -1;
+    w->prev = pv;
+    int32_t *nx = realloc(w->next, cap * sizeof *nx);
+    if (!nx) return -1;
+    w->next = nx;
+    w->cap = cap;
+    return 0;
+}
+
+static inline void pair_at(const bpe_pairs *p, int32_t a, int32_t b, uint32_t *rank, int32_t *merged) {
+    const bpe_slot *s = bpe_pairs_get(p, (uint32_t)a, (uint32_t)b);
+    if (s) {
+        *rank = s->rank;
+        *merged = s->merged;
+    } else {
+        *rank = BPE_NO_RANK;
+        *merged = -1;
+    }
+}
+
+size_t bpe_merge_scan(const bpe_pairs *p, int32_t *ids, size_t n, bpe_work *w) {
+    if (n < 2) return n;
+    if (work_reserve(w, n)) return (size_t)-1;
+    uint32_t *rank = w->rank;
+    int32_t *merged = w->merged;
+    for (size_t i = 0; i + 1 < n; i++) pair_at(p, ids[i], ids[i + 1], &rank[i], &merged[i]);
+    while (n > 1) {
+        size_t best = 0;
+        uint32_t br = rank[0];
+        for (size_t i = 1; i + 1 < n; i++)
+            if (rank[i] < br) { br = rank[i]; best = i; } /* strict: leftmost wins ties */
+        if (br == BPE_NO_RANK) break;
+        ids[best] = merged[best];
+        /* drop symbol best+1 and pair best+1 */
+        size_t tail = n - (best + 2);
+        memmove(ids + best + 1, ids + best + 2, tail * sizeof *ids);
+        if (tail > 1) { /* pairs best+2 .. n-2 move down by one */
+            memmove(rank + best + 1, rank + best + 2, (tail - 1) * sizeof *rank);
+            memmove(merged + best + 1, merged + best + 2, (tail - 1) * sizeof *merged);
+        }
+        n--;
+        if (best > 0) pair_at(p, ids[best - 1], ids[best], &rank[best - 1], &merged[best - 1]);
+        if (best + 1 < n) pair_at(p, ids[best], ids[best + 1], &rank[best], &merged[best]);
+    }
+    return n;
+}
+
+/* Min-heap of (rank << 32 | position): lowest rank first, then leftmost. */
+static void heap_push(uint64_t *h, size_t *len, uint64_t v) {
+    size_t i = (*len)++;
+    while (i > 0) {
+        size_t parent = (i - 1) / 2;
+        if (h[parent] <= v) break;
+        h[i] = h[parent];
+        i = parent;
+    }
+    h[i] = v;
+}
+
+static uint64_t heap_pop(uint64_t *h, size_t *len) {
+    uint64_t top = h[0];
+    uint64_t v = h[--(*len)];
+    size_t n = *len, i = 0;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= n) break;
+        if (c + 1 < n && h[c + 1] < h[c]) c++;
+        if (v <= h[c]) break;
+        h[i] = h[c];
+        i = c;
+    }
+    if (n > 0) h[i] = v;
+    return top;
+}
+
+size_t bpe_merge_heap(const bpe_pairs *p, int32_t *ids, size_t n, bpe_work *w) {
+    if (n < 2) return n;
+    if (n > UINT32_MAX / 4) return (size_t)-1;
+    if (work_reserve(w, n)) return (size_t)-1;
+    size_t hcap = 3 * n; /* n-1 initial + at most 2 per merge */
+    if (hcap > w->heap_cap) {
+        uint64_t *h = realloc(w->heap, hcap * sizeof *h);
+        if (!h) return (size_t)-1;
+        w->heap = h;
+        w->heap_cap = hcap;
+    }
+    int32_t *prev = w->prev, *next = w->next;
+    uint64_t *heap = w->heap;
+    size_t hl = 0;
+    for (size_t i = 0; i < n; i++) {
+        prev[i] = (int32_t)i - 1;
+        next[i] = i + 1 < n ? (int32_t)i + 1 : -1;
+    }
+    for (size_t i = 0; i + 1 < n; i++) {
+        const bpe_slot *s = bpe_pairs_get(p, (uint32_t)ids[i], (uint32_t)ids[i + 1]);
+        if (s) heap_push(heap, &hl, ((uint64_t)s->rank << 32) | i);
+    }
+    /* ids[i] = -1 marks a symbol merged into its left neighbour */
+    while (hl > 0) {
+        uint64_t top = heap_pop(heap, &hl);
+        uint32_t rank = (uint32_t)(top >> 32);
+        size_t pos = (size_t)(uint32_t)top;
+        if (ids[pos] < 0) continue;
+        int32_t nx = next[pos];
+        if (nx < 0) continue;
+        const bpe_slot *s = bpe_pairs_get(p, (uint32_t)ids[pos], (uint32_t)ids[nx]);
+        if (!s || s->rank != rank) continue; /* stale entry */
+        ids[pos] = s->merged;
+        ids[nx] = -1;
+        next[pos] = next[nx];
+        if (next[nx] >= 0) prev[next[nx]] = (int32_t)pos;
+        if (prev[pos] >= 0) {
+            size_t pv = (size_t)prev[pos];
+            const bpe_slot *q = bpe_pairs_get(p, (uint32_t)ids[pv], (uint32_t)ids[pos]);
+            if (q) heap_push(heap, &hl, ((uint64_t)q->rank << 32) | pv);
+        }
+        if (next[pos] >= 0) {
+            const bpe_slot *q = bpe_pairs_get(p, (uint32_t)ids[pos], (uint32_t)ids[next[pos]]);
+            if (q) heap_push(heap, &hl, ((uint64_t)q->rank << 32) | pos);
+        }
+    }
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] >= 0) ids[m++] = ids[i];
+    return m;
+}
+
+size_t bpe_merge(const bpe_pairs *p, int32_t *ids, size_t n, bpe_work *w) {
+    return n <= BPE_SCAN_MAX ? bpe_merge_scan(p, ids, n, w) : bpe_merge_heap(p, ids, n, w);
+}
