@@ -1,0 +1,301 @@
+/* Unit tests for src/text/json.c: every example of contract.md §5, Python's error messages, limits,
+ * builders, lookups, truthiness, key order with surrogates, and a large-document timing check.
+ * (The byte-for-byte comparison with CPython over 150k generated cases is
+ * tests/parity/test_json_cpython.py.) */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "test.h"
+#include "text/json.h"
+#include "text/utf8.h"
+
+static char rendered[8192];
+
+/* Parses and renders (sorted or not); returns the rendering or "ERR:<type>:<message>". */
+static const char *rt_n(const char *in, size_t len, int sort) {
+    clef_err err;
+    json_doc *d = json_parse(in, len, NULL, &err);
+    if (!d) {
+        snprintf(rendered, sizeof rendered, "ERR:%s:%s", err.type, err.msg);
+        return rendered;
+    }
+    clef_buf b;
+    clef_buf_init(&b);
+    json_render(&b, json_doc_root(d), sort);
+    snprintf(rendered, sizeof rendered, "%s", b.data ? b.data : "");
+    clef_buf_free(&b);
+    json_doc_free(d);
+    return rendered;
+}
+static const char *rt(const char *in) { return rt_n(in, strlen(in), 1); }
+static const char *rtu(const char *in) { return rt_n(in, strlen(in), 0); }
+
+static void test_contract_examples(void) {
+    /* §5.2 key order */
+    CHECK_STR(rt("{\"Z\":1,\"a\":2,\"_\":3,\"\xc3\xa9\":4,\"10\":5,\"9\":6}"),
+              "{\"10\":5,\"9\":6,\"Z\":1,\"_\":3,\"a\":2,\"\xc3\xa9\":4}");
+    CHECK_STR(rt("{\"b\":1,\"a\":[1,2.5,{\"z\":null,\"y\":true}]}"), "{\"a\":[1,2.5,{\"y\":true,\"z\":null}],\"b\":1}");
+    CHECK_STR(rtu("{\"b\":1,\"a\":[1,2.5,{\"z\":null,\"y\":true}]}"), "{\"b\":1,\"a\":[1,2.5,{\"z\":null,\"y\":true}]}");
+    /* §5.2 floats */
+    CHECK_STR(rt("[1E5,1e-7,0.00001,0.0001,1e16,1e15]"), "[100000.0,1e-07,1e-05,0.0001,1e+16,1000000000000000.0]");
+    CHECK_STR(rt("[12345678901234567.0,5e-324,-0.0,2.5E+3]"), "[1.2345678901234568e+16,5e-324,-0.0,2500.0]");
+    CHECK_STR(rt("[1e400,-1e400,NaN,Infinity,-Infinity]"), "[Infinity,-Infinity,NaN,Infinity,-Infinity]");
+    /* §5.1 / §5.2 integers */
+    CHECK_STR(rt("9007199254740993"), "9007199254740993");
+    CHECK_STR(rt("-0"), "0");
+    CHECK_STR(rt("[-0,0,-1,123456789012345678901234567890]"), "[0,0,-1,123456789012345678901234567890]");
+    /* §2.2 duplicate keys: last value, first position */
+    CHECK_STR(rtu("{\"a\":1,\"b\":2,\"a\":3}"), "{\"a\":3,\"b\":2}");
+    CHECK_STR(rtu("{\"b\":1,\"a\":2,\"b\":3,\"c\":4,\"a\":5}"), "{\"b\":3,\"a\":5,\"c\":4}");
+    /* §5.1 surrogate pairs; §5.2 "😀 \ud83d\ude00" becomes two raw emoji */
+    CHECK_STR(rt("\"\xf0\x9f\x98\x80 \\ud83d\\ude00\""), "\"\xf0\x9f\x98\x80 \xf0\x9f\x98\x80\"");
+    /* §5.2 escaping */
+    CHECK_STR(rt("\"\\\" \\\\ \\/ \\b \\f \\n \\r \\t \\u0000 \\u001F \\u007f \\u2028 <>&\""),
+              "\"\\\" \\\\ / \\b \\f \\n \\r \\t \\u0000 \\u001f \x7f \xe2\x80\xa8 <>&\"");
+    CHECK_STR(rt("[true,false,null]"), "[true,false,null]");
+    /* whitespace: only space, tab, LF, CR */
+    CHECK_STR(rt(" \t\r\n[ 1 ,\t2\n]\r\n"), "[1,2]");
+}
+
+static void test_lone_surrogates(void) {
+    CHECK_STR(rt("\"\\ud800\""), "\"\xed\xa0\x80\"");
+    CHECK_STR(rt("\"\\udfff\\ud800\""), "\"\xed\xbf\xbf\xed\xa0\x80\"");
+    CHECK_STR(rt("\"\\ud800\\u0041\""), "\"\xed\xa0\x80" "A\"");
+    CHECK_STR(rt("\"\\ud800\\ud83d\\ude00\""), "\"\xed\xa0\x80\xf0\x9f\x98\x80\"");
+    /* surrogate keys sort after U+D7FF and before U+E000 and astral characters, by code point */
+    CHECK_STR(rt("{\"\\ud83d\\ude00\":1,\"\\ue000\":2,\"\\ud800\":3,\"\\ud7ff\":4}"),
+              "{\"\xed\x9f\xbf\":4,\"\xed\xa0\x80\":3,\"\xee\x80\x80\":2,\"\xf0\x9f\x98\x80\":1}");
+    clef_err err;
+    const char *s = "{\"a\":[1,{\"k\":\"x\\udc00\"}]}";
+    json_doc *d = json_parse(s, strlen(s), NULL, &err);
+    CHECK(d && json_has_lone_surrogate(json_doc_root(d)));
+    json_doc_free(d);
+    s = "{\"\\ud800\":1}";
+    d = json_parse(s, strlen(s), NULL, &err);
+    CHECK(d && json_has_lone_surrogate(json_doc_root(d)));
+    json_doc_free(d);
+    s = "{\"a\":[\"\\ud83d\\ude00\",\"\xed\x9f\xbf\"]}";
+    d = json_parse(s, strlen(s), NULL, &err);
+    CHECK(d && !json_has_lone_surrogate(json_doc_root(d)));
+    json_doc_free(d);
+}
+
+static void test_errors(void) {
+    /* CPython 3.12's json.loads messages */
+    CHECK_STR(rt(""), "ERR:BadJson:Expecting value: line 1 column 1 (char 0)");
+    CHECK_STR(rt("   "), "ERR:BadJson:Expecting value: line 1 column 4 (char 3)");
+    CHECK_STR(rt("[1,]"), "ERR:BadJson:Expecting value: line 1 column 4 (char 3)");
+    CHECK_STR(rt("{\"a\":1,}"), "ERR:BadJson:Expecting property name enclosed in double quotes: line 1 column 8 (char 7)");
+    CHECK_STR(rt("{\"a\" 1}"), "ERR:BadJson:Expecting ':' delimiter: line 1 column 6 (char 5)");
+    CHECK_STR(rt("[1 2]"), "ERR:BadJson:Expecting ',' delimiter: line 1 column 4 (char 3)");
+    CHECK_STR(rt("1 2"), "ERR:BadJson:Extra data: line 1 column 3 (char 2)");
+    CHECK_STR(rt("[1,\n 2,\n x]"), "ERR:BadJson:Expecting value: line 3 column 2 (char 9)");
+    CHECK_STR(rt("\"\xc3\xa9\xc3\xa9\" x"), "ERR:BadJson:Extra data: line 1 column 6 (char 5)"); /* chars */
+    CHECK_STR(rt("\"abc"), "ERR:BadJson:Unterminated string starting at: line 1 column 1 (char 0)");
+    CHECK_STR(rt("\"a\\x\""), "ERR:BadJson:Invalid \\escape: line 1 column 3 (char 2)");
+    CHECK_STR(rt("\"\\u12"), "ERR:BadJson:Invalid \\uXXXX escape: line 1 column 3 (char 2)");
+    CHECK_STR(rt("\"\\uZZZZ\""), "ERR:BadJson:Invalid \\uXXXX escape: line 1 column 3 (char 2)");
+    CHECK_STR(rt("\"a\tb\""), "ERR:BadJson:Invalid control character at: line 1 column 3 (char 2)");
+    CHECK_STR(rt("\xef\xbb\xbf{}"), "ERR:BadJson:Unexpected UTF-8 BOM (decode using utf-8-sig): line 1 column 1 (char 0)");
+    CHECK_STR(rt("01"), "ERR:BadJson:Extra data: line 1 column 2 (char 1)");
+    CHECK_STR(rt("1."), "ERR:BadJson:Extra data: line 1 column 2 (char 1)");
+    CHECK_STR(rt("-"), "ERR:BadJson:Expecting value: line 1 column 1 (char 0)");
+    CHECK_STR(rt("nan"), "ERR:BadJson:Expecting value: line 1 column 1 (char 0)");
+    CHECK_STR(rt("\x0b" "1"), "ERR:BadJson:Expecting value: line 1 column 1 (char 0)"); /* not Python whitespace */
+    CHECK_STR(rt("\xc2\xa0" "1"), "ERR:BadJson:Expecting value: line 1 column 1 (char 0)");
+    /* not UTF-8 */
+    CHECK(strncmp(rt("\"\xff\""), "ERR:InvalidUtf8:", 16) == 0);
+    CHECK(strncmp(rt("\"\xed\xa0\x80\""), "ERR:InvalidUtf8:", 16) == 0); /* raw surrogate bytes */
+    CHECK(strncmp(rt("\"\xc0\xaf\""), "ERR:InvalidUtf8:", 16) == 0);    /* overlong */
+    CHECK(strncmp(rt("[1, \xf4\x90\x80\x80]"), "ERR:InvalidUtf8:", 16) == 0);
+    /* NUL bytes inside the input are ordinary (invalid) characters; \u0000 is a valid string char */
+    CHECK_STR(rt_n("[1]\0", 4, 1), "ERR:BadJson:Extra data: line 1 column 4 (char 3)");
+    CHECK_STR(rt_n("\"a\0\"", 4, 1), "ERR:BadJson:Invalid control character at: line 1 column 3 (char 2)");
+}
+
+static void test_big_ints(void) {
+    char *buf = malloc(4400 + 16);
+    memset(buf, '7', 4300);
+    buf[4300] = '\0';
+    const char *r = rt(buf);
+    CHECK(strlen(r) == 4300 && r[0] == '7');
+    buf[0] = '-';
+    memset(buf + 1, '7', 4300);
+    buf[4301] = '\0';
+    r = rt(buf); /* 4300 digits and a sign: allowed */
+    CHECK(strlen(r) == 4301);
+    memset(buf, '7', 4301);
+    buf[4301] = '\0';
+    CHECK_STR(rt(buf), "ERR:BadJson:Exceeds the limit (4300 digits) for integer string conversion: value has 4301 "
+                       "digits; use sys.set_int_max_str_digits() to increase the limit");
+    /* a long float literal is not an int: no limit */
+    memset(buf, '1', 4400);
+    memcpy(buf + 4400, ".5", 3);
+    CHECK_STR(rt(buf), "Infinity");
+    free(buf);
+}
+
+static void test_limits(void) {
+    clef_err err;
+    json_limits lim = {10, 0};
+    json_doc *d = json_parse("[1,2,3,4,5]", 11, &lim, &err);
+    CHECK(!d && strcmp(err.type, CLEF_E_LIMIT) == 0);
+    lim.max_bytes = 11;
+    d = json_parse("[1,2,3,4,5]", 11, &lim, &err);
+    CHECK(d != NULL);
+    json_doc_free(d);
+    /* depth: default 512 */
+    char deep[2100];
+    for (int i = 0; i < 512; i++) deep[i] = '[';
+    for (int i = 0; i < 512; i++) deep[512 + i] = ']';
+    d = json_parse(deep, 1024, NULL, &err);
+    CHECK(d != NULL);
+    json_doc_free(d);
+    for (int i = 0; i < 513; i++) deep[i] = '[';
+    for (int i = 0; i < 513; i++) deep[513 + i] = ']';
+    d = json_parse(deep, 1026, NULL, &err);
+    CHECK(!d && strcmp(err.type, CLEF_E_LIMIT) == 0);
+    json_limits l3 = {0, 3};
+    d = json_parse("[[[1]]]", 7, &l3, &err);
+    CHECK(d != NULL);
+    json_doc_free(d);
+    d = json_parse("[[[{}]]]", 8, &l3, &err);
+    CHECK(!d && strcmp(err.type, CLEF_E_LIMIT) == 0 && strstr(err.msg, "deeper than 3"));
+}
+
+static void test_builders_and_lookups(void) {
+    json_doc *d = json_doc_new();
+    json_value *o = json_new_object(d);
+    CHECK(json_object_set(d, o, "model", 5, json_new_string(d, "m\"1", 3)) == 0);
+    json_value *arr = json_new_array(d);
+    for (int i = 0; i < 20; i++) CHECK(json_array_push(d, arr, json_new_int(d, i - 5)) == 0);
+    CHECK(json_object_set(d, o, "list", 4, arr) == 0);
+    CHECK(json_object_set(d, o, "f", 1, json_new_float(d, 0.9731)) == 0);
+    CHECK(json_object_set(d, o, "model", 5, json_new_bool(d, 1)) == 0); /* replaces in place */
+    CHECK(json_object_set(d, o, "n", 1, json_new_null(d)) == 0);
+    CHECK(json_object_set(d, o, "k\0x", 3, json_new_float(d, 1.0)) == 0);
+    json_doc_set_root(d, o);
+    clef_buf b;
+    clef_buf_init(&b);
+    json_render(&b, json_doc_root(d), 0);
+    CHECK_STR(b.data, "{\"model\":true,\"list\":[-5,-4,-3,-2,-1,0,1,2,3,4,5,6,7,8,9,10,11,12,13,14],"
+                      "\"f\":0.9731,\"n\":null,\"k\\u0000x\":1.0}");
+    clef_buf_reset(&b);
+    json_render(&b, o, 1);
+    CHECK_STR(b.data, "{\"f\":0.9731,\"k\\u0000x\":1.0,\"list\":[-5,-4,-3,-2,-1,0,1,2,3,4,5,6,7,8,9,10,11,12,13,14],"
+                      "\"model\":true,\"n\":null}");
+    CHECK(json_object_get(o, "f") && json_object_get(o, "f")->kind == JSON_FLOAT);
+    CHECK(json_object_get(o, "absent") == NULL);
+    CHECK(json_object_get(arr, "f") == NULL);
+    CHECK(json_object_getn(o, "k\0x", 3) != NULL);
+    CHECK(json_object_getn(o, "k", 1) == NULL);
+    /* render_py: a string raw, anything else sorted dumps */
+    clef_buf_reset(&b);
+    json_render_py(&b, json_new_string(d, "a\nb\"", 4));
+    CHECK_STR(b.data, "a\nb\"");
+    clef_buf_reset(&b);
+    json_render_py(&b, o);
+    CHECK(b.data && strncmp(b.data, "{\"f\":0.9731,", 12) == 0);
+    clef_buf_reset(&b);
+    json_render_string(&b, "\x01\x1f\x7f\xe2\x80\xa9/", 7);
+    CHECK_STR(b.data, "\"\\u0001\\u001f\x7f\xe2\x80\xa9/\"");
+    clef_buf_free(&b);
+    json_doc_free(d);
+}
+
+static int truthy_of(const char *s) {
+    clef_err err;
+    json_doc *d = json_parse(s, strlen(s), NULL, &err);
+    if (!d) return -1;
+    int t = json_truthy(json_doc_root(d));
+    json_doc_free(d);
+    return t;
+}
+
+static void test_truthy(void) {
+    const char *falsy[] = {"null", "false", "0", "-0", "0.0", "-0.0", "0e5", "\"\"", "[]", "{}", " { } "};
+    const char *truthy[] = {"true", "1", "-1", "0.1", "NaN", "Infinity", "\" \"", "[0]", "{\"\":0}", "\"0\""};
+    for (size_t i = 0; i < sizeof falsy / sizeof *falsy; i++) CHECK_MSG(truthy_of(falsy[i]) == 0, "%s", falsy[i]);
+    for (size_t i = 0; i < sizeof truthy / sizeof *truthy; i++) CHECK_MSG(truthy_of(truthy[i]) == 1, "%s", truthy[i]);
+    CHECK(json_truthy(NULL) == 0);
+}
+
+static void test_big_object_dups(void) {
+    /* more keys than the linear scan handles: hash index, with duplicates spread out */
+    clef_buf src;
+    clef_buf_init(&src);
+    clef_buf_putc(&src, '{');
+    for (int i = 0; i < 5000; i++) clef_buf_printf(&src, "%s\"k%d\":%d", i ? "," : "", i % 3000, i);
+    clef_buf_putc(&src, '}');
+    clef_err err;
+    json_doc *d = json_parse(src.data, src.len, NULL, &err);
+    CHECK(d != NULL);
+    json_value *o = json_doc_root(d);
+    CHECK(o && o->u.object.n == 3000);
+    CHECK(o && strcmp(o->u.object.members[0].key, "k0") == 0 &&
+          strcmp(o->u.object.members[0].val->u.integer.digits, "3000") == 0);
+    CHECK(o && strcmp(json_object_get(o, "k2999")->u.integer.digits, "2999") == 0);
+    CHECK(o && strcmp(json_object_get(o, "k1999")->u.integer.digits, "4999") == 0);
+    json_doc_free(d);
+    clef_buf_free(&src);
+}
+
+/* The real tokenizer.json (~20 MB, ~1M nodes) must parse well under a second; measured when present. */
+static void test_speed(void) {
+    const char *paths[] = {"models/tiny/tokenizer.json", "../models/tiny/tokenizer.json"};
+    FILE *f = NULL;
+    for (size_t i = 0; i < 2 && !f; i++) f = fopen(paths[i], "rb");
+    clef_buf src;
+    clef_buf_init(&src);
+    if (f) {
+        char chunk[65536];
+        size_t n;
+        while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) clef_buf_put(&src, chunk, n);
+        fclose(f);
+    } else { /* a synthetic one of the same shape */
+        clef_buf_puts(&src, "{\"model\":{\"vocab\":{");
+        for (int i = 0; i < 150000; i++) clef_buf_printf(&src, "%s\"tok\\u0120%d\xc4\xa0x\":%d", i ? "," : "", i, i);
+        clef_buf_puts(&src, "},\"merges\":[");
+        for (int i = 0; i < 150000; i++) clef_buf_printf(&src, "%s[\"a%d\",\"b%d\"]", i ? "," : "", i, i);
+        clef_buf_puts(&src, "]}}");
+    }
+    CHECK(!src.oom);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    clef_err err;
+    json_doc *d = json_parse(src.data, src.len, NULL, &err);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double ms = (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6;
+    CHECK_MSG(d != NULL, "%s", err.msg);
+    printf("parsed %zu bytes (%s) in %.1f ms\n", src.len, f ? "tokenizer.json" : "synthetic", ms);
+    if (d) {
+        clef_buf out;
+        clef_buf_init(&out);
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        json_render(&out, json_doc_root(d), 1);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        printf("rendered sorted %zu bytes in %.1f ms\n", out.len,
+               (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6);
+        clef_buf_free(&out);
+    }
+#ifndef __SANITIZE_ADDRESS__
+    if (!getenv("CLEF_NO_TIMING")) CHECK_MSG(ms < 1000, "parse took %.1f ms", ms);
+#endif
+    json_doc_free(d);
+    clef_buf_free(&src);
+}
+
+int main(void) {
+    test_contract_examples();
+    test_lone_surrogates();
+    test_errors();
+    test_big_ints();
+    test_limits();
+    test_builders_and_lookups();
+    test_truthy();
+    test_big_object_dups();
+    test_speed();
+    return TEST_END();
+}
