@@ -1,0 +1,80 @@
+/* clef — the public API. Drivers (CLI, server, benchmarks, fuzzers) include only this header.
+ *
+ * An engine holds one loaded model (memory-mapped weights, tokenizer, thread pool). A request is the
+ * raw body bytes of a SystemOne request ({model, state, questions, ...}); the answer is always a
+ * body: the response JSON, or {"error":{"type","message"}} with the HTTP status a server should use.
+ *
+ * Two ways to run requests:
+ *   - clef_decide(): one request, synchronously (CLI, tests);
+ *   - clef_job_prepare() / clef_run_batch() / clef_job_finish(): the host side (parse, validate,
+ *     tokenize, decode images) on any thread, then several jobs in one forward on the model thread,
+ *     then the response. A job's numbers do not depend on which other jobs share its batch.
+ * The engine is not reentrant for clef_run_batch / clef_decide: one model thread at a time.
+ * clef_job_prepare and clef_job_finish may run on other threads concurrently. */
+#ifndef CLEF_H
+#define CLEF_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CLEF_VERSION "0.1.0"
+
+typedef struct clef_engine clef_engine;
+typedef struct clef_job clef_job;
+
+typedef struct clef_options {
+    const char *model_dir;     /* release-layout folder */
+    int threads;               /* compute threads; 0 = all online cores */
+    int split_variant;         /* 0 = the regex in tokenizer.json, 1 = Qwen2, 2 = Qwen3.5 \p{M} */
+    int max_length;            /* token budget per request; 0 = 16384 (the reference's) */
+    int image_tile;            /* 0 = native grid (reference), 256 or 448 = fixed tile (ours) */
+    int allow_image_paths;     /* accept local file paths as images (CLI only) */
+    size_t max_image_bytes;    /* 0 = default (16 MiB) */
+    int64_t max_image_pixels;  /* decoded width*height cap; 0 = default (64 Mpx) */
+    int text_only;             /* do not bind the vision tower */
+    /* Called while weights are bound / touched: done and total in arbitrary units. */
+    void (*progress)(void *ctx, uint64_t done, uint64_t total);
+    void *progress_ctx;
+} clef_options;
+
+void clef_options_default(clef_options *o);
+
+/* Opens the model folder. On failure returns NULL and writes one clear line into err. */
+clef_engine *clef_open(const clef_options *o, char *err, size_t err_len);
+void clef_close(clef_engine *e);
+
+typedef struct clef_result {
+    char *body;             /* malloc'd response or error JSON (no trailing newline); free with clef_result_free */
+    size_t body_len;
+    const char *error_type; /* NULL on success, else the error name ("NoQuestions", "BadJson", ...) */
+    int http_status;        /* 200, 400, 413, 422, 500 */
+    int input_tokens;       /* tokens of the encoded request (0 when refused before encoding) */
+} clef_result;
+
+void clef_result_free(clef_result *r);
+
+/* One request, synchronously. Returns 0 when a response was produced, -1 when the body is an error. */
+int clef_decide(clef_engine *e, const char *body, size_t len, clef_result *out);
+
+/* Host side of one request. Returns a job ready to run, or NULL with *out filled (an error body). */
+clef_job *clef_job_prepare(clef_engine *e, const char *body, size_t len, clef_result *out);
+size_t clef_job_tokens(const clef_job *j); /* tokens this job adds to a batch */
+/* Runs the model for n prepared jobs in one forward. Per-job failures are recorded in the job. */
+int clef_run_batch(clef_engine *e, clef_job *const *jobs, size_t n);
+/* Builds the job's response (or error) into *out and frees the job. */
+void clef_job_finish(clef_job *j, clef_result *out);
+/* Frees a prepared job that will not run (shutdown, deadline). */
+void clef_job_free(clef_job *j);
+
+/* Debugging: when set, the next forwards write each layer's hidden rows as raw float32 files into
+ * dir (NULL turns it off). */
+void clef_set_dump_dir(clef_engine *e, const char *dir);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
