@@ -527,7 +527,14 @@ clef_model_files *clef_model_open_ex(const char *dir, const clef_model_open_opts
     if (clef_config_load(&m->cfg, path, err)) goto fail;
     PATH("joint_head_config.json");
     if (clef_head_config_load(&m->head_cfg, path, err)) goto fail;
-    if (clef_head_config_check(&m->head_cfg, &m->cfg, err)) goto fail;
+    if (clef_head_config_check(&m->head_cfg, &m->cfg, err)) {
+        if (err) {
+            char msg[sizeof err->msg];
+            snprintf(msg, sizeof msg, "%s", err->msg);
+            clef_err_set(err, CLEF_E_BAD_MODEL, "%s: %s", dir, msg);
+        }
+        goto fail;
+    }
 
     PATH("model.safetensors.index.json");
     if (file_exists(path)) {
