@@ -1,0 +1,56 @@
+/* libFuzzer target for src/text/json.c: any input must parse or fail cleanly (no crash, no leak, no
+ * UB), and an accepted document must be a fixed point of render: parse -> render -> parse -> render
+ * gives the same bytes the second time (sorted and unsorted). Not part of the default build.
+ *
+ *   clang -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined -Isrc \
+ *     fuzz/fuzz_json.c src/text/json.c src/text/pyfmt.c src/text/utf8.c src/base/buf.c src/base/err.c \
+ *     -lm -o /tmp/fuzz_json
+ *   mkdir -p /tmp/fuzz_json_corpus && /tmp/fuzz_json -max_total_time=120 -max_len=4096 /tmp/fuzz_json_corpus
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "text/json.h"
+#include "text/utf8.h"
+
+static void render_twice(const json_value *root, int sort) {
+    clef_buf a, b;
+    clef_buf_init(&a);
+    clef_buf_init(&b);
+    if (json_render(&a, root, sort)) abort();
+    clef_err err;
+    json_doc *d2 = json_parse(a.data, a.len, NULL, &err);
+    if (!d2) {
+        fprintf(stderr, "rendered output does not parse: %s\n%.*s\n", err.msg, (int)a.len, a.data);
+        abort();
+    }
+    if (json_render(&b, json_doc_root(d2), sort)) abort();
+    if (a.len != b.len || memcmp(a.data, b.data, a.len) != 0) {
+        fprintf(stderr, "render not stable:\n%.*s\n%.*s\n", (int)a.len, a.data, (int)b.len, b.data);
+        abort();
+    }
+    /* json_has_lone_surrogate and truthiness must agree across the round trip */
+    if (json_has_lone_surrogate(root) != json_has_lone_surrogate(json_doc_root(d2))) abort();
+    if (json_truthy(root) != json_truthy(json_doc_root(d2))) abort();
+    json_doc_free(d2);
+    clef_buf_free(&a);
+    clef_buf_free(&b);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    clef_err err;
+    json_limits lim = {1 << 20, 64};
+    json_doc *d = json_parse((const char *)data, size, &lim, &err);
+    if (!d) {
+        if (!err.type) abort(); /* a failure always names its type */
+        if (strcmp(err.type, CLEF_E_INVALID_UTF8) == 0 && utf8_valid((const char *)data, size)) abort();
+        return 0;
+    }
+    if (!utf8_valid((const char *)data, size)) abort(); /* accepted bytes are UTF-8 */
+    render_twice(json_doc_root(d), 1);
+    render_twice(json_doc_root(d), 0);
+    json_doc_free(d);
+    return 0;
+}
