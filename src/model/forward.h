@@ -1,0 +1,55 @@
+/* Model-level inputs of one forward pass: the text decoder (clef_forward_in) and the joint schema
+ * head (clef_head_in). Independent of the decision/ headers: the host side fills these from its
+ * encoded record. All arrays are host memory unless marked "device" (a buffer of the clef_ops
+ * backend in use; on the CPU backend that is host memory too). */
+#ifndef CLEF_MODEL_FORWARD_H
+#define CLEF_MODEL_FORWARD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Debug hook: called after every decoder layer (layer = 0 .. n_layers-1, rows = the residual
+ * stream after that layer) and once more with layer = CLEF_LAYER_FINAL_NORM (-1) for the
+ * final-norm rows. `rows` is host memory [T, D] valid only during the call. */
+#define CLEF_LAYER_FINAL_NORM (-1)
+typedef void (*clef_layer_fn)(void *user, int layer, const float *rows, size_t T, size_t D);
+
+typedef struct clef_forward_in {
+    const int32_t *ids;          /* [n] token ids, each in [0, vocab_size) */
+    size_t n;                    /* tokens, >= 1 */
+    /* M-RoPE position planes T, H, W (model.md §5.3), each [n]. All NULL: text-only, every
+     * plane = index. Either all three or none. */
+    const int32_t *pos[3];
+    /* Rows that replace the token embeddings at the given positions (image rows, in order):
+     * replace_rows is device memory [n_replace, hidden_size]; replace_pos host [n_replace]. */
+    size_t n_replace;
+    const int32_t *replace_pos;
+    const float *replace_rows;
+    /* Optional: the rotary inverse frequencies [rotary_dim / 2] as the reference computed them
+     * (the fixture records their bits); NULL computes them the way torch does in fp32. */
+    const float *inv_freq;
+    /* Optional per-layer hook (see clef_layer_fn). */
+    clef_layer_fn on_layer;
+    void *on_layer_user;
+} clef_forward_in;
+
+enum { CLEF_QTYPE_NOUL = 0, CLEF_QTYPE_CHOICE = 1, CLEF_QTYPE_SCORE = 2 };
+
+/* One question of a record, spans half-open into the record's token sequence. */
+typedef struct clef_head_question {
+    int type;                    /* CLEF_QTYPE_*: the row of type_embedding */
+    int32_t q_start, q_end;      /* question (instructions) span */
+    int n_options;               /* >= 1 */
+    const int32_t *option_spans; /* [2 * n_options]: start0, end0, start1, end1, ... (head order) */
+} clef_head_question;
+
+/* One record for the head. */
+typedef struct clef_head_in {
+    const float *hidden;         /* device [T, hidden_size]: the backbone's final-norm rows */
+    size_t T;                    /* real tokens (no padding) */
+    const int32_t *ids;          /* [T] the record's input ids (for the lexical rows) */
+    int n_questions;             /* >= 1 */
+    const clef_head_question *questions;
+} clef_head_in;
+
+#endif

@@ -1,0 +1,25 @@
+/* The JointSchemaHead forward (contract.md §6.4) in fp32, one record at a time: final-norm hidden
+ * rows + ids + question/option spans in, one logit per option out (question order, then head
+ * option order). Records are independent (a batch is a loop over records for now). */
+#ifndef CLEF_MODEL_HEAD_H
+#define CLEF_MODEL_HEAD_H
+
+#include <stddef.h>
+
+#include "base/err.h"
+#include "compute/ops.h"
+#include "model/config.h"
+#include "model/forward.h"
+#include "model/weights.h"
+
+/* Total options of a record (the length of the logits array). */
+size_t clef_head_total_options(const clef_head_in *in);
+
+/* lm_head: the backbone's lm_head.weight [V, hidden] (the lexical table). logits: host array of
+ * clef_head_total_options(in) floats. Returns 0, or -1 with err set (InternalError for spans or
+ * ids out of range, OutOfMemory). */
+int clef_head_forward(clef_ops *ops, const clef_head_config *hc, const clef_head_weights *hw,
+                      const clef_tensor *lm_head, const clef_head_in *in, float *logits,
+                      clef_err *err);
+
+#endif
