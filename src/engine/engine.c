@@ -1,0 +1,307 @@
+/* The library facade (include/clef.h): one engine = the mapped model, the tokenizer and a compute
+ * backend; a job = one request through the host side (parse, validate, encode), the model (text
+ * forward + joint head) and the response. This file only wires the parts together. */
+#include "clef.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/buf.h"
+#include "base/err.h"
+#include "compute/cpu/cpu_ops.h"
+#include "compute/ops.h"
+#include "decision/encode.h"
+#include "decision/request.h"
+#include "decision/response.h"
+#include "model/forward.h"
+#include "model/head.h"
+#include "model/text.h"
+#include "model/weights.h"
+#include "text/json.h"
+#include "text/tokenizer.h"
+
+#define DEFAULT_MAX_IMAGE_BYTES ((size_t)16 << 20)
+#define DEFAULT_MAX_IMAGE_PIXELS ((int64_t)64 << 20)
+
+struct clef_engine {
+    clef_options opts;
+    char *model_dir;
+    clef_model_files *mf;
+    clef_tokenizer *tok;
+    clef_ops *ops;
+    clef_image_opts image_opts;
+    char *dump_dir;
+};
+
+struct clef_job {
+    clef_engine *e;
+    json_doc *doc;
+    clef_request req;
+    clef_record rec;
+    float *logits;   /* all options of all questions, request order then head order */
+    size_t n_logits;
+    int ran;         /* the model ran for this job */
+    clef_err err;    /* a failure while running (err.type != NULL) */
+};
+
+void clef_options_default(clef_options *o) {
+    memset(o, 0, sizeof *o);
+    o->max_length = CLEF_MAX_LENGTH_DEFAULT;
+}
+
+static char *dup_str(const char *s) {
+    size_t n = strlen(s) + 1;
+    char *p = malloc(n);
+    if (p) memcpy(p, s, n);
+    return p;
+}
+
+static int open_progress(void *user, const char *stage, size_t done, size_t total) {
+    const clef_options *o = user;
+    (void)stage;
+    if (o->progress) o->progress(o->progress_ctx, done, total);
+    return 0;
+}
+
+clef_engine *clef_open(const clef_options *o, char *errbuf, size_t err_len) {
+    clef_err err;
+    clef_err_clear(&err);
+    clef_engine *e = calloc(1, sizeof *e);
+    if (!e) {
+        if (errbuf && err_len) snprintf(errbuf, err_len, "out of memory");
+        return NULL;
+    }
+    if (o) e->opts = *o; else clef_options_default(&e->opts);
+    if (e->opts.max_length <= 0) e->opts.max_length = CLEF_MAX_LENGTH_DEFAULT;
+    if (!e->opts.model_dir) {
+        clef_err_set(&err, CLEF_E_BAD_MODEL, "no model folder given (--model DIR)");
+        goto fail;
+    }
+    e->model_dir = dup_str(e->opts.model_dir);
+    if (!e->model_dir) { clef_err_set(&err, CLEF_E_OOM, "out of memory"); goto fail; }
+    e->opts.model_dir = e->model_dir;
+
+    clef_model_open_opts mo = {0};
+    mo.progress = open_progress;
+    mo.progress_user = &e->opts;
+    e->mf = clef_model_open_ex(e->model_dir, &mo, &err);
+    if (!e->mf) goto fail;
+
+    clef_buf path;
+    clef_buf_init(&path);
+    clef_buf_printf(&path, "%s/tokenizer.json", e->model_dir);
+    if (path.oom) { clef_err_set(&err, CLEF_E_OOM, "out of memory"); goto fail; }
+    e->tok = clef_tokenizer_load(path.data, (clef_split_variant)e->opts.split_variant, &err);
+    clef_buf_free(&path);
+    if (!e->tok) goto fail;
+
+    e->ops = clef_cpu_ops_create(e->opts.threads, &err);
+    if (!e->ops) goto fail;
+
+    clef_image_opts_default(&e->image_opts);
+    e->image_opts.tile = e->opts.image_tile;
+    e->image_opts.allow_paths = e->opts.allow_image_paths;
+    e->image_opts.max_bytes = e->opts.max_image_bytes ? e->opts.max_image_bytes : DEFAULT_MAX_IMAGE_BYTES;
+    e->image_opts.max_source_pixels =
+        e->opts.max_image_pixels ? e->opts.max_image_pixels : DEFAULT_MAX_IMAGE_PIXELS;
+    return e;
+
+fail:
+    if (errbuf && err_len) snprintf(errbuf, err_len, "%s: %s", err.type ? err.type : "Error", err.msg);
+    clef_close(e);
+    return NULL;
+}
+
+void clef_close(clef_engine *e) {
+    if (!e) return;
+    if (e->ops) e->ops->destroy(e->ops);
+    clef_tokenizer_free(e->tok);
+    clef_model_close(e->mf);
+    free(e->dump_dir);
+    free(e->model_dir);
+    free(e);
+}
+
+void clef_set_dump_dir(clef_engine *e, const char *dir) {
+    free(e->dump_dir);
+    e->dump_dir = dir ? dup_str(dir) : NULL;
+}
+
+void clef_result_free(clef_result *r) {
+    if (!r) return;
+    free(r->body);
+    memset(r, 0, sizeof *r);
+}
+
+/* Fills *out with an error body for err. */
+static void error_result(const clef_err *err, int input_tokens, clef_result *out) {
+    clef_buf b;
+    clef_buf_init(&b);
+    clef_error_render(&b, err);
+    memset(out, 0, sizeof *out);
+    out->error_type = err->type ? err->type : CLEF_E_INTERNAL;
+    out->http_status = clef_error_http_status(out->error_type);
+    out->input_tokens = input_tokens;
+    out->body = clef_buf_take(&b, &out->body_len);
+    if (!out->body) { /* out of memory while rendering the error: a static fallback */
+        static const char oom[] = "{\"error\":{\"type\":\"OutOfMemory\",\"message\":\"out of memory\"}}";
+        out->body = malloc(sizeof oom);
+        if (out->body) { memcpy(out->body, oom, sizeof oom); out->body_len = sizeof oom - 1; }
+        out->error_type = CLEF_E_OOM;
+        out->http_status = 500;
+    }
+}
+
+void clef_job_free(clef_job *j) {
+    if (!j) return;
+    clef_record_free(&j->rec);
+    clef_request_free(&j->req);
+    json_doc_free(j->doc);
+    free(j->logits);
+    free(j);
+}
+
+clef_job *clef_job_prepare(clef_engine *e, const char *body, size_t len, clef_result *out) {
+    clef_err err;
+    clef_err_clear(&err);
+    clef_job *j = calloc(1, sizeof *j);
+    if (!j) {
+        clef_err_set(&err, CLEF_E_OOM, "out of memory");
+        error_result(&err, 0, out);
+        return NULL;
+    }
+    j->e = e;
+    json_limits lim = {0};
+    j->doc = json_parse(body, len, &lim, &err);
+    if (!j->doc) goto fail;
+    if (clef_request_parse(json_doc_root(j->doc), &j->req, &err)) goto fail;
+
+    clef_encode_opts eo = {0};
+    eo.max_length = (size_t)e->opts.max_length;
+    eo.image = &e->image_opts;
+    if (clef_encode_record(e->tok, &j->req, &eo, &j->rec, &err)) goto fail;
+
+    for (size_t q = 0; q < j->rec.n_questions; q++) j->n_logits += j->rec.questions[q].n_options;
+    j->logits = calloc(j->n_logits ? j->n_logits : 1, sizeof *j->logits);
+    if (!j->logits) { clef_err_set(&err, CLEF_E_OOM, "out of memory"); goto fail; }
+    return j;
+
+fail:
+    error_result(&err, 0, out);
+    clef_job_free(j);
+    return NULL;
+}
+
+size_t clef_job_tokens(const clef_job *j) { return j ? j->rec.n_ids : 0; }
+
+/* The model for one record: text forward, then the head. Records never share a forward here, so a
+ * record's numbers cannot depend on its batch company. */
+static int run_one(clef_engine *e, clef_job *j) {
+    clef_ops *ops = e->ops;
+    const clef_record *r = &j->rec;
+    clef_err *err = &j->err;
+    if (r->n_images > 0)
+        return clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA,
+                            "images need the vision tower, which this build does not run yet");
+    size_t H = (size_t)e->mf->cfg.text.hidden_size;
+    float *hidden = ops->alloc(ops, r->n_ids * H);
+    if (!hidden) return clef_err_set(err, CLEF_E_OOM, "out of memory for %zu tokens", r->n_ids);
+
+    clef_layer_dump dump = {e->dump_dir, 0};
+    clef_forward_in in = {0};
+    in.ids = r->input_ids;
+    in.n = r->n_ids;
+    if (e->dump_dir) {
+        in.on_layer = clef_layer_dump_fn;
+        in.on_layer_user = &dump;
+    }
+    int rc = clef_text_forward(ops, &e->mf->cfg, &e->mf->text, &in, hidden, err);
+    if (rc == 0 && dump.failed) rc = clef_err_set(err, CLEF_E_IO, "could not write layer dumps to %s", e->dump_dir);
+
+    clef_head_question *hq = NULL;
+    int32_t *spans = NULL;
+    if (rc == 0) {
+        hq = calloc(r->n_questions, sizeof *hq);
+        spans = calloc(2 * (j->n_logits ? j->n_logits : 1), sizeof *spans);
+        if (!hq || !spans) rc = clef_err_set(err, CLEF_E_OOM, "out of memory");
+    }
+    if (rc == 0) {
+        size_t k = 0;
+        for (size_t q = 0; q < r->n_questions; q++) {
+            const clef_enc_question *eq = &r->questions[q];
+            hq[q].type = eq->type;
+            hq[q].q_start = (int32_t)eq->span.start;
+            hq[q].q_end = (int32_t)eq->span.end;
+            hq[q].n_options = (int)eq->n_options;
+            hq[q].option_spans = spans + 2 * k;
+            for (size_t o = 0; o < eq->n_options; o++, k++) {
+                spans[2 * k] = (int32_t)eq->option_spans[o].start;
+                spans[2 * k + 1] = (int32_t)eq->option_spans[o].end;
+            }
+        }
+        clef_head_in hin = {0};
+        hin.hidden = hidden;
+        hin.T = r->n_ids;
+        hin.ids = r->input_ids;
+        hin.n_questions = (int)r->n_questions;
+        hin.questions = hq;
+        rc = clef_head_forward(ops, &e->mf->head_cfg, &e->mf->head, &e->mf->text.lm_head, &hin, j->logits, err);
+    }
+    free(hq);
+    free(spans);
+    ops->free(ops, hidden);
+    if (rc == 0 && ops->failed) {
+        ops->failed = 0;
+        rc = clef_err_set(err, CLEF_E_OOM, "out of memory inside the compute backend");
+    }
+    return rc;
+}
+
+int clef_run_batch(clef_engine *e, clef_job *const *jobs, size_t n) {
+    int failures = 0;
+    for (size_t i = 0; i < n; i++) {
+        clef_job *j = jobs[i];
+        clef_err_clear(&j->err);
+        if (run_one(e, j)) failures++;
+        j->ran = 1;
+    }
+    return failures ? -1 : 0;
+}
+
+void clef_job_finish(clef_job *j, clef_result *out) {
+    clef_err err;
+    clef_err_clear(&err);
+    int tokens = (int)j->rec.n_ids;
+    if (!j->ran) {
+        clef_err_set(&err, CLEF_E_INTERNAL, "the job was finished without running");
+        error_result(&err, tokens, out);
+    } else if (j->err.type) {
+        error_result(&j->err, tokens, out);
+    } else {
+        clef_buf b;
+        clef_buf_init(&b);
+        if (clef_response_render(&b, &j->req, j->logits, j->n_logits, j->rec.n_ids, &err)) {
+            clef_buf_free(&b);
+            error_result(&err, tokens, out);
+        } else {
+            memset(out, 0, sizeof *out);
+            out->body = clef_buf_take(&b, &out->body_len);
+            out->http_status = 200;
+            out->input_tokens = tokens;
+            if (!out->body) {
+                clef_err_set(&err, CLEF_E_OOM, "out of memory");
+                error_result(&err, tokens, out);
+            }
+        }
+    }
+    clef_job_free(j);
+}
+
+int clef_decide(clef_engine *e, const char *body, size_t len, clef_result *out) {
+    clef_job *j = clef_job_prepare(e, body, len, out);
+    if (!j) return -1;
+    clef_run_batch(e, &j, 1);
+    clef_job_finish(j, out);
+    return out->error_type ? -1 : 0;
+}
