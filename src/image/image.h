@@ -8,6 +8,16 @@
 
 #include "base/err.h"
 
+/* The error name for media the engine does not accept or cannot decode (contract.md §3.3). */
+#ifndef CLEF_E_UNSUPPORTED_MEDIA
+#define CLEF_E_UNSUPPORTED_MEDIA "UnsupportedMedia"
+#endif
+
+/* Our defaults: encoded bytes per image, and decoded pixels per image (Pillow's MAX_IMAGE_PIXELS, the
+ * size above which Pillow itself warns of a decompression bomb). */
+#define CLEF_IMAGE_DEFAULT_MAX_BYTES ((size_t)32 << 20)
+#define CLEF_IMAGE_DEFAULT_MAX_SOURCE_PIXELS ((int64_t)89478485)
+
 typedef struct clef_image_opts {
     int64_t min_pixels, max_pixels; /* processor bounds; defaults 65536 / 16777216 */
     int tile;                       /* 0 = native grid (reference); 256 or 448 = fixed tile (ours) */

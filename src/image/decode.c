@@ -1,0 +1,196 @@
+/* An `images` entry to RGB pixels, as transformers' load_image does it: a data:image/...;base64, URL
+ * (the part after the comma) or bare base64 (or a local path when allowed), PIL open, EXIF
+ * transpose, convert("RGB"). http(s) URLs are refused (we fetch nothing). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "image/image_internal.h"
+
+clef_img_format clef_image_sniff(const uint8_t *p, size_t n) {
+    if (n >= 8 && !memcmp(p, "\x89PNG\r\n\x1a\n", 8)) return CLEF_FMT_PNG;
+    if (n >= 3 && p[0] == 0xff && p[1] == 0xd8 && p[2] == 0xff) return CLEF_FMT_JPEG;
+    if (n >= 12 && !memcmp(p, "RIFF", 4) && !memcmp(p + 8, "WEBP", 4)) return CLEF_FMT_WEBP;
+    if (n >= 6 && (!memcmp(p, "GIF87a", 6) || !memcmp(p, "GIF89a", 6))) return CLEF_FMT_GIF;
+    return CLEF_FMT_UNKNOWN;
+}
+
+static int starts(const char *s, size_t n, const char *pre) {
+    size_t k = strlen(pre);
+    return n >= k && !memcmp(s, pre, k);
+}
+
+static int read_path(const char *path, const clef_image_opts *o, uint8_t **bytes, size_t *n, clef_err *err) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA, "cannot open image file '%.200s'", path);
+    struct stat st;
+    if (fstat(fileno(f), &st) || !S_ISREG(st.st_mode)) {
+        fclose(f);
+        return clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA, "'%.200s' is not a regular file", path);
+    }
+    if ((uint64_t)st.st_size > (uint64_t)o->max_bytes) {
+        fclose(f);
+        return clef_err_set(err, CLEF_E_LIMIT, "image file of %lld bytes is over this server's limit of %zu bytes",
+                            (long long)st.st_size, o->max_bytes);
+    }
+    size_t sz = (size_t)st.st_size;
+    uint8_t *b = malloc(sz ? sz : 1);
+    if (!b) {
+        fclose(f);
+        return clef_err_set(err, CLEF_E_OOM, "out of memory reading an image");
+    }
+    size_t got = fread(b, 1, sz, f);
+    fclose(f);
+    if (got != sz) {
+        free(b);
+        return clef_err_set(err, CLEF_E_IO, "short read on '%.200s'", path);
+    }
+    *bytes = b;
+    *n = sz;
+    return 0;
+}
+
+int clef_image_entry_bytes(const char *entry, size_t len, const clef_image_opts *o, uint8_t **bytes, size_t *n,
+                           clef_err *err) {
+    *bytes = NULL;
+    *n = 0;
+    if (!entry || len == 0) return clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA, "empty image entry");
+    if (starts(entry, len, "http://") || starts(entry, len, "https://"))
+        return clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA, "image URLs are not fetched; send a data: URL or base64");
+    if (o->allow_paths && len < 4096 && !memchr(entry, 0, len)) {
+        char path[4096];
+        memcpy(path, entry, len);
+        path[len] = 0;
+        struct stat st;
+        if (stat(path, &st) == 0 && S_ISREG(st.st_mode)) return read_path(path, o, bytes, n, err);
+    }
+    const char *b64 = entry;
+    size_t blen = len;
+    if (starts(entry, len, "data:")) {
+        if (!starts(entry, len, "data:image/"))
+            return clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA, "data: URL is not an image (expected data:image/...)");
+        const char *comma = memchr(entry, ',', len);
+        if (!comma) return clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA, "data: URL without a comma");
+        /* the reference takes the text between the first and a possible second comma */
+        b64 = comma + 1;
+        blen = len - (size_t)(b64 - entry);
+        const char *c2 = memchr(b64, ',', blen);
+        if (c2) blen = (size_t)(c2 - b64);
+    }
+    size_t cap = clef_base64_max_decoded(blen);
+    if (cap > o->max_bytes) cap = o->max_bytes;
+    uint8_t *out = malloc(cap ? cap : 1);
+    if (!out) return clef_err_set(err, CLEF_E_OOM, "out of memory decoding base64");
+    long got = clef_base64_decode(b64, blen, out, cap, err);
+    if (got < 0) {
+        free(out);
+        return -1;
+    }
+    if (got == 0) {
+        free(out);
+        return clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA, "image entry decodes to no bytes");
+    }
+    *bytes = out;
+    *n = (size_t)got;
+    return 0;
+}
+
+/* ---- EXIF ---- */
+static uint32_t rd16(const uint8_t *p, int le) { return le ? (uint32_t)(p[0] | p[1] << 8) : (uint32_t)(p[0] << 8 | p[1]); }
+static uint32_t rd32(const uint8_t *p, int le) {
+    return le ? ((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24)
+              : ((uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | (uint32_t)p[3]);
+}
+
+int clef_exif_orientation(const uint8_t *t, size_t n) {
+    if (n >= 6 && !memcmp(t, "Exif\0\0", 6)) {
+        t += 6;
+        n -= 6;
+    }
+    if (n < 8) return 0;
+    int le;
+    if (t[0] == 'I' && t[1] == 'I') le = 1;
+    else if (t[0] == 'M' && t[1] == 'M') le = 0;
+    else return 0;
+    if (rd16(t + 2, le) != 42) return 0;
+    uint32_t off = rd32(t + 4, le);
+    if (off > n || n - off < 2) return 0;
+    uint32_t cnt = rd16(t + off, le);
+    for (uint32_t i = 0; i < cnt && i < 1000; i++) {
+        size_t e = (size_t)off + 2 + (size_t)i * 12;
+        if (e + 12 > n) break;
+        if (rd16(t + e, le) != 0x0112) continue;
+        uint32_t type = rd16(t + e + 2, le), count = rd32(t + e + 4, le);
+        if (count < 1) return 0;
+        uint32_t v;
+        if (type == 3) v = rd16(t + e + 8, le);      /* SHORT */
+        else if (type == 4) v = rd32(t + e + 8, le); /* LONG */
+        else return 0;
+        return (v >= 1 && v <= 8) ? (int)v : 9;     /* present but not a transform */
+    }
+    return 0;
+}
+
+int clef_xmp_orientation(const uint8_t *p, size_t n) {
+    static const char key[] = "tiff:Orientation";
+    const size_t k = sizeof key - 1;
+    for (size_t i = 0; i + k + 2 <= n; i++) {
+        if (p[i] != 't' || memcmp(p + i, key, k)) continue;
+        const uint8_t *q = p + i + k;
+        size_t rest = n - i - k;
+        if (rest >= 3 && q[0] == '=' && q[1] == '"' && q[2] >= '0' && q[2] <= '9') return q[2] - '0';
+        if (rest >= 2 && q[0] == '>' && q[1] >= '0' && q[1] <= '9') return q[1] - '0';
+    }
+    return 0;
+}
+
+int clef_rgb_orient(clef_rgb *im, int o, clef_err *err) {
+    if (o < 2 || o > 8) return 0;
+    const int W = im->w, H = im->h;
+    int swap = o >= 5;
+    clef_rgb out;
+    if (clef_rgb_alloc(&out, swap ? H : W, swap ? W : H, err)) return -1;
+    for (int y = 0; y < out.h; y++)
+        for (int x = 0; x < out.w; x++) {
+            int sx, sy;
+            switch (o) {
+            case 2: sx = W - 1 - x; sy = y; break;           /* mirror horizontal */
+            case 3: sx = W - 1 - x; sy = H - 1 - y; break;   /* rotate 180 */
+            case 4: sx = x; sy = H - 1 - y; break;           /* mirror vertical */
+            case 5: sx = y; sy = x; break;                   /* transpose */
+            case 6: sx = y; sy = H - 1 - x; break;           /* rotate 90 clockwise (PIL ROTATE_270) */
+            case 7: sx = W - 1 - y; sy = H - 1 - x; break;   /* transverse */
+            default: sx = W - 1 - y; sy = x; break;          /* 8: rotate 90 counter-clockwise */
+            }
+            memcpy(out.px + ((size_t)y * out.w + x) * 3, im->px + ((size_t)sy * W + sx) * 3, 3);
+        }
+    clef_rgb_free(im);
+    *im = out;
+    return 0;
+}
+
+int clef_image_decode(const uint8_t *data, size_t n, const clef_image_opts *o, clef_rgb *out, clef_err *err) {
+    memset(out, 0, sizeof *out);
+    if (n > o->max_bytes)
+        return clef_err_set(err, CLEF_E_LIMIT, "image of %zu bytes is over this server's limit of %zu bytes", n,
+                            o->max_bytes);
+    int orient = 1, rc;
+    switch (clef_image_sniff(data, n)) {
+    case CLEF_FMT_PNG: rc = clef_decode_png(data, n, o, out, &orient, err); break;
+    case CLEF_FMT_JPEG: rc = clef_decode_jpeg(data, n, o, out, &orient, err); break;
+    case CLEF_FMT_WEBP: rc = clef_decode_webp(data, n, o, out, &orient, err); break;
+    case CLEF_FMT_GIF: rc = clef_decode_gif(data, n, o, out, err); break;
+    default:
+        return clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA, "cannot identify image file (supported: PNG, JPEG, WebP, GIF)");
+    }
+    if (rc) {
+        clef_rgb_free(out);
+        return -1;
+    }
+    if (clef_rgb_orient(out, orient, err)) {
+        clef_rgb_free(out);
+        return -1;
+    }
+    return 0;
+}

@@ -1,0 +1,111 @@
+/* clef_image_prepare: entry -> bytes -> RGB -> (fixed tile: Pillow BICUBIC to tile x tile) ->
+ * smart_resize -> torchvision-exact resize -> normalise + patchify. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "image/image_internal.h"
+
+void clef_image_opts_default(clef_image_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->min_pixels = 65536;
+    o->max_pixels = 16777216;
+    o->tile = 0;
+    o->allow_paths = 0;
+    o->max_bytes = CLEF_IMAGE_DEFAULT_MAX_BYTES;
+    o->max_source_pixels = CLEF_IMAGE_DEFAULT_MAX_SOURCE_PIXELS;
+    o->patch_size = 16;
+    o->temporal_patch_size = 2;
+    o->merge_size = 2;
+}
+
+void clef_image_free(clef_image *im) {
+    if (!im) return;
+    free(im->pixel_values);
+    memset(im, 0, sizeof *im);
+}
+
+size_t clef_image_tokens(const clef_image *im, int merge_size) {
+    if (merge_size <= 0) return 0;
+    return (size_t)(im->grid_h / merge_size) * (size_t)(im->grid_w / merge_size) * (size_t)im->grid_t;
+}
+
+void clef_rgb_free(clef_rgb *im) {
+    if (!im) return;
+    free(im->px);
+    memset(im, 0, sizeof *im);
+}
+
+int clef_rgb_alloc(clef_rgb *im, int w, int h, clef_err *err) {
+    memset(im, 0, sizeof *im);
+    if (w <= 0 || h <= 0) return clef_err_set(err, CLEF_E_INTERNAL, "image buffer of size %dx%d", w, h);
+    size_t n = (size_t)w * (size_t)h;
+    if (n > SIZE_MAX / 3) return clef_err_set(err, CLEF_E_OOM, "image too large");
+    im->px = calloc(n, 3);
+    if (!im->px) return clef_err_set(err, CLEF_E_OOM, "out of memory for a %dx%d image", w, h);
+    im->w = w;
+    im->h = h;
+    return 0;
+}
+
+int clef_image_check_size(int64_t w, int64_t h, const clef_image_opts *o, clef_err *err) {
+    if (w <= 0 || h <= 0)
+        return clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA, "image has zero size (%lldx%lld)", (long long)w,
+                            (long long)h);
+    if (w > 0x7fffffff / 4 || h > 0x7fffffff / 4 || (o->max_source_pixels > 0 && w * h > o->max_source_pixels))
+        return clef_err_set(err, CLEF_E_LIMIT, "image of %lldx%lld pixels is over this server's limit of %lld pixels",
+                            (long long)w, (long long)h, (long long)o->max_source_pixels);
+    return 0;
+}
+
+static int validate_opts(const clef_image_opts *o, clef_err *err) {
+    if (o->patch_size != 16 || o->merge_size != 2 || o->temporal_patch_size != 2)
+        return clef_err_set(err, CLEF_E_BAD_MODEL, "image processor: only patch 16 / merge 2 / temporal 2 supported");
+    if (o->tile != 0 && o->tile != 256 && o->tile != 448)
+        return clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA, "tile must be 0, 256 or 448 (got %d)", o->tile);
+    if (o->min_pixels < 0 || o->max_pixels <= 0 || o->max_pixels > ((int64_t)1 << 40))
+        return clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA, "min_pixels/max_pixels out of range");
+    return 0;
+}
+
+int clef_image_prepare_rgb(const clef_rgb *src, const clef_image_opts *o, clef_image *out, clef_err *err) {
+    memset(out, 0, sizeof *out);
+    if (validate_opts(o, err)) return -1;
+    clef_rgb tiled = {0}, resized = {0};
+    const clef_rgb *cur = src;
+    if (o->tile) {
+        if (clef_resize_pillow(src, o->tile, o->tile, &tiled, err)) return -1;
+        cur = &tiled;
+    }
+    int64_t factor = (int64_t)o->patch_size * o->merge_size, oh, ow;
+    if (clef_smart_resize(cur->h, cur->w, factor, o->min_pixels, o->max_pixels, &oh, &ow, err)) goto fail;
+    if (oh * ow > o->max_pixels * 4 + factor * factor * 4 || oh > (1 << 20) || ow > (1 << 20)) {
+        /* smart_resize bounds its result by max_pixels except through the factor floor; never allocate
+         * beyond that. */
+        clef_err_set(err, CLEF_E_LIMIT, "resized image %lldx%lld too large", (long long)ow, (long long)oh);
+        goto fail;
+    }
+    if (clef_resize_torchvision(cur, (int)ow, (int)oh, &resized, err)) goto fail;
+    clef_rgb_free(&tiled);
+    int rc = clef_patchify(&resized, o, out, err);
+    clef_rgb_free(&resized);
+    return rc;
+fail:
+    clef_rgb_free(&tiled);
+    clef_rgb_free(&resized);
+    return -1;
+}
+
+int clef_image_prepare(const char *entry, size_t len, const clef_image_opts *o, clef_image *out, clef_err *err) {
+    memset(out, 0, sizeof *out);
+    if (validate_opts(o, err)) return -1;
+    uint8_t *bytes = NULL;
+    size_t n = 0;
+    if (clef_image_entry_bytes(entry, len, o, &bytes, &n, err)) return -1;
+    clef_rgb rgb = {0};
+    int rc = clef_image_decode(bytes, n, o, &rgb, err);
+    free(bytes);
+    if (rc) return -1;
+    rc = clef_image_prepare_rgb(&rgb, o, out, err);
+    clef_rgb_free(&rgb);
+    return rc;
+}

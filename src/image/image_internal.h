@@ -1,0 +1,79 @@
+/* Internals of the image part: decoded pixels, decoders, the two resamplers, smart_resize and
+ * patchify. Only the src/image sources, the CLI's preprocess verb, the unit test and the fuzz target include
+ * this; the rest of the engine uses image.h. */
+#ifndef CLEF_IMAGE_INTERNAL_H
+#define CLEF_IMAGE_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/err.h"
+#include "image/image.h"
+
+/* A decoded image: 8-bit RGB, interleaved (HWC), rows packed. */
+typedef struct clef_rgb {
+    int w, h;
+    uint8_t *px; /* w*h*3 bytes */
+} clef_rgb;
+
+void clef_rgb_free(clef_rgb *im);
+/* Allocates w*h*3 bytes (zeroed); -1 with OutOfMemory on failure. */
+int clef_rgb_alloc(clef_rgb *im, int w, int h, clef_err *err);
+
+/* ---- base64 (base64.c) ---- */
+/* Strict standard base64 (RFC 4648 alphabet, '=' padding). Python's b64decode (validate=False) skips
+ * characters outside the alphabet; we accept ASCII whitespace only and refuse anything else.
+ * Writes at most out_cap bytes; returns the decoded length, or -1 with err set (UnsupportedMedia for
+ * malformed input, RequestTooLong when the output would exceed out_cap). */
+long clef_base64_decode(const char *in, size_t len, uint8_t *out, size_t out_cap, clef_err *err);
+/* Upper bound of the decoded size of `len` input characters. */
+size_t clef_base64_max_decoded(size_t len);
+
+/* ---- decoding (decode*.c) ---- */
+typedef enum { CLEF_FMT_UNKNOWN, CLEF_FMT_PNG, CLEF_FMT_JPEG, CLEF_FMT_WEBP, CLEF_FMT_GIF } clef_img_format;
+clef_img_format clef_image_sniff(const uint8_t *p, size_t n);
+
+/* Decodes encoded bytes to RGB as Pillow's open + exif_transpose + convert("RGB") would (transformers'
+ * load_image). Checks max_source_pixels before allocating. */
+int clef_image_decode(const uint8_t *data, size_t n, const clef_image_opts *o, clef_rgb *out, clef_err *err);
+/* Turns an `images` entry (data: URL, bare base64, or a path when allowed) into encoded bytes. The
+ * caller frees *bytes. */
+int clef_image_entry_bytes(const char *entry, size_t len, const clef_image_opts *o, uint8_t **bytes, size_t *n,
+                           clef_err *err);
+
+int clef_decode_png(const uint8_t *p, size_t n, const clef_image_opts *o, clef_rgb *out, int *exif_orientation,
+                    clef_err *err);
+int clef_decode_jpeg(const uint8_t *p, size_t n, const clef_image_opts *o, clef_rgb *out, int *exif_orientation,
+                     clef_err *err);
+int clef_decode_webp(const uint8_t *p, size_t n, const clef_image_opts *o, clef_rgb *out, int *exif_orientation,
+                     clef_err *err);
+int clef_decode_gif(const uint8_t *p, size_t n, const clef_image_opts *o, clef_rgb *out, clef_err *err);
+/* The Orientation tag of an EXIF block ("Exif\0\0" optional, then TIFF "II"/"MM"): 1..8, 9 when the tag is
+ * present with another value, 0 when absent (then Pillow looks at XMP). */
+int clef_exif_orientation(const uint8_t *tiff, size_t n);
+/* Pillow's XMP fallback: the digit after tiff:Orientation=" or tiff:Orientation>, or 0. */
+int clef_xmp_orientation(const uint8_t *xmp, size_t n);
+/* Applies an EXIF orientation (2..8) in place (as PIL.ImageOps.exif_transpose). */
+int clef_rgb_orient(clef_rgb *im, int orientation, clef_err *err);
+/* The shared size check: zero size, and w*h against max_source_pixels. */
+int clef_image_check_size(int64_t w, int64_t h, const clef_image_opts *o, clef_err *err);
+
+/* ---- resampling (resize_*.c) ---- */
+/* torchvision resize(uint8 CHW, [oh, ow], BICUBIC, antialias=True) as ATen's x86 uint8 path computes
+ * it: separable, horizontal pass then vertical, int16 weights with a per-pass precision. */
+int clef_resize_torchvision(const clef_rgb *in, int ow, int oh, clef_rgb *out, clef_err *err);
+/* PIL Image.resize((ow, oh), BICUBIC) on an RGB image: Pillow's 22-bit fixed-point resampler. */
+int clef_resize_pillow(const clef_rgb *in, int ow, int oh, clef_rgb *out, clef_err *err);
+
+/* ---- processor (smart_resize.c, patchify.c) ---- */
+/* model.md §7.1. Returns -1 with UnsupportedMedia for an aspect ratio over 200 (the reference's
+ * ValueError) or a degenerate size. */
+int clef_smart_resize(int64_t h, int64_t w, int64_t factor, int64_t min_pixels, int64_t max_pixels, int64_t *oh,
+                      int64_t *ow, clef_err *err);
+/* (x - 127.5) / 127.5 in fp32 and the merge-block patch layout (model.md §7.4). im must be the
+ * resized image (h, w multiples of patch*merge). */
+int clef_patchify(const clef_rgb *im, const clef_image_opts *o, clef_image *out, clef_err *err);
+/* The processor on decoded pixels (tile, smart_resize, resize, patchify). */
+int clef_image_prepare_rgb(const clef_rgb *src, const clef_image_opts *o, clef_image *out, clef_err *err);
+
+#endif

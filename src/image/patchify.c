@@ -1,0 +1,41 @@
+/* Rescale+normalise ((x - 127.5) / 127.5 in fp32, the torchvision backend's fused form) and the
+ * Qwen2-VL patch layout (model.md §7.4): rows in merge-block order (block row, block col, in-block
+ * row, in-block col), columns c*T*P*P + t*P*P + y*P + x with the frame repeated in both temporal
+ * slots. */
+#include <stdlib.h>
+
+#include "image/image_internal.h"
+
+int clef_patchify(const clef_rgb *im, const clef_image_opts *o, clef_image *out, clef_err *err) {
+    const int P = o->patch_size, M = o->merge_size, T = o->temporal_patch_size;
+    if (P <= 0 || M <= 0 || T <= 0 || P > 1024 || M > 64 || T > 64 || im->w % (P * M) || im->h % (P * M))
+        return clef_err_set(err, CLEF_E_INTERNAL, "patchify: %dx%d is not a multiple of %d", im->w, im->h, P * M);
+    const int gh = im->h / P, gw = im->w / P;
+    const size_t dim = (size_t)3 * T * P * P, n = (size_t)gh * gw;
+    float *pv = malloc(sizeof(float) * n * dim);
+    if (!pv) return clef_err_set(err, CLEF_E_OOM, "out of memory for %zu image patches", n);
+    float lut[256];
+    for (int v = 0; v < 256; v++) lut[v] = ((float)v - 127.5f) / 127.5f;
+    size_t row = 0;
+    for (int br = 0; br < gh / M; br++)
+        for (int bc = 0; bc < gw / M; bc++)
+            for (int mr = 0; mr < M; mr++)
+                for (int mc = 0; mc < M; mc++, row++) {
+                    const int py = br * M + mr, px = bc * M + mc;
+                    float *dst = pv + row * dim;
+                    for (int c = 0; c < 3; c++)
+                        for (int t = 0; t < T; t++)
+                            for (int y = 0; y < P; y++) {
+                                const uint8_t *src = im->px + ((size_t)(py * P + y) * im->w + (size_t)px * P) * 3 + c;
+                                float *d = dst + ((size_t)(c * T + t) * P + y) * P;
+                                for (int x = 0; x < P; x++) d[x] = lut[src[3 * x]];
+                            }
+                }
+    out->grid_t = 1;
+    out->grid_h = gh;
+    out->grid_w = gw;
+    out->n_patches = n;
+    out->patch_dim = dim;
+    out->pixel_values = pv;
+    return 0;
+}
