@@ -1,6 +1,8 @@
 /* libFuzzer target for src/text/json.c: any input must parse or fail cleanly (no crash, no leak, no
  * UB), and an accepted document must be a fixed point of render: parse -> render -> parse -> render
- * gives the same bytes the second time (sorted and unsorted). Not part of the default build.
+ * gives the same bytes the second time (sorted and unsorted; a document with lone surrogates renders
+ * to WTF-8, which is not UTF-8, so for those only determinism is checked). Not part of the default
+ * build.
  *
  *   clang -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined -Isrc \
  *     fuzz/fuzz_json.c src/text/json.c src/text/pyfmt.c src/text/utf8.c src/base/buf.c src/base/err.c \
@@ -20,6 +22,14 @@ static void render_twice(const json_value *root, int sort) {
     clef_buf_init(&a);
     clef_buf_init(&b);
     if (json_render(&a, root, sort)) abort();
+    if (json_has_lone_surrogate(root)) {
+        /* the output holds WTF-8 surrogates, which are not UTF-8 (Python could not encode that str
+         * either): it cannot be parsed back; check that rendering is deterministic instead */
+        if (json_render(&b, root, sort) || a.len != b.len || memcmp(a.data, b.data, a.len) != 0) abort();
+        clef_buf_free(&a);
+        clef_buf_free(&b);
+        return;
+    }
     clef_err err;
     json_doc *d2 = json_parse(a.data, a.len, NULL, &err);
     if (!d2) {

@@ -551,7 +551,7 @@ static json_value *parse_object(parser *p, size_t *pos, int depth) {
             if (!v) goto bail;
 
             /* dict semantics: an existing key keeps its position and takes the new value */
-            json_member *m = p->mems + base;
+            json_member *m = p->mems ? p->mems + base : NULL;
             size_t n = p->nmems - base;
             size_t found = (size_t)-1;
             uint64_t h = 0;
@@ -694,9 +694,9 @@ json_doc *json_parse(const char *text, size_t len, const json_limits *lim, clef_
     }
     size_t good = utf8_valid_prefix(text, len);
     if (good != len) {
-        clef_err_set(err, CLEF_E_INVALID_UTF8,
-                     "'utf-8' codec can't decode byte 0x%02x in position %zu: the body is not valid UTF-8",
-                     (unsigned char)text[good], good);
+        char why[200];
+        utf8_error_message(text, len, good, why, sizeof why);
+        clef_err_set(err, CLEF_E_INVALID_UTF8, "%s", why);
         return NULL;
     }
     parser p;

@@ -1,5 +1,6 @@
 #include "text/utf8.h"
 
+#include <stdio.h>
 #include <string.h>
 
 static int decode_impl(const unsigned char *s, size_t len, uint32_t *cp, int allow_surrogates) {
@@ -88,4 +89,38 @@ size_t utf8_count(const char *s, size_t len) {
     size_t n = 0;
     for (size_t i = 0; i < len; i++) n += (p[i] & 0xC0) != 0x80;
     return n;
+}
+
+void utf8_error_message(const char *s, size_t len, size_t pos, char *msg, size_t cap) {
+    const unsigned char *p = (const unsigned char *)s + pos;
+    size_t avail = len - pos;
+    unsigned c = p[0];
+    size_t need = 0;
+    unsigned lo = 0x80, hi = 0xBF; /* allowed range of the first continuation byte */
+    if (c >= 0xC2 && c <= 0xDF) need = 2;
+    else if (c >= 0xE0 && c <= 0xEF) {
+        need = 3;
+        if (c == 0xE0) lo = 0xA0;
+        if (c == 0xED) hi = 0x9F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+        need = 4;
+        if (c == 0xF0) lo = 0x90;
+        if (c == 0xF4) hi = 0x8F;
+    }
+    if (need == 0) {
+        snprintf(msg, cap, "'utf-8' codec can't decode byte 0x%02x in position %zu: invalid start byte", c, pos);
+        return;
+    }
+    size_t k = 1; /* bytes of the sequence that are fine so far */
+    while (k < need && k < avail) {
+        unsigned b = p[k];
+        unsigned l = k == 1 ? lo : 0x80, h = k == 1 ? hi : 0xBF;
+        if (b < l || b > h) break;
+        k++;
+    }
+    const char *why = k == avail && k < need ? "unexpected end of data" : "invalid continuation byte";
+    if (k == 1)
+        snprintf(msg, cap, "'utf-8' codec can't decode byte 0x%02x in position %zu: %s", c, pos, why);
+    else
+        snprintf(msg, cap, "'utf-8' codec can't decode bytes in position %zu-%zu: %s", pos, pos + k - 1, why);
 }

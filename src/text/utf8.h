@@ -28,6 +28,10 @@ int utf8_encode(uint32_t cp, char *out);
 /* Number of code points in a valid (WTF-8) byte string: bytes that are not continuation bytes. */
 size_t utf8_count(const char *s, size_t len);
 
+/* Python's UnicodeDecodeError text for the invalid sequence at s[pos] (pos = utf8_valid_prefix's
+ * answer, < len), e.g. "'utf-8' codec can't decode byte 0xff in position 0: invalid start byte". */
+void utf8_error_message(const char *s, size_t len, size_t pos, char *msg, size_t cap);
+
 /* 1 when cp is U+D800..U+DFFF. */
 static inline int utf8_is_surrogate(uint32_t cp) { return cp >= 0xD800 && cp <= 0xDFFF; }
 

@@ -255,8 +255,8 @@ def py_render(data, sort_keys):
     """(kind, payload) for one document given as bytes."""
     try:
         s = data.decode("utf-8")
-    except UnicodeDecodeError:
-        return ("error", "InvalidUtf8", None)
+    except UnicodeDecodeError as e:
+        return ("error", "InvalidUtf8", str(e))
     try:
         v = json.loads(s)
     except json.JSONDecodeError as e:
@@ -317,7 +317,9 @@ def main():
         docs.append(m.encode("utf-8"))
     for _ in range(n_of(8000)):
         docs.append(mutate(r, rand_doc(r)).encode("utf-8", "surrogatepass"))
-    bad_utf8 = [b"\xff", b'"\xc3"', b'"\xc0\xaf"', b'"\xed\xa0\x80"', b'"\xf4\x90\x80\x80"', b'"\xe2\x82"',
+    bad_utf8 = [b"\x80", b"\xc1\x80", b"\xe0\x80\x80", b"\xe2\x82", b"\xe2\x82x", b"\xe0", b"\xe0\x80",
+                b"\xf0\x9f\x98", b"ab\xf0\x9f\x98", b"\xf0\x9f\x98x", b"\xf4\x8f\xbf\xbf\xf4", b"\xed\x9f\xbf\xed\xa0",
+                b"\xff", b'"\xc3"', b'"\xc0\xaf"', b'"\xed\xa0\x80"', b'"\xf4\x90\x80\x80"', b'"\xe2\x82"',
                 b'["\xe2\x82\xac", "\x80"]', b'{"a":"\xf0\x9f\x98"}', b"1\xfe", b'"\xef\xbf\xbf"']
     docs += bad_utf8
     for _ in range(n_of(300)):  # random bytes inserted into a valid doc
