@@ -1,11 +1,162 @@
-/* Placeholder until the respond verb lands: refuses clearly instead of pretending. */
+/* clef respond --request F|- --logits F (--input-tokens N | --model DIR)
+ * Prints the response the reference's systemone() would return for these logits. The logits file is
+ * JSON: one array per question, in request order, holding that question's logits in head option order
+ * (noul: true, false; choice: option ids sorted by code point; score: levels 0..n-1), e.g.
+ * [[1.5, -0.25], [0.1, 0.2, 0.3]]. usage.input_tokens comes from --input-tokens, or from encoding the
+ * request with DIR/tokenizer.json when --model is given. Errors: {"error":{...}}, exit status 1. */
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
+#include "base/buf.h"
 #include "cli/cmds.h"
+#include "decision/encode.h"
+#include "decision/request.h"
+#include "decision/response.h"
+#include "text/json.h"
+#include "text/pyfmt.h"
+#include "text/tokenizer.h"
+
+static char *slurp(const char *path, size_t *len) {
+    FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
+    if (!f) return NULL;
+    clef_buf b;
+    clef_buf_init(&b);
+    char tmp[65536];
+    size_t n;
+    while ((n = fread(tmp, 1, sizeof tmp, f)) > 0) clef_buf_put(&b, tmp, n);
+    int bad = ferror(f) || b.oom;
+    if (f != stdin) fclose(f);
+    if (bad) {
+        clef_buf_free(&b);
+        return NULL;
+    }
+    if (!b.data) clef_buf_put(&b, "", 0);
+    return clef_buf_take(&b, len);
+}
+
+static int fail(const clef_err *e) {
+    clef_buf b;
+    clef_buf_init(&b);
+    clef_error_render(&b, e);
+    if (b.data) printf("%s\n", b.data);
+    clef_buf_free(&b);
+    return 1;
+}
+
+static int usage(void) {
+    fprintf(stderr, "usage: clef respond --request F|- --logits F (--input-tokens N | --model DIR)\n");
+    return 2;
+}
+
+/* [[x, ...], ...] -> one flat float array, checked against the request's option counts. */
+static float *read_logits(const json_value *v, const clef_request *req, size_t *n, clef_err *err) {
+    if (!v || v->kind != JSON_ARRAY || v->u.array.n != req->n_questions) {
+        clef_err_set(err, CLEF_E_BAD_JSON, "logits: expected an array of %zu arrays (one per question)",
+                     req->n_questions);
+        return NULL;
+    }
+    size_t total = 0;
+    for (size_t i = 0; i < req->n_questions; i++) total += req->questions[i].n_options;
+    float *out = malloc((total ? total : 1) * sizeof *out);
+    if (!out) {
+        clef_err_set(err, CLEF_E_OOM, "out of memory");
+        return NULL;
+    }
+    size_t k = 0;
+    for (size_t i = 0; i < req->n_questions; i++) {
+        const json_value *a = v->u.array.items[i];
+        if (a->kind != JSON_ARRAY || a->u.array.n != req->questions[i].n_options) {
+            clef_err_set(err, CLEF_E_BAD_JSON, "logits[%zu]: expected %zu numbers", i, req->questions[i].n_options);
+            free(out);
+            return NULL;
+        }
+        for (size_t j = 0; j < a->u.array.n; j++) {
+            const json_value *x = a->u.array.items[j];
+            if (x->kind == JSON_FLOAT) out[k++] = (float)x->u.number;
+            else if (x->kind == JSON_INT) out[k++] = (float)py_strtod(x->u.integer.digits, NULL);
+            else {
+                clef_err_set(err, CLEF_E_BAD_JSON, "logits[%zu][%zu]: not a number", i, j);
+                free(out);
+                return NULL;
+            }
+        }
+    }
+    *n = total;
+    return out;
+}
 
 int cmd_respond(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "clef respond: not built yet\n");
-    return 2;
+    const char *request = NULL, *logits = NULL, *model = NULL;
+    long long input_tokens = -1;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--request") && i + 1 < argc) request = argv[++i];
+        else if (!strcmp(argv[i], "--logits") && i + 1 < argc) logits = argv[++i];
+        else if (!strcmp(argv[i], "--model") && i + 1 < argc) model = argv[++i];
+        else if (!strcmp(argv[i], "--input-tokens") && i + 1 < argc) input_tokens = strtoll(argv[++i], NULL, 10);
+        else return usage();
+    }
+    if (!request || !logits || (input_tokens < 0 && !model)) return usage();
+    clef_err err;
+    clef_err_clear(&err);
+    size_t rlen = 0, llen = 0;
+    char *rtext = slurp(request, &rlen), *ltext = NULL;
+    json_doc *rdoc = NULL, *ldoc = NULL;
+    clef_tokenizer *tok = NULL;
+    clef_request req;
+    memset(&req, 0, sizeof req);
+    clef_record rec;
+    memset(&rec, 0, sizeof rec);
+    float *lv = NULL;
+    size_t nl = 0;
+    int rc = 1;
+    if (!rtext) {
+        clef_err_set(&err, CLEF_E_IO, "cannot read %s", request);
+        goto out;
+    }
+    rdoc = json_parse(rtext, rlen, NULL, &err);
+    if (!rdoc || clef_request_parse(json_doc_root(rdoc), &req, &err)) goto out;
+    if (model) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/tokenizer.json", model);
+        tok = clef_tokenizer_load(path, CLEF_SPLIT_FROM_FILE, &err);
+        if (!tok) goto out;
+        clef_image_opts io;
+        clef_image_opts_default(&io);
+        io.allow_paths = 1;
+        clef_encode_opts eo = {.image = &io};
+        if (clef_encode_record(tok, &req, &eo, &rec, &err)) goto out;
+        if (input_tokens < 0) input_tokens = (long long)rec.n_ids;
+    } else if (clef_request_check_criteria(&req, &err)) {
+        goto out;
+    }
+    ltext = slurp(logits, &llen);
+    if (!ltext) {
+        clef_err_set(&err, CLEF_E_IO, "cannot read %s", logits);
+        goto out;
+    }
+    ldoc = json_parse(ltext, llen, NULL, &err);
+    if (!ldoc) goto out;
+    lv = read_logits(json_doc_root(ldoc), &req, &nl, &err);
+    if (!lv) goto out;
+    clef_buf b;
+    clef_buf_init(&b);
+    if (clef_response_render(&b, &req, lv, nl, (size_t)input_tokens, &err)) {
+        clef_buf_free(&b);
+        goto out;
+    }
+    fwrite(b.data, 1, b.len, stdout);
+    fputc('\n', stdout);
+    clef_buf_free(&b);
+    rc = 0;
+out:
+    free(lv);
+    clef_record_free(&rec);
+    clef_request_free(&req);
+    if (tok) clef_tokenizer_free(tok);
+    if (ldoc) json_doc_free(ldoc);
+    if (rdoc) json_doc_free(rdoc);
+    free(ltext);
+    free(rtext);
+    return rc ? fail(&err) : 0;
 }
