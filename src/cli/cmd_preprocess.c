@@ -1,11 +1,160 @@
-/* Placeholder until the preprocess verb lands: refuses clearly instead of pretending. */
+/* clef preprocess: the image processor's output for one image, as a grid and a hash.
+ *
+ *   clef preprocess --model DIR (--image F | --entry F|-) [--tile 256|448]
+ *                   [--min-pixels N --max-pixels N] [--max-bytes N] [--max-source-pixels N]
+ *
+ * --image F: an image file (read as a local path).
+ * --entry F: a file (or stdin) holding one `images` entry exactly as a request carries it: a
+ *   data:image/...;base64, URL or bare base64 (surrounding whitespace is part of the entry).
+ * --tile: resize with Pillow's BICUBIC to tile x tile first (the fixed-tile arms).
+ * --min-pixels/--max-pixels: the request's media_kwargs; used only when both are given (contract.md
+ *   §9.2), as the reference does.
+ * Reads DIR/preprocessor_config.json, else DIR/processor_config.json (its image_processor object when
+ * present), for size.shortest_edge / size.longest_edge and the patch sizes; defaults otherwise.
+ * Prints {"grid_thw":[1,gh,gw],"pixel_values_sha256":"<sha256 of float32 LE bytes>","shape":[n,1536]}
+ * or {"error":{"type":...,"message":...}} (exit 1). */
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
+#include "base/buf.h"
+#include "base/err.h"
+#include "base/sha256.h"
 #include "cli/cmds.h"
+#include "cli/read_input.h"
+#include "image/image.h"
+#include "text/json.h"
+
+static int usage(void) {
+    fprintf(stderr, "usage: clef preprocess --model DIR (--image F | --entry F|-) [--tile 256|448]\n"
+                    "                       [--min-pixels N --max-pixels N] [--max-bytes N] [--max-source-pixels N]\n");
+    return 2;
+}
+
+static int get_int(const json_value *obj, const char *key, int64_t lo, int64_t hi, int64_t *out) {
+    const json_value *v = json_object_get(obj, key);
+    if (!v || v->kind != JSON_INT || v->u.integer.len > 18) return 0;
+    char *end;
+    long long x = strtoll(v->u.integer.digits, &end, 10);
+    if (x < lo || x > hi) return 0;
+    *out = x;
+    return 1;
+}
+
+/* 0: read (or absent), -1: present but unreadable (message printed). */
+static int read_config(const char *dir, clef_image_opts *o) {
+    static const char *names[] = {"preprocessor_config.json", "processor_config.json"};
+    for (int i = 0; i < 2; i++) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        FILE *f = fopen(path, "rb");
+        if (!f) continue;
+        fclose(f);
+        size_t len;
+        char *text = cli_read_all(path, (size_t)1 << 20, &len);
+        if (!text) return -1;
+        clef_err e = {0};
+        json_limits lim = {(size_t)1 << 20, 64};
+        json_doc *d = json_parse(text, len, &lim, &e);
+        free(text);
+        if (!d) {
+            fprintf(stderr, "clef preprocess: %s: %s\n", path, e.msg);
+            return -1;
+        }
+        const json_value *root = json_doc_root(d);
+        const json_value *ip = json_object_get(root, "image_processor");
+        if (ip && ip->kind == JSON_OBJECT) root = ip;
+        int64_t v;
+        const json_value *size = json_object_get(root, "size");
+        if (size && size->kind == JSON_OBJECT) {
+            if (get_int(size, "shortest_edge", 0, (int64_t)1 << 40, &v)) o->min_pixels = v;
+            if (get_int(size, "longest_edge", 1, (int64_t)1 << 40, &v)) o->max_pixels = v;
+        } else {
+            if (get_int(root, "min_pixels", 0, (int64_t)1 << 40, &v)) o->min_pixels = v;
+            if (get_int(root, "max_pixels", 1, (int64_t)1 << 40, &v)) o->max_pixels = v;
+        }
+        if (get_int(root, "patch_size", 1, 1024, &v)) o->patch_size = (int)v;
+        if (get_int(root, "merge_size", 1, 64, &v)) o->merge_size = (int)v;
+        if (get_int(root, "temporal_patch_size", 1, 64, &v)) o->temporal_patch_size = (int)v;
+        json_doc_free(d);
+        return 0;
+    }
+    return 0;
+}
+
+static void put_error(const char *type, const char *msg) {
+    clef_buf o;
+    clef_buf_init(&o);
+    clef_buf_puts(&o, "{\"error\":{\"type\":");
+    json_render_string(&o, type, strlen(type));
+    clef_buf_puts(&o, ",\"message\":");
+    json_render_string(&o, msg, strlen(msg));
+    clef_buf_puts(&o, "}}\n");
+    if (!o.oom) fwrite(o.data, 1, o.len, stdout);
+    clef_buf_free(&o);
+}
+
+static int parse_i64(const char *s, int64_t *out) {
+    char *end;
+    long long v = strtoll(s, &end, 10);
+    if (!*s || *end || v < 0) return -1;
+    *out = v;
+    return 0;
+}
 
 int cmd_preprocess(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "clef preprocess: not built yet\n");
-    return 2;
+    const char *model = NULL, *image = NULL, *entry = NULL;
+    int64_t minp = -1, maxp = -1, tile = 0, max_bytes = -1, max_src = -1;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (i + 1 >= argc) return usage();
+        const char *v = argv[++i];
+        if (!strcmp(a, "--model")) model = v;
+        else if (!strcmp(a, "--image")) image = v;
+        else if (!strcmp(a, "--entry")) entry = v;
+        else if (!strcmp(a, "--tile")) { if (parse_i64(v, &tile)) return usage(); }
+        else if (!strcmp(a, "--min-pixels")) { if (parse_i64(v, &minp)) return usage(); }
+        else if (!strcmp(a, "--max-pixels")) { if (parse_i64(v, &maxp)) return usage(); }
+        else if (!strcmp(a, "--max-bytes")) { if (parse_i64(v, &max_bytes)) return usage(); }
+        else if (!strcmp(a, "--max-source-pixels")) { if (parse_i64(v, &max_src)) return usage(); }
+        else return usage();
+    }
+    if (!model || (!image == !entry)) return usage();
+    clef_image_opts o;
+    clef_image_opts_default(&o);
+    if (read_config(model, &o)) return 1;
+    if (minp >= 0 && maxp >= 0) {
+        o.min_pixels = minp;
+        o.max_pixels = maxp;
+    } else if (minp >= 0 || maxp >= 0) {
+        fprintf(stderr, "clef preprocess: --min-pixels/--max-pixels apply only together; ignored\n");
+    }
+    o.tile = (int)tile;
+    if (max_bytes >= 0) o.max_bytes = (size_t)max_bytes;
+    if (max_src >= 0) o.max_source_pixels = max_src;
+    char *text = NULL;
+    size_t len;
+    if (image) {
+        o.allow_paths = 1;
+        text = strdup(image);
+        len = text ? strlen(text) : 0;
+    } else {
+        text = cli_read_all(entry, o.max_bytes / 3 * 4 + 4096, &len);
+    }
+    if (!text) return 1;
+    clef_image im;
+    clef_err e = {0};
+    int rc = clef_image_prepare(text, len, &o, &im, &e);
+    free(text);
+    if (rc) {
+        put_error(e.type ? e.type : CLEF_E_INTERNAL, e.msg);
+        return 1;
+    }
+    /* float32 little-endian bytes: this engine runs on little-endian hosts only */
+    char hex[65];
+    clef_sha256_hex(im.pixel_values, im.n_patches * im.patch_dim * sizeof(float), hex);
+    printf("{\"grid_thw\":[%d,%d,%d],\"pixel_values_sha256\":\"%s\",\"shape\":[%zu,%zu]}\n", im.grid_t, im.grid_h,
+           im.grid_w, hex, im.n_patches, im.patch_dim);
+    clef_image_free(&im);
+    return 0;
 }
