@@ -8,7 +8,8 @@
  *              "input_tokens": N        optional: usage (default: the encoded length)
  *              "grids": [[t,h,w], ...]  optional: injected image grids instead of decoding `images`
  *              "max_length": N}         optional (default 16384)
- * The request part is the raw bytes of the "request" member re-rendered unsorted (json.loads order).
+ * or {"request_hex": "<hex of the raw request bytes>", ...}: the bytes are parsed as a body would be
+ * (InvalidUtf8, BadJson, ... from the parser).
  * Output line: {"encode": <clef encode output or {"error":...}>, "response": "<bytes>" | {"error":...}}
  * ("encode" is absent without --tokenizer; "response" absent without logits). */
 #include <stdio.h>
@@ -47,6 +48,13 @@ static int grid_media(void *ctx, size_t index, const json_value *entry, const cl
 
 static void put_err(clef_buf *o, const clef_err *e) { clef_error_render(o, e); }
 
+static int hexv(int c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
 static void one(const clef_tokenizer *tok, const char *line, size_t len, clef_buf *o) {
     clef_err err;
     clef_err_clear(&err);
@@ -64,6 +72,24 @@ static void one(const clef_tokenizer *tok, const char *line, size_t len, clef_bu
     const json_value *it = json_object_get(root, "input_tokens");
     const json_value *grids = json_object_get(root, "grids");
     const json_value *ml = json_object_get(root, "max_length");
+    const json_value *hx = json_object_get(root, "request_hex");
+    json_doc *rdoc = NULL;
+    if (hx && hx->kind == JSON_STRING) {
+        size_t n = hx->u.string.len / 2;
+        char *raw = malloc(n + 1);
+        for (size_t i = 0; raw && i < n; i++)
+            raw[i] = (char)(hexv(hx->u.string.s[2 * i]) * 16 + hexv(hx->u.string.s[2 * i + 1]));
+        rdoc = raw ? json_parse(raw, n, NULL, &err) : NULL;
+        free(raw);
+        if (!rdoc) {
+            clef_buf_puts(o, "\"encode\":");
+            put_err(o, &err);
+            clef_buf_putc(o, '}');
+            json_doc_free(doc);
+            return;
+        }
+        rq = json_doc_root(rdoc);
+    }
     clef_request req;
     clef_record rec;
     memset(&rec, 0, sizeof rec);
@@ -112,6 +138,7 @@ static void one(const clef_tokenizer *tok, const char *line, size_t len, clef_bu
     clef_buf_putc(o, '}');
     clef_record_free(&rec);
     clef_request_free(&req);
+    if (rdoc) json_doc_free(rdoc);
     json_doc_free(doc);
 }
 
