@@ -102,7 +102,7 @@ def noul_q(**kw):
 def text_requests(tok_len):
     st = {"ticket": "My invoice shows the wrong amount.", "customer": {"tier": "gold", "since": 2019}}
     add("t001_basic", base(st, {"department": Q_DEPT, "urgent": Q_URG, "severity": Q_SEV}),
-        ["text", "all-types"], dump="full")
+        ["text", "all-types"])
     add("t002_spec_example", base("Router keeps dropping wifi", {"department": {
         "type": "choice", "instructions": "Route the ticket.", "criteria": {"tech": None, "billing": "Payments"}}}),
         ["text", "choice", "null-description"], dump="full")
@@ -144,8 +144,7 @@ def text_requests(tok_len):
            "\uff5a": "fullwidth z", "\U0001F600": "grinning face", "a\u0308": "a + combining diaeresis",
            "\u00e4": "precomposed a umlaut", "Ω": "omega", "B": "capital b"}
     add("t021_choice_unicode_sort", base("Sort these keys by code point.", {"pick": {
-        "type": "choice", "instructions": "Choose one.", "criteria": uni}}), ["text", "choice", "unicode", "sort"],
-        dump="full")
+        "type": "choice", "instructions": "Choose one.", "criteria": uni}}), ["text", "choice", "unicode", "sort"])
     add("t022_choice_any_descriptions", base("Descriptions of every JSON type.", {"pick": {
         "type": "choice", "criteria": {"n": 42, "f": 1.5, "l": [1, "two", None], "o": {"z": 1, "a": 2}, "t": True,
                                        "s": "text", "e": ""}}}), ["text", "choice", "json"])
@@ -191,7 +190,7 @@ def text_requests(tok_len):
             b'1e400,-1e400,5e-324,1E5,0.00001,1e-7,2.5E+3,1.0,9007199254740993,1e15,12345678901234567.0,0.1,100,'
             b'1e-4,123456789012345678e-20,1.7976931348623157e308,2.2250738585072014e-308,-1e-400,0e0,1E-05],'
             b'"questions":{"finite":{"type":"noul","instructions":"Are all numbers finite?"}}}')
-    add("t033_state_numbers", nums, ["text", "json", "numbers"], dump="full")
+    add("t033_state_numbers", nums, ["text", "json", "numbers"])
     big = b"9" + b"0123456789" * 429 + b"876543210"[:9]
     assert len(big) == 4300
     add("t034_state_bigint_4300", b'{"model":"clef-flash","state":{"n":' + big + b'},"questions":{"big":{"type":"noul"}}}',
@@ -208,7 +207,7 @@ def text_requests(tok_len):
     add("t037_unicode_emoji", base(emoji, {"emoji": noul_q(instructions="Does the text contain emoji? 🤔"),
                                            "script": {"type": "choice", "instructions": "Which script dominates?",
                                                       "criteria": {"latin": "ラテン", "cjk": "漢字", "mixed": "混合 🌐"}}}),
-        ["text", "unicode"], dump="full")
+        ["text", "unicode"])
     add("t038_unicode_object_keys", base({"é": 1, "z": 2, "😀": 3, "\uff5a": 4, "a": 5, "A": 6, "e\u0301": 7},
                                          {"ok": noul_q()}), ["text", "unicode", "sort", "json"])
     add("t039_state_null", base(None, {"ok": noul_q()}), ["text", "state"])
@@ -225,7 +224,7 @@ def text_requests(tok_len):
         ["text", "added-tokens"], dump="full")
     add("t046_image_pad_text_only", base("look: <|image_pad|><|vision_start|><|vision_end|><|video_pad|> done",
                                          {"img": noul_q(instructions="Is there an image?")}),
-        ["text", "added-tokens", "image-pad"], dump="full")
+        ["text", "added-tokens", "image-pad"])
     add("t047_question_id_raw_chars", base("Raw ids.", {
         "a\"b\\c\nd": noul_q(), "id with spaces": noul_q(instructions="spaces"), "ü-id": noul_q(instructions="umlaut"),
         "🙂": {"type": "choice", "criteria": {"y": "yes", "n": "no"}}}), ["text", "ids", "unicode"])
@@ -396,10 +395,10 @@ def media_requests():
     add("m011_webp_lossless", base("A WebP picture.", q1, images=[image_url("lossless_320x240.webp")]),
         ["media", "webp"])
     add("m012_gray_alpha_64", base("A tiny gray+alpha icon.", qs, images=[image_url("gray_alpha_64x64.png")]),
-        ["media", "png", "gray-alpha", "upscale"], dump="full")
+        ["media", "png", "gray-alpha", "upscale"])
     add("m013_two_images", base("Two pictures: an icon and a tiny thumbnail.", q1,
                                 images=[image_url("gray_alpha_64x64.png"), image_url("small_100x80.png")]),
-        ["media", "png", "multi-image"], dump="full")
+        ["media", "png", "multi-image"])
     add("m014_bare_base64", base("A picture sent as bare base64.", q1, images=[image_url("small_100x80.png", bare=True)]),
         ["media", "png", "bare-base64"])
     add("m015_media_kwargs_both", base("Resized by request.", q1, images=[image_url("rgb_640x480.png")],
