@@ -8,5 +8,7 @@ int cmd_encode(int argc, char **argv);
 int cmd_respond(int argc, char **argv);
 int cmd_decide(int argc, char **argv);
 int cmd_preprocess(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
+int cmd_batch(int argc, char **argv);
 
 #endif

@@ -14,6 +14,8 @@ static const struct {
     {"encode", cmd_encode, "encode --model DIR --request F|-   input ids, spans, option ids"},
     {"respond", cmd_respond, "respond --request F --logits F   the response from given logits"},
     {"preprocess", cmd_preprocess, "preprocess --model DIR --image F   image grid and pixel hash"},
+    {"serve", cmd_serve, "serve --model DIR [--host H] [--port N] ...   HTTP server (docs/serving.md)"},
+    {"batch", cmd_batch, "batch --model DIR IN.jsonl OUT.jsonl   one answer per request line, resumable"},
 };
 
 static void usage(FILE *f) {

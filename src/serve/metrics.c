@@ -1,0 +1,166 @@
+/* Prometheus metrics (see metrics.h). */
+#include "serve/metrics.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "clef.h"
+
+#define MAX_SERIES 96
+
+typedef struct {
+    const double *le;
+    size_t nb;
+    unsigned long long *counts; /* nb + 1 (the last is +Inf) */
+    double sum;
+    unsigned long long n;
+} histo;
+
+static const double LAT_LE[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
+static const double SIZE_LE[] = {1, 2, 4, 8, 16, 32, 64, 128, 256};
+static const double TOK_LE[] = {16, 64, 256, 1024, 4096, 8192, 16384, 32768, 65536};
+
+typedef struct {
+    char path[32];
+    int status;
+    char outcome[48];
+    unsigned long long n;
+} series;
+
+struct clef_metrics {
+    pthread_mutex_t mu;
+    series s[MAX_SERIES];
+    size_t ns;
+    unsigned long long tokens_total, batches_total, batch_jobs_total;
+    histo req_latency, queue_wait, compute, batch_size, batch_tokens, req_tokens;
+    unsigned long long counts_store[6][16];
+};
+
+static void histo_init(histo *h, const double *le, size_t nb, unsigned long long *store) {
+    h->le = le;
+    h->nb = nb;
+    h->counts = store;
+}
+
+static void histo_add(histo *h, double v) {
+    size_t i = 0;
+    while (i < h->nb && v > h->le[i]) i++;
+    h->counts[i]++;
+    h->sum += v;
+    h->n++;
+}
+
+clef_metrics *clef_metrics_create(void) {
+    clef_metrics *m = calloc(1, sizeof *m);
+    if (!m) return NULL;
+    pthread_mutex_init(&m->mu, NULL);
+    histo_init(&m->req_latency, LAT_LE, sizeof LAT_LE / sizeof LAT_LE[0], m->counts_store[0]);
+    histo_init(&m->queue_wait, LAT_LE, sizeof LAT_LE / sizeof LAT_LE[0], m->counts_store[1]);
+    histo_init(&m->compute, LAT_LE, sizeof LAT_LE / sizeof LAT_LE[0], m->counts_store[2]);
+    histo_init(&m->batch_size, SIZE_LE, sizeof SIZE_LE / sizeof SIZE_LE[0], m->counts_store[3]);
+    histo_init(&m->batch_tokens, TOK_LE, sizeof TOK_LE / sizeof TOK_LE[0], m->counts_store[4]);
+    histo_init(&m->req_tokens, TOK_LE, sizeof TOK_LE / sizeof TOK_LE[0], m->counts_store[5]);
+    return m;
+}
+
+void clef_metrics_free(clef_metrics *m) {
+    if (!m) return;
+    pthread_mutex_destroy(&m->mu);
+    free(m);
+}
+
+static void copy_label(char *dst, size_t cap, const char *src) {
+    /* label values here are identifiers; keep [A-Za-z0-9_/.-] only */
+    size_t j = 0;
+    for (size_t i = 0; src && src[i] && j + 1 < cap; i++) {
+        char c = src[i];
+        int ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+                 c == '/' || c == '.' || c == '-';
+        dst[j++] = ok ? c : '_';
+    }
+    dst[j] = 0;
+}
+
+void clef_metrics_request(clef_metrics *m, const char *path, int status, const char *outcome, int tokens,
+                          double total_s, double queue_s) {
+    if (!m) return;
+    char p[32], o[48];
+    copy_label(p, sizeof p, path);
+    copy_label(o, sizeof o, outcome ? outcome : "ok");
+    pthread_mutex_lock(&m->mu);
+    size_t i;
+    for (i = 0; i < m->ns; i++)
+        if (m->s[i].status == status && !strcmp(m->s[i].path, p) && !strcmp(m->s[i].outcome, o)) break;
+    if (i == m->ns && m->ns < MAX_SERIES) {
+        m->s[i].status = status;
+        memcpy(m->s[i].path, p, sizeof p);
+        memcpy(m->s[i].outcome, o, sizeof o);
+        m->ns++;
+    }
+    if (i < m->ns) m->s[i].n++;
+    if (tokens > 0) {
+        m->tokens_total += (unsigned long long)tokens;
+        histo_add(&m->req_tokens, tokens);
+    }
+    if (!strcmp(p, "/v1/systemone")) histo_add(&m->req_latency, total_s);
+    if (queue_s >= 0) histo_add(&m->queue_wait, queue_s);
+    pthread_mutex_unlock(&m->mu);
+}
+
+void clef_metrics_batch(clef_metrics *m, size_t n, size_t tokens, double compute_s) {
+    if (!m) return;
+    pthread_mutex_lock(&m->mu);
+    m->batches_total++;
+    m->batch_jobs_total += n;
+    histo_add(&m->batch_size, (double)n);
+    histo_add(&m->batch_tokens, (double)tokens);
+    histo_add(&m->compute, compute_s);
+    pthread_mutex_unlock(&m->mu);
+}
+
+static void histo_render(clef_buf *b, const char *name, const char *help, const histo *h) {
+    clef_buf_printf(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+    unsigned long long cum = 0;
+    for (size_t i = 0; i < h->nb; i++) {
+        cum += h->counts[i];
+        clef_buf_printf(b, "%s_bucket{le=\"%g\"} %llu\n", name, h->le[i], cum);
+    }
+    cum += h->counts[h->nb];
+    clef_buf_printf(b, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.9g\n%s_count %llu\n", name, cum, name, h->sum, name,
+                    h->n);
+}
+
+void clef_metrics_render(clef_metrics *m, clef_buf *b, size_t queue_depth, size_t queue_cap, long inflight,
+                         int ready) {
+    pthread_mutex_lock(&m->mu);
+    clef_buf_printf(b, "# HELP clef_build_info Build information.\n# TYPE clef_build_info gauge\n"
+                       "clef_build_info{version=\"%s\"} 1\n", CLEF_VERSION);
+    clef_buf_printf(b, "# HELP clef_ready 1 once the model is loaded and warmed up, 0 before and while shutting down.\n"
+                       "# TYPE clef_ready gauge\nclef_ready %d\n", ready);
+    clef_buf_printf(b, "# HELP clef_requests_total Answered requests by route, status and outcome (ok or the error type).\n"
+                       "# TYPE clef_requests_total counter\n");
+    for (size_t i = 0; i < m->ns; i++)
+        clef_buf_printf(b, "clef_requests_total{path=\"%s\",status=\"%d\",outcome=\"%s\"} %llu\n", m->s[i].path,
+                        m->s[i].status, m->s[i].outcome, m->s[i].n);
+    clef_buf_printf(b, "# HELP clef_queue_depth Prepared requests waiting for the model.\n# TYPE clef_queue_depth gauge\n"
+                       "clef_queue_depth %zu\n", queue_depth);
+    clef_buf_printf(b, "# HELP clef_queue_capacity Most requests the queue holds before answering 429.\n"
+                       "# TYPE clef_queue_capacity gauge\nclef_queue_capacity %zu\n", queue_cap);
+    clef_buf_printf(b, "# HELP clef_requests_in_flight Requests received and not yet answered.\n"
+                       "# TYPE clef_requests_in_flight gauge\nclef_requests_in_flight %ld\n", inflight);
+    clef_buf_printf(b, "# HELP clef_input_tokens_total Input tokens of the requests that were answered.\n"
+                       "# TYPE clef_input_tokens_total counter\nclef_input_tokens_total %llu\n", m->tokens_total);
+    clef_buf_printf(b, "# HELP clef_batches_total Forward passes run.\n# TYPE clef_batches_total counter\n"
+                       "clef_batches_total %llu\n", m->batches_total);
+    clef_buf_printf(b, "# HELP clef_batch_jobs_total Jobs run in forward passes.\n# TYPE clef_batch_jobs_total counter\n"
+                       "clef_batch_jobs_total %llu\n", m->batch_jobs_total);
+    histo_render(b, "clef_request_duration_seconds", "Time from the request's arrival to its answer (POST /v1/systemone).",
+                 &m->req_latency);
+    histo_render(b, "clef_queue_wait_seconds", "Time a prepared request waited for the model.", &m->queue_wait);
+    histo_render(b, "clef_batch_compute_seconds", "Time of one forward pass (clef_run_batch).", &m->compute);
+    histo_render(b, "clef_batch_size", "Jobs per forward pass.", &m->batch_size);
+    histo_render(b, "clef_batch_tokens", "Tokens per forward pass.", &m->batch_tokens);
+    histo_render(b, "clef_request_tokens", "Input tokens per answered request.", &m->req_tokens);
+    pthread_mutex_unlock(&m->mu);
+}

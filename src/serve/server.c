@@ -1,0 +1,589 @@
+/* The HTTP server (see server.h and docs/serving.md).
+ *
+ * Threads: MHD's polling threads (a pool of http_threads) read requests, run clef_job_prepare
+ * and clef_job_finish; the scheduler's one worker runs clef_run_batch. A POST whose job is queued
+ * is suspended (MHD_suspend_connection) and resumed by the worker once its batch ran (or its
+ * deadline passed); MHD then calls the handler again, which builds and queues the answer. */
+#include "serve/server.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <microhttpd.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/buf.h"
+#include "serve/metrics.h"
+#include "serve/scheduler.h"
+
+#define ROUTE_DECIDE "/v1/systemone"
+
+enum { R_NEW, R_UPLOAD, R_QUEUED, R_RAN, R_EXPIRED, R_REJECTED, R_ANSWERED };
+
+typedef struct req {
+    clef_sched_item item; /* first: the scheduler hands this back */
+    struct clef_server *srv;
+    struct MHD_Connection *conn;
+    unsigned long long id;
+    const char *route;
+    const char *method;
+    int decide; /* POST /v1/systemone with a body to read */
+    clef_buf body;
+    size_t body_bytes; /* bytes received (also past the cap) */
+    int too_big;
+    clef_job *job;
+    int tokens;
+    atomic_int state;
+    int reject_status;
+    clef_result res;
+    int have_res;
+    int status;
+    char outcome[48];
+    double t0, t_queued, t_run, t_ran, compute_s;
+    int batch_n;
+} req;
+
+struct clef_server {
+    clef_server_config cfg;
+    struct MHD_Daemon *d;
+    int listen_fd;
+    int port;
+    char host[128];
+    clef_engine *engine;
+    clef_sched *sched;
+    clef_metrics *metrics;
+    pthread_rwlock_t gate; /* submit (read) vs. shutdown (write) */
+    atomic_int ready;
+    atomic_int shutting;
+    atomic_long live; /* request structs alive */
+    atomic_ullong next_id;
+};
+
+static pthread_mutex_t log_mu = PTHREAD_MUTEX_INITIALIZER;
+
+/* ---------- small helpers ---------- */
+
+static void json_str(clef_buf *b, const char *s, size_t n) {
+    static const char hex[] = "0123456789abcdef";
+    clef_buf_putc(b, '"');
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '"' || c == '\\') {
+            clef_buf_putc(b, '\\');
+            clef_buf_putc(b, c);
+        } else if (c == '\n') {
+            clef_buf_puts(b, "\\n");
+        } else if (c < 0x20 || c == 0x7f) {
+            char u[7] = {'\\', 'u', '0', '0', hex[c >> 4], hex[c & 15], 0};
+            clef_buf_puts(b, u);
+        } else {
+            clef_buf_putc(b, c);
+        }
+    }
+    clef_buf_putc(b, '"');
+}
+
+static double wall_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+void clef_log_line(const char *fmt, ...) {
+    char buf[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    if (n < 0) return;
+    if ((size_t)n >= sizeof buf) n = (int)sizeof buf - 1;
+    pthread_mutex_lock(&log_mu);
+    fprintf(stderr, "{\"ts\":%.3f,%.*s}\n", wall_now(), n, buf);
+    fflush(stderr);
+    pthread_mutex_unlock(&log_mu);
+}
+
+static void mhd_logger(void *cls, const char *fmt, va_list ap) {
+    (void)cls;
+    char msg[512];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    size_t n = strlen(msg);
+    while (n && (msg[n - 1] == '\n' || msg[n - 1] == '\r')) n--;
+    clef_buf b;
+    clef_buf_init(&b);
+    json_str(&b, msg, n);
+    if (!b.oom) clef_log_line("\"event\":\"http\",\"message\":%s", b.data);
+    clef_buf_free(&b);
+}
+
+void clef_server_config_default(clef_server_config *c) {
+    memset(c, 0, sizeof *c);
+    c->host = "127.0.0.1";
+    c->port = 8080;
+    c->http_threads = 2;
+    c->max_body = 16u << 20;
+    c->max_header = 32u << 10;
+    c->max_connections = 256;
+    c->io_timeout_s = 30;
+    c->deadline_s = 60;
+    c->queue_len = 256;
+    c->max_tokens = 0;
+    c->batch_tokens = 8192;
+    c->max_batch = 32;
+    c->model_id = "clef-flash";
+    c->log_requests = 1;
+}
+
+/* ---------- answers ---------- */
+
+static enum MHD_Result send_bytes(req *r, int status, const char *ctype, const char *body, size_t len) {
+    struct MHD_Response *resp = MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
+    if (!resp) return MHD_NO;
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
+    char id[32];
+    snprintf(id, sizeof id, "%llu", r->id);
+    MHD_add_response_header(resp, "X-Request-Id", id);
+    if (status == 429 || status == 503) MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, "1");
+    if (status == 405)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, r->decide || !strcmp(r->route, ROUTE_DECIDE) ? "POST" : "GET, HEAD");
+    /* a request whose body we did not read cannot share the connection with the next one */
+    if (status == 413 || status == 411 || (r->decide == 0 && r->method && !strcmp(r->method, "POST")))
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+    enum MHD_Result rc = MHD_queue_response(r->conn, (unsigned)status, resp);
+    MHD_destroy_response(resp);
+    r->status = status;
+    atomic_store(&r->state, R_ANSWERED);
+    return rc;
+}
+
+static enum MHD_Result send_error(req *r, int status, const char *type, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static enum MHD_Result send_error(req *r, int status, const char *type, const char *fmt, ...) {
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    clef_buf b;
+    clef_buf_init(&b);
+    clef_buf_puts(&b, "{\"error\":{\"type\":");
+    json_str(&b, type, strlen(type));
+    clef_buf_puts(&b, ",\"message\":");
+    json_str(&b, msg, strlen(msg));
+    clef_buf_puts(&b, "}}");
+    snprintf(r->outcome, sizeof r->outcome, "%s", type);
+    enum MHD_Result rc = b.oom ? MHD_NO : send_bytes(r, status, "application/json", b.data, b.len);
+    clef_buf_free(&b);
+    return rc;
+}
+
+static enum MHD_Result send_result(req *r) {
+    clef_result *res = &r->res;
+    snprintf(r->outcome, sizeof r->outcome, "%s", res->error_type ? res->error_type : "ok");
+    if (res->input_tokens > 0) r->tokens = res->input_tokens;
+    int status = res->http_status ? res->http_status : (res->error_type ? 500 : 200);
+    if (!res->body) return send_error(r, 500, "OutOfMemory", "no answer could be built");
+    return send_bytes(r, status, "application/json", res->body, res->body_len);
+}
+
+/* ---------- the worker's callbacks ---------- */
+
+static void run_batch(void *ctx, clef_sched_item **items, size_t n) {
+    clef_server *s = ctx;
+    clef_job *jobs_small[64];
+    clef_job **jobs = n <= 64 ? jobs_small : malloc(n * sizeof *jobs);
+    double t0 = clef_now();
+    size_t tokens = 0;
+    if (jobs) {
+        for (size_t i = 0; i < n; i++) {
+            req *r = (req *)items[i];
+            jobs[i] = r->job;
+            r->t_run = t0;
+            tokens += r->item.tokens;
+        }
+        clef_run_batch(s->engine, jobs, n);
+    } else { /* no memory for the array: one by one */
+        for (size_t i = 0; i < n; i++) {
+            req *r = (req *)items[i];
+            r->t_run = t0;
+            tokens += r->item.tokens;
+            clef_run_batch(s->engine, &r->job, 1);
+        }
+    }
+    double t1 = clef_now();
+    clef_metrics_batch(s->metrics, n, tokens, t1 - t0);
+    for (size_t i = 0; i < n; i++) {
+        req *r = (req *)items[i];
+        r->t_ran = t1;
+        r->compute_s = t1 - t0;
+        r->batch_n = (int)n;
+        atomic_store(&r->state, R_RAN);
+        MHD_resume_connection(r->conn);
+    }
+    if (jobs != jobs_small) free(jobs);
+}
+
+static void expire_one(void *ctx, clef_sched_item *it) {
+    (void)ctx;
+    req *r = (req *)it;
+    clef_job_free(r->job);
+    r->job = NULL;
+    r->t_run = clef_now();
+    atomic_store(&r->state, R_EXPIRED);
+    MHD_resume_connection(r->conn);
+}
+
+/* ---------- the handler ---------- */
+
+typedef struct {
+    int n;
+} hdr_count;
+
+static enum MHD_Result count_cl(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
+    (void)kind;
+    (void)value;
+    if (key && !strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH)) ((hdr_count *)cls)->n++;
+    return MHD_YES;
+}
+
+static int json_content_type(const char *ct) {
+    if (!ct) return 0;
+    while (*ct == ' ' || *ct == '\t') ct++;
+    size_t n = strlen("application/json");
+    if (strncasecmp(ct, "application/json", n)) return 0;
+    char c = ct[n];
+    return c == 0 || c == ';' || c == ' ' || c == '\t';
+}
+
+static enum MHD_Result answer_get(clef_server *s, req *r, const char *url) {
+    clef_buf b;
+    clef_buf_init(&b);
+    enum MHD_Result rc;
+    if (!strcmp(url, "/health")) {
+        int ready = atomic_load(&s->ready), shutting = atomic_load(&s->shutting);
+        const char *st = shutting ? "shutting_down" : ready ? "ok" : "loading";
+        clef_buf_printf(&b, "{\"status\":\"%s\"}", st);
+        snprintf(r->outcome, sizeof r->outcome, "%s", st);
+        rc = send_bytes(r, ready && !shutting ? 200 : 503, "application/json", b.data, b.len);
+    } else if (!strcmp(url, "/metrics")) {
+        size_t depth = s->sched ? clef_sched_depth(s->sched) : 0;
+        clef_metrics_render(s->metrics, &b, depth, s->cfg.queue_len, (long)atomic_load(&s->live) - 1,
+                            atomic_load(&s->ready) && !atomic_load(&s->shutting));
+        snprintf(r->outcome, sizeof r->outcome, "ok");
+        rc = b.oom ? MHD_NO : send_bytes(r, 200, "text/plain; version=0.0.4; charset=utf-8", b.data, b.len);
+    } else if (!strcmp(url, "/v1/models")) {
+        clef_buf_puts(&b, "{\"object\":\"list\",\"data\":[{\"id\":");
+        json_str(&b, s->cfg.model_id, strlen(s->cfg.model_id));
+        clef_buf_printf(&b, ",\"object\":\"model\",\"owned_by\":\"cloudflare\",\"ready\":%s}]}",
+                        atomic_load(&s->ready) ? "true" : "false");
+        snprintf(r->outcome, sizeof r->outcome, "ok");
+        rc = b.oom ? MHD_NO : send_bytes(r, 200, "application/json", b.data, b.len);
+    } else { /* /openapi.json */
+        snprintf(r->outcome, sizeof r->outcome, "ok");
+        rc = send_bytes(r, 200, "application/json", clef_openapi_json, strlen(clef_openapi_json));
+    }
+    clef_buf_free(&b);
+    return rc;
+}
+
+static const char *known_route(const char *url) {
+    static const char *const routes[] = {ROUTE_DECIDE, "/health", "/metrics", "/v1/models", "/openapi.json"};
+    for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
+        if (!strcmp(url, routes[i])) return routes[i];
+    return NULL;
+}
+
+/* First call for a POST /v1/systemone: checks that need only the headers. */
+static enum MHD_Result decide_headers(clef_server *s, req *r) {
+    struct MHD_Connection *c = r->conn;
+    if (atomic_load(&s->shutting)) return send_error(r, 503, "ShuttingDown", "the server is shutting down");
+    if (!atomic_load(&s->ready)) return send_error(r, 503, "NotReady", "the model is still loading");
+    const char *ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
+    if (!json_content_type(ct))
+        return send_error(r, 415, "UnsupportedMediaType", "Content-Type must be application/json, not %s",
+                          ct ? ct : "missing");
+    hdr_count hc = {0};
+    MHD_get_connection_values(c, MHD_HEADER_KIND, count_cl, &hc);
+    if (hc.n > 1) return send_error(r, 400, "BadRequest", "more than one Content-Length header");
+    const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    if (cl) {
+        char *end;
+        errno = 0;
+        unsigned long long v = strtoull(cl, &end, 10);
+        if (errno || end == cl) return send_error(r, 400, "BadRequest", "bad Content-Length");
+        if (v > s->cfg.max_body)
+            return send_error(r, 413, "RequestTooLong", "body is %llu bytes; the limit is %zu bytes", v,
+                              s->cfg.max_body);
+        if (clef_buf_reserve(&r->body, (size_t)v + 1) != 0)
+            return send_error(r, 500, "OutOfMemory", "cannot hold the body");
+    }
+    r->decide = 1;
+    atomic_store(&r->state, R_UPLOAD);
+    return MHD_YES;
+}
+
+/* The body is complete: prepare, then queue (suspending the connection). */
+static enum MHD_Result decide_body(clef_server *s, req *r) {
+    if (r->too_big)
+        return send_error(r, 413, "RequestTooLong", "body is over %zu bytes; the limit is %zu bytes",
+                          s->cfg.max_body, s->cfg.max_body);
+    if (atomic_load(&s->shutting)) return send_error(r, 503, "ShuttingDown", "the server is shutting down");
+    clef_job *job = clef_job_prepare(s->engine, r->body.data ? r->body.data : "", r->body.len, &r->res);
+    clef_buf_free(&r->body);
+    if (!job) {
+        r->have_res = 1;
+        return send_result(r);
+    }
+    size_t tokens = clef_job_tokens(job);
+    r->tokens = (int)tokens;
+    if (s->cfg.max_tokens && tokens > s->cfg.max_tokens) {
+        clef_job_free(job);
+        return send_error(r, 413, "RequestTooLong", "request has %zu tokens; this server accepts at most %zu",
+                          tokens, s->cfg.max_tokens);
+    }
+    r->job = job;
+    r->item.tokens = tokens;
+    r->item.deadline = s->cfg.deadline_s > 0 ? clef_now() + s->cfg.deadline_s : 0;
+    r->t_queued = clef_now();
+    atomic_store(&r->state, R_QUEUED);
+    MHD_suspend_connection(r->conn);
+    pthread_rwlock_rdlock(&s->gate);
+    int rc = atomic_load(&s->shutting) ? -2 : clef_sched_submit(s->sched, &r->item);
+    pthread_rwlock_unlock(&s->gate);
+    if (rc != 0) {
+        clef_job_free(r->job);
+        r->job = NULL;
+        r->reject_status = rc == -1 ? 429 : 503;
+        atomic_store(&r->state, R_REJECTED);
+        MHD_resume_connection(r->conn);
+    }
+    return MHD_YES;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
+                                  const char *version, const char *upload_data, size_t *upload_data_size,
+                                  void **con_cls) {
+    (void)version;
+    clef_server *s = cls;
+    req *r = *con_cls;
+    if (!r) {
+        r = calloc(1, sizeof *r);
+        if (!r) return MHD_NO;
+        r->srv = s;
+        r->conn = conn;
+        r->id = atomic_fetch_add(&s->next_id, 1) + 1;
+        r->t0 = clef_now();
+        r->method = method;
+        clef_buf_init(&r->body);
+        atomic_init(&r->state, R_NEW);
+        atomic_fetch_add(&s->live, 1);
+        *con_cls = r;
+        const char *route = known_route(url);
+        r->route = route ? route : "other";
+        int get = !strcmp(method, MHD_HTTP_METHOD_GET) || !strcmp(method, MHD_HTTP_METHOD_HEAD);
+        if (!route) return send_error(r, 404, "NotFound", "no route %s", url);
+        if (route == known_route(ROUTE_DECIDE)) {
+            if (strcmp(method, MHD_HTTP_METHOD_POST))
+                return send_error(r, 405, "MethodNotAllowed", "%s takes POST, not %s", ROUTE_DECIDE, method);
+            return decide_headers(s, r);
+        }
+        if (!get) return send_error(r, 405, "MethodNotAllowed", "%s takes GET, not %s", route, method);
+        return answer_get(s, r, url);
+    }
+    if (!r->decide) { /* already answered (e.g. a body sent to a GET route): swallow it */
+        *upload_data_size = 0;
+        return MHD_YES;
+    }
+    if (*upload_data_size) {
+        size_t n = *upload_data_size;
+        r->body_bytes += n;
+        if (!r->too_big) {
+            if (r->body_bytes > s->cfg.max_body) {
+                r->too_big = 1;
+                clef_buf_free(&r->body);
+            } else if (clef_buf_put(&r->body, upload_data, n) != 0) {
+                r->too_big = 1;
+                clef_buf_free(&r->body);
+            }
+        }
+        *upload_data_size = 0;
+        return MHD_YES;
+    }
+    switch (atomic_load(&r->state)) {
+    case R_UPLOAD:
+        return decide_body(s, r);
+    case R_RAN:
+        clef_job_finish(r->job, &r->res);
+        r->job = NULL;
+        r->have_res = 1;
+        return send_result(r);
+    case R_EXPIRED:
+        return send_error(r, 503, "DeadlineExceeded", "the request waited longer than %g s for the model",
+                          s->cfg.deadline_s);
+    case R_REJECTED:
+        if (r->reject_status == 429)
+            return send_error(r, 429, "QueueFull", "the queue holds %zu requests; retry later", s->cfg.queue_len);
+        return send_error(r, 503, "ShuttingDown", "the server is shutting down");
+    default:
+        return MHD_YES;
+    }
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                         enum MHD_RequestTerminationCode toe) {
+    (void)conn;
+    clef_server *s = cls;
+    req *r = *con_cls;
+    if (!r) return;
+    *con_cls = NULL;
+    if (r->job) clef_job_free(r->job);
+    double t_end = clef_now();
+    double queue_s = r->t_queued > 0 && r->t_run > 0 ? r->t_run - r->t_queued : -1;
+    const char *outcome = r->outcome[0] ? r->outcome : "closed";
+    clef_metrics_request(s->metrics, r->route, r->status, outcome, r->status == 200 ? r->tokens : 0,
+                         t_end - r->t0, queue_s);
+    if (s->cfg.log_requests) {
+        static const char *const why[] = {"ok", "error", "timeout", "shutdown", "read_error", "client_abort"};
+        const char *term = (unsigned)toe < sizeof why / sizeof why[0] ? why[toe] : "other";
+        clef_log_line("\"event\":\"request\",\"id\":%llu,\"method\":\"%s\",\"path\":\"%s\",\"status\":%d,"
+                      "\"outcome\":\"%s\",\"tokens\":%d,\"bytes_in\":%zu,\"queue_ms\":%.3f,\"compute_ms\":%.3f,"
+                      "\"batch\":%d,\"total_ms\":%.3f,\"connection\":\"%s\"",
+                      r->id, r->method ? r->method : "?", r->route, r->status, outcome, r->tokens, r->body_bytes,
+                      queue_s >= 0 ? queue_s * 1e3 : 0.0, r->compute_s * 1e3, r->batch_n, (t_end - r->t0) * 1e3,
+                      term);
+    }
+    if (r->have_res) clef_result_free(&r->res);
+    clef_buf_free(&r->body);
+    free(r);
+    atomic_fetch_sub(&s->live, 1);
+}
+
+/* ---------- life cycle ---------- */
+
+static int open_listener(const char *host, int port, int *out_port, char *err, size_t err_len) {
+    struct addrinfo hints, *res = NULL;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+    char ps[16];
+    snprintf(ps, sizeof ps, "%d", port);
+    int gr = getaddrinfo(host, ps, &hints, &res);
+    if (gr != 0 || !res) {
+        snprintf(err, err_len, "cannot resolve host '%s': %s", host, gai_strerror(gr));
+        return -1;
+    }
+    int fd = socket(res->ai_family, res->ai_socktype | SOCK_CLOEXEC, res->ai_protocol);
+    if (fd < 0) {
+        snprintf(err, err_len, "cannot open a socket: %s", strerror(errno));
+        freeaddrinfo(res);
+        return -1;
+    }
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (bind(fd, res->ai_addr, res->ai_addrlen) != 0 || listen(fd, 128) != 0) {
+        snprintf(err, err_len, "cannot listen on %s:%d: %s", host, port, strerror(errno));
+        close(fd);
+        freeaddrinfo(res);
+        return -1;
+    }
+    freeaddrinfo(res);
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    *out_port = port;
+    if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0) {
+        if (ss.ss_family == AF_INET) *out_port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+        else if (ss.ss_family == AF_INET6) *out_port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+    }
+    return fd;
+}
+
+clef_server *clef_server_start(const clef_server_config *c, char *err, size_t err_len) {
+    clef_server *s = calloc(1, sizeof *s);
+    if (!s) {
+        snprintf(err, err_len, "out of memory");
+        return NULL;
+    }
+    s->cfg = *c;
+    if (s->cfg.http_threads < 1) s->cfg.http_threads = 1;
+    if (!s->cfg.queue_len) s->cfg.queue_len = 256;
+    if (!s->cfg.model_id) s->cfg.model_id = "clef-flash";
+    snprintf(s->host, sizeof s->host, "%s", c->host ? c->host : "127.0.0.1");
+    s->cfg.host = s->host;
+    pthread_rwlock_init(&s->gate, NULL);
+    s->metrics = clef_metrics_create();
+    if (!s->metrics) {
+        snprintf(err, err_len, "out of memory");
+        free(s);
+        return NULL;
+    }
+    s->listen_fd = open_listener(s->host, c->port, &s->port, err, err_len);
+    if (s->listen_fd < 0) {
+        clef_metrics_free(s->metrics);
+        free(s);
+        return NULL;
+    }
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
+    if (strchr(s->host, ':')) flags |= MHD_USE_IPv6;
+    s->d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, s,
+                            MHD_OPTION_EXTERNAL_LOGGER, mhd_logger, NULL,
+                            MHD_OPTION_LISTEN_SOCKET, s->listen_fd,
+                            MHD_OPTION_THREAD_POOL_SIZE, (unsigned)s->cfg.http_threads,
+                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->cfg.max_connections,
+                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)s->cfg.io_timeout_s,
+                            MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)s->cfg.max_header,
+                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+                            MHD_OPTION_END);
+    if (!s->d) {
+        snprintf(err, err_len, "cannot start the HTTP server on %s:%d (libmicrohttpd refused the options)", s->host,
+                 s->port);
+        close(s->listen_fd);
+        clef_metrics_free(s->metrics);
+        free(s);
+        return NULL;
+    }
+    return s;
+}
+
+int clef_server_port(const clef_server *s) { return s->port; }
+
+int clef_server_attach(clef_server *s, clef_engine *e) {
+    clef_sched_config sc = {.batch_tokens = s->cfg.batch_tokens, .max_batch = s->cfg.max_batch,
+                            .queue_len = s->cfg.queue_len};
+    s->engine = e;
+    s->sched = clef_sched_create(&sc, run_batch, expire_one, s);
+    if (!s->sched) return -1;
+    atomic_store(&s->ready, 1);
+    return 0;
+}
+
+void clef_server_shutdown(clef_server *s) {
+    if (!s) return;
+    pthread_rwlock_wrlock(&s->gate);
+    atomic_store(&s->shutting, 1);
+    pthread_rwlock_unlock(&s->gate);
+    int fd = MHD_quiesce_daemon(s->d); /* no new connections */
+    if (fd >= 0) close(fd);
+    size_t queued = s->sched ? clef_sched_depth(s->sched) : 0;
+    clef_log_line("\"event\":\"shutdown\",\"queued\":%zu,\"in_flight\":%ld", queued, (long)atomic_load(&s->live));
+    clef_sched_stop(s->sched); /* runs what is queued; every suspended connection is resumed */
+    s->sched = NULL;
+    /* let the answers go out (bounded: a client that never reads does not hold us forever) */
+    double until = clef_now() + (s->cfg.io_timeout_s ? s->cfg.io_timeout_s : 30);
+    while (atomic_load(&s->live) > 0 && clef_now() < until) nanosleep(&(struct timespec){0, 5000000}, NULL);
+    MHD_stop_daemon(s->d);
+    clef_log_line("\"event\":\"stopped\",\"unanswered\":%ld", (long)atomic_load(&s->live));
+    clef_metrics_free(s->metrics);
+    pthread_rwlock_destroy(&s->gate);
+    free(s);
+}

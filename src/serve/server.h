@@ -1,0 +1,52 @@
+/* The HTTP server behind `clef serve` (libmicrohttpd, internal polling threads, connections
+ * suspended while their request waits for the model). Routes, statuses and limits:
+ * docs/serving.md.
+ *
+ * Life cycle: clef_server_start (binds, answers 503 on the model routes), clef_server_attach (the
+ * engine is loaded and warmed up: starts the scheduler, /health turns 200), clef_server_shutdown
+ * (stops accepting, runs what is queued, answers it, stops). */
+#ifndef CLEF_SERVE_SERVER_H
+#define CLEF_SERVE_SERVER_H
+
+#include <stddef.h>
+
+#include "clef.h"
+
+typedef struct clef_server_config {
+    const char *host;        /* numeric IPv4/IPv6 address or "localhost"; default 127.0.0.1 */
+    int port;                /* 0 = any free port (see clef_server_port) */
+    int http_threads;        /* MHD thread pool size; they also run clef_job_prepare (default 2) */
+    size_t max_body;         /* bytes (default 16 MiB) */
+    size_t max_header;       /* per-connection memory for the request line and headers (default 32 KiB) */
+    unsigned max_connections;/* default 256 */
+    unsigned io_timeout_s;   /* idle/slow client timeout (default 30) */
+    double deadline_s;       /* most time a request may wait in the queue (default 60; 0 = none) */
+    size_t queue_len;        /* default 256 */
+    size_t max_tokens;       /* refuse (413) prepared requests over this many tokens; 0 = no limit */
+    size_t batch_tokens;     /* token budget of one forward (default 8192) */
+    size_t max_batch;        /* most requests in one forward (default 32) */
+    const char *model_id;    /* for /v1/models */
+    int log_requests;        /* one JSON line per request on stderr */
+} clef_server_config;
+
+void clef_server_config_default(clef_server_config *c);
+
+typedef struct clef_server clef_server;
+
+/* Binds and starts answering. NULL with one clear line in err when it cannot. */
+clef_server *clef_server_start(const clef_server_config *c, char *err, size_t err_len);
+int clef_server_port(const clef_server *s);
+/* Hands over a loaded, warmed-up engine: POST /v1/systemone and /health go live. -1 when the
+ * scheduler cannot start. The engine stays the caller's (close it after clef_server_shutdown). */
+int clef_server_attach(clef_server *s, clef_engine *e);
+/* Stops accepting, answers 503 to new requests on open connections, runs and answers everything
+ * queued, then stops the HTTP threads and frees the server. */
+void clef_server_shutdown(clef_server *s);
+
+/* The OpenAPI 3 document served at /openapi.json. */
+extern const char clef_openapi_json[];
+
+/* Writes one JSON log line (event + preformatted fields) to stderr under the log lock. */
+void clef_log_line(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+#endif
