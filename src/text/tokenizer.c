@@ -148,11 +148,38 @@ static int32_t json_id(const json_value *v) {
 
 /* ---------------------------------------------------------------- loading */
 
+/* \p{L}, \p{N}, \p{M} as HF tokenizers' bundled Oniguruma (Unicode 16.0) has them; the system
+ * libonig may carry older tables. Defined once as user properties ClefL / ClefN / ClefM. */
+#include "text/tok_unicode.inc"
+
 static pthread_once_t onig_once = PTHREAD_ONCE_INIT;
 static int onig_ready;
 static void onig_init_once(void) {
     OnigEncoding enc[1] = {ONIG_ENCODING_UTF8};
-    onig_ready = onig_initialize(enc, 1) == ONIG_NORMAL;
+    onig_ready = onig_initialize(enc, 1) == ONIG_NORMAL &&
+                 onig_unicode_define_user_property("ClefL", tok_uni_L) == ONIG_NORMAL &&
+                 onig_unicode_define_user_property("ClefN", tok_uni_N) == ONIG_NORMAL &&
+                 onig_unicode_define_user_property("ClefM", tok_uni_M) == ONIG_NORMAL;
+}
+
+/* The split pattern with \p{L} / \p{N} / \p{M} replaced by the user properties above (the two known
+ * patterns use no other spelling of these classes). Returns a malloc'd string or NULL. */
+static char *pattern_with_user_props(const char *re) {
+    size_t n = strlen(re);
+    char *o = malloc(2 * n + 1);
+    if (!o) return NULL;
+    size_t k = 0;
+    for (size_t i = 0; i < n;) {
+        if (i + 5 <= n && re[i] == '\\' && re[i + 1] == 'p' && re[i + 2] == '{' && re[i + 4] == '}' &&
+            (re[i + 3] == 'L' || re[i + 3] == 'N' || re[i + 3] == 'M')) {
+            k += (size_t)sprintf(o + k, "\\p{Clef%c}", re[i + 3]);
+            i += 5;
+        } else {
+            o[k++] = re[i++];
+        }
+    }
+    o[k] = '\0';
+    return o;
 }
 
 void clef_tokenizer_free(clef_tokenizer *t) {
@@ -287,9 +314,12 @@ static int load_pre_tokenizer(clef_tokenizer *t, const json_value *p, clef_split
     const char *re = v == CLEF_SPLIT_QWEN2 ? QWEN2_SPLIT : QWEN35_SPLIT;
     pthread_once(&onig_once, onig_init_once);
     if (!onig_ready) return clef_err_set(err, CLEF_E_INTERNAL, "Oniguruma failed to initialize");
+    char *pat = pattern_with_user_props(re);
+    if (!pat) return clef_err_set(err, CLEF_E_OOM, "out of memory");
     OnigErrorInfo einfo;
-    int r = onig_new(&t->re, (const OnigUChar *)re, (const OnigUChar *)re + strlen(re), ONIG_OPTION_NONE,
+    int r = onig_new(&t->re, (const OnigUChar *)pat, (const OnigUChar *)pat + strlen(pat), ONIG_OPTION_NONE,
                      ONIG_ENCODING_UTF8, ONIG_SYNTAX_DEFAULT, &einfo);
+    free(pat);
     if (r != ONIG_NORMAL) {
         t->re = NULL;
         OnigUChar msg[ONIG_MAX_ERROR_MESSAGE_LEN];
@@ -552,7 +582,20 @@ static int nfc_may_change(const char *s, size_t n) {
     return 0;
 }
 
-static int nfc(tok_work *w, const char *s, size_t n, const char **out, size_t *out_len, clef_err *err) {
+static int nfc_inert(uint32_t cp) {
+    size_t lo = 0, hi = sizeof tok_nfc_inert / sizeof tok_nfc_inert[0];
+    if (cp < tok_nfc_inert[0][0]) return 0;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (cp < tok_nfc_inert[mid][0]) hi = mid;
+        else if (cp > tok_nfc_inert[mid][1]) lo = mid + 1;
+        else return 1;
+    }
+    return 0;
+}
+
+/* Appends NFC(s[0..n)) (utf8proc) to w->norm at *o. */
+static int nfc_piece(tok_work *w, const char *s, size_t n, size_t *o, clef_err *err) {
     const utf8proc_option_t opt = UTF8PROC_STABLE | UTF8PROC_COMPOSE;
     size_t need = n + 16;
     for (;;) {
@@ -564,16 +607,43 @@ static int nfc(tok_work *w, const char *s, size_t n, const char **out, size_t *o
         if ((size_t)r <= w->cps_cap) {
             r = utf8proc_normalize_utf32(w->cps, r, opt);
             if (r < 0) return clef_err_set(err, CLEF_E_INTERNAL, "NFC failed: %s", utf8proc_errmsg(r));
-            if (grow((void **)&w->norm, &w->norm_cap, (size_t)r * 4 + 1, 1))
+            if (grow((void **)&w->norm, &w->norm_cap, *o + (size_t)r * 4 + 1, 1))
                 return clef_err_set(err, CLEF_E_OOM, "out of memory normalizing text");
-            size_t o = 0;
-            for (utf8proc_ssize_t i = 0; i < r; i++) o += (size_t)utf8_encode((uint32_t)w->cps[i], w->norm + o);
-            *out = w->norm;
-            *out_len = o;
+            for (utf8proc_ssize_t i = 0; i < r; i++) *o += (size_t)utf8_encode((uint32_t)w->cps[i], w->norm + *o);
             return 0;
         }
         need = (size_t)r;
     }
+}
+
+/* NFC as HF's normalizer computes it: utf8proc's NFC, except that the code points in tok_nfc_inert
+ * (marks and compositions newer than HF's Unicode 9.0 tables) act as inert starters: the text is
+ * cut there and the pieces are normalized on their own, the cut code points copied as they are. */
+static int nfc(tok_work *w, const char *s, size_t n, const char **out, size_t *out_len, clef_err *err) {
+    size_t o = 0, start = 0, i = 0;
+    while (i < n) {
+        unsigned char c = (unsigned char)s[i];
+        if (c < 0xDF) { /* below U+07C0: never inert */
+            i += c < 0x80 ? 1 : 2;
+            continue;
+        }
+        uint32_t cp;
+        int k = utf8_decode(s + i, n - i, &cp);
+        if (k <= 0) return clef_err_set(err, CLEF_E_INVALID_UTF8, "text is not valid UTF-8");
+        if (nfc_inert(cp)) {
+            if (i > start && nfc_piece(w, s + start, i - start, &o, err)) return -1;
+            if (grow((void **)&w->norm, &w->norm_cap, o + (size_t)k + 1, 1))
+                return clef_err_set(err, CLEF_E_OOM, "out of memory normalizing text");
+            memcpy(w->norm + o, s + i, (size_t)k);
+            o += (size_t)k;
+            start = i + (size_t)k;
+        }
+        i += (size_t)k;
+    }
+    if (n > start && nfc_piece(w, s + start, n - start, &o, err)) return -1;
+    *out = w->norm ? w->norm : s;
+    *out_len = o;
+    return 0;
 }
 
 static int encode_pretoken(const clef_tokenizer *t, tok_work *w, const unsigned char *p, size_t n, clef_ids *out,
