@@ -16,7 +16,9 @@
 #include "decision/response.h"
 #include "model/forward.h"
 #include "model/head.h"
+#include "model/positions.h"
 #include "model/text.h"
+#include "model/vision.h"
 #include "model/weights.h"
 #include "text/json.h"
 #include "text/tokenizer.h"
@@ -195,23 +197,102 @@ fail:
 
 size_t clef_job_tokens(const clef_job *j) { return j ? j->rec.n_ids : 0; }
 
+/* Images of one record through the vision tower: the merger rows (device), the pad positions
+ * they replace, and the M-RoPE planes of the whole record (model.md §5.3, §6.8). */
+typedef struct {
+    float *rows;      /* device [n_rows, hidden] */
+    int32_t *rpos;    /* [n_rows] */
+    size_t n_rows;
+    int32_t *pos[3];  /* [n_ids] each */
+} img_inputs;
+
+static void img_inputs_free(clef_ops *ops, img_inputs *im) {
+    if (im->rows) ops->free(ops, im->rows);
+    free(im->rpos);
+    for (int p = 0; p < 3; p++) free(im->pos[p]);
+    memset(im, 0, sizeof *im);
+}
+
+static int run_images(clef_engine *e, const clef_record *r, img_inputs *im, clef_err *err) {
+    clef_ops *ops = e->ops;
+    const clef_config *cfg = &e->mf->cfg;
+    const clef_vision_config *vc = &cfg->vision;
+    if (!vc->present || !e->mf->vision.present)
+        return clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA, "this model has no vision tower; images are not accepted");
+    if (vc->out_hidden_size != cfg->text.hidden_size)
+        return clef_err_set(err, CLEF_E_BAD_MODEL, "vision_config.out_hidden_size %d != text hidden_size %d",
+                            vc->out_hidden_size, cfg->text.hidden_size);
+    size_t n = r->n_images, total = 0;
+    clef_vision_image *vi = calloc(n, sizeof *vi);
+    clef_pos_image *pi = calloc(n, sizeof *pi);
+    int rc = 0;
+    if (!vi || !pi) { rc = clef_err_set(err, CLEF_E_OOM, "out of memory"); goto done; }
+    for (size_t k = 0; k < n; k++) {
+        const clef_enc_image *ei = &r->images[k];
+        vi[k].pixel_values = ei->image.pixel_values;
+        vi[k].grid_t = ei->image.grid_t;
+        vi[k].grid_h = ei->image.grid_h;
+        vi[k].grid_w = ei->image.grid_w;
+        pi[k].pad_start = ei->pad_start;
+        pi[k].n_pad = ei->n_pad;
+        pi[k].grid_t = ei->image.grid_t;
+        pi[k].grid_h = ei->image.grid_h;
+        pi[k].grid_w = ei->image.grid_w;
+        size_t nt = clef_vision_tokens(vc, &vi[k]);
+        if (!ei->image.pixel_values || nt != ei->n_pad) {
+            rc = clef_err_set(err, CLEF_E_INTERNAL, "image %zu: %zu pad tokens for grid (%d, %d, %d)%s", k, ei->n_pad,
+                              ei->image.grid_t, ei->image.grid_h, ei->image.grid_w,
+                              ei->image.pixel_values ? "" : " without pixel values");
+            goto done;
+        }
+        total += nt;
+    }
+    for (int p = 0; p < 3; p++) im->pos[p] = malloc((r->n_ids ? r->n_ids : 1) * sizeof(int32_t));
+    im->rpos = malloc((total ? total : 1) * sizeof(int32_t));
+    im->rows = ops->alloc(ops, total * (size_t)cfg->text.hidden_size);
+    if (!im->pos[0] || !im->pos[1] || !im->pos[2] || !im->rpos || !im->rows) {
+        rc = clef_err_set(err, CLEF_E_OOM, "out of memory for %zu image tokens", total);
+        goto done;
+    }
+    rc = clef_mrope_positions(r->n_ids, pi, n, vc->spatial_merge_size, im->pos[0], im->pos[1], im->pos[2], err);
+    if (rc) goto done;
+    size_t o = 0;
+    for (size_t k = 0; k < n; k++)
+        for (size_t t = 0; t < r->images[k].n_pad; t++) im->rpos[o++] = (int32_t)(r->images[k].pad_start + t);
+    im->n_rows = total;
+    rc = clef_vision_forward(ops, vc, &e->mf->vision, vi, n, NULL, im->rows, err);
+done:
+    free(vi);
+    free(pi);
+    if (rc) img_inputs_free(ops, im);
+    return rc ? -1 : 0;
+}
+
 /* The model for one record: text forward, then the head. Records never share a forward here, so a
  * record's numbers cannot depend on its batch company. */
 static int run_one(clef_engine *e, clef_job *j) {
     clef_ops *ops = e->ops;
     const clef_record *r = &j->rec;
     clef_err *err = &j->err;
-    if (r->n_images > 0)
-        return clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA,
-                            "images need the vision tower, which this build does not run yet");
     size_t H = (size_t)e->mf->cfg.text.hidden_size;
+    img_inputs im = {0};
+    if (r->n_images > 0 && run_images(e, r, &im, err)) return -1;
     float *hidden = ops->alloc(ops, r->n_ids * H);
-    if (!hidden) return clef_err_set(err, CLEF_E_OOM, "out of memory for %zu tokens", r->n_ids);
+    if (!hidden) {
+        img_inputs_free(ops, &im);
+        return clef_err_set(err, CLEF_E_OOM, "out of memory for %zu tokens", r->n_ids);
+    }
 
     clef_layer_dump dump = {e->dump_dir, 0};
     clef_forward_in in = {0};
     in.ids = r->input_ids;
     in.n = r->n_ids;
+    if (r->n_images > 0) {
+        for (int p = 0; p < 3; p++) in.pos[p] = im.pos[p];
+        in.n_replace = im.n_rows;
+        in.replace_pos = im.rpos;
+        in.replace_rows = im.rows;
+    }
     if (e->dump_dir) {
         in.on_layer = clef_layer_dump_fn;
         in.on_layer_user = &dump;
@@ -251,6 +332,7 @@ static int run_one(clef_engine *e, clef_job *j) {
     free(hq);
     free(spans);
     ops->free(ops, hidden);
+    img_inputs_free(ops, &im);
     if (rc == 0 && ops->failed) {
         ops->failed = 0;
         rc = clef_err_set(err, CLEF_E_OOM, "out of memory inside the compute backend");
