@@ -8,6 +8,7 @@
 #include <locale.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,12 +69,37 @@ static int step_digits(char *d, int p, int *e, int delta) {
     return 1;
 }
 
+/* The correctly rounded p-digit mantissa of x, derived from its correctly rounded 17-digit one
+ * (d17, exponent e17) without another snprintf. Rounding twice gives the same answer as rounding once
+ * unless the 17-digit tail beyond p is exactly "50...0" (the exact tail may have been just below or just
+ * above half): then ask snprintf for p digits directly. */
+static int round_from_17(double x, const char *d17, int e17, int p, char *digits) {
+    if (p >= 17) { memcpy(digits, d17, 17); return e17; }
+    int exact_half = d17[p] == '5';
+    for (int i = p + 1; i < 17 && exact_half; i++) exact_half = d17[i] == '0';
+    if (exact_half) return round_digits(x, p, digits);
+    memcpy(digits, d17, (size_t)p);
+    int e = e17;
+    if (d17[p] >= '5') { /* tail above half: round up */
+        int i = p - 1;
+        while (i >= 0 && digits[i] == '9') digits[i--] = '0';
+        if (i < 0) { digits[0] = '1'; e++; }
+        else digits[i]++;
+    }
+    return e;
+}
+
 /* A p-digit decimal that reads back as x, if one exists: the correctly rounded one, or else (at a
  * power of two, where the lower half-gap is narrower) its neighbour on the other side. Candidates
  * are tried nearest first, so among shortest strings the one closest to x wins, as dtoa mode 0. */
-static int shortest_at(double x, int p, char *digits, int *e) {
-    *e = round_digits(x, p, digits);
+static int shortest_at(double x, const char *d17, int e17, int p, char *digits, int *e) {
+    *e = round_from_17(x, d17, e17, p, digits);
     if (round_trips(x, digits, p, *e)) return 1;
+    /* Elsewhere the round-trip interval is symmetric around x, so when the nearest candidate misses,
+     * every other p-digit one does too. Only at a power of two (zero mantissa field) look further. */
+    uint64_t bits;
+    memcpy(&bits, &x, sizeof bits);
+    if (bits & 0x000FFFFFFFFFFFFFull) return 0;
     for (int delta = -1; delta <= 1; delta += 2) {
         char d[20];
         int ee = *e;
@@ -96,20 +122,15 @@ int py_repr_double(double x, char *out) {
 
     /* "some p-digit decimal round-trips" is monotone in p (a p-digit decimal is also a (p+1)-digit
      * one) and always true at p = 17: binary search for the smallest p. */
-    char best[20];
-    int best_e = 0, lo = 1, hi = 17;
-    {
-        char d[20];
-        int e;
-        shortest_at(x, 17, d, &e);
-        memcpy(best, d, 17);
-        best_e = e;
-    }
+    char d17[20], best[20];
+    int e17 = round_digits(x, 17, d17); /* 17 digits always round-trip */
+    memcpy(best, d17, 17);
+    int best_e = e17, lo = 1, hi = 17;
     while (lo < hi) {
         int mid = (lo + hi) / 2;
         char d[20];
         int e;
-        if (shortest_at(x, mid, d, &e)) {
+        if (shortest_at(x, d17, e17, mid, d, &e)) {
             hi = mid;
             memcpy(best, d, (size_t)mid);
             best_e = e;
