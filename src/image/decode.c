@@ -175,12 +175,12 @@ int clef_image_decode(const uint8_t *data, size_t n, const clef_image_opts *o, c
     if (n > o->max_bytes)
         return clef_err_set(err, CLEF_E_LIMIT, "image of %zu bytes is over this server's limit of %zu bytes", n,
                             o->max_bytes);
-    int orient = 1, rc;
+    int orient = 0, rc, tv = o->tile == 0;
     switch (clef_image_sniff(data, n)) {
-    case CLEF_FMT_PNG: rc = clef_decode_png(data, n, o, out, &orient, err); break;
-    case CLEF_FMT_JPEG: rc = clef_decode_jpeg(data, n, o, out, &orient, err); break;
-    case CLEF_FMT_WEBP: rc = clef_decode_webp(data, n, o, out, &orient, err); break;
-    case CLEF_FMT_GIF: rc = clef_decode_gif(data, n, o, out, err); break;
+    case CLEF_FMT_PNG: rc = clef_decode_png(data, n, o, tv, out, &orient, err); break;
+    case CLEF_FMT_JPEG: rc = clef_decode_jpeg(data, n, o, tv, out, &orient, err); break;
+    case CLEF_FMT_WEBP: rc = clef_decode_webp(data, n, o, tv, out, &orient, err); break;
+    case CLEF_FMT_GIF: rc = clef_decode_gif(data, n, o, tv, out, err); break;
     default:
         return clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA, "cannot identify image file (supported: PNG, JPEG, WebP, GIF)");
     }
@@ -188,7 +188,8 @@ int clef_image_decode(const uint8_t *data, size_t n, const clef_image_opts *o, c
         clef_rgb_free(out);
         return -1;
     }
-    if (clef_rgb_orient(out, orient, err)) {
+    /* torchvision.io.decode_image does not apply EXIF orientation; PIL's exif_transpose does */
+    if (!tv && clef_rgb_orient(out, orient, err)) {
         clef_rgb_free(out);
         return -1;
     }

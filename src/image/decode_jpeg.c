@@ -112,8 +112,9 @@ static int jpeg_body(jctx *j, const uint8_t *p, size_t n, const clef_image_opts 
     return 0;
 }
 
-int clef_decode_jpeg(const uint8_t *p, size_t n, const clef_image_opts *o, clef_rgb *out, int *orient,
+int clef_decode_jpeg(const uint8_t *p, size_t n, const clef_image_opts *o, int tv, clef_rgb *out, int *orient,
                      clef_err *err) {
+    (void)tv; /* same pixels either way (measured); only the caller's EXIF handling differs */
     memset(out, 0, sizeof *out);
     jctx *j = calloc(1, sizeof *j);
     if (!j) return clef_err_set(err, CLEF_E_OOM, "out of memory (libjpeg)");

@@ -17,6 +17,7 @@ typedef struct {
     char msg[200];
     uint8_t *raw;      /* whole image (interlaced) or one row */
     uint8_t **rows;
+    int tv;
     int past_image; /* errors after the pixels (in chunks after IDAT) are ignored, as Pillow does */
 } png_src;
 
@@ -94,6 +95,11 @@ static int png_body(png_structp png, png_infop info, png_src *s, const clef_imag
     png_get_IHDR(png, info, &w, &h, &depth, &ct, &il, NULL, NULL);
     if (clef_image_check_size((int64_t)w, (int64_t)h, o, err)) return -1;
     if (depth < 8) png_set_packing(png);
+    if (s->tv && depth == 16) {
+        /* torchvision decodes these to uint16 and the processor then resizes in float32 */
+        clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA, "16-bit PNG is not supported at the native grid (use a fixed tile)");
+        return -1;
+    }
     int passes = png_set_interlace_handling(png);
     png_read_update_info(png, info);
     size_t rowbytes = png_get_rowbytes(png, info);
@@ -140,7 +146,8 @@ static int png_body(png_structp png, png_infop info, png_src *s, const clef_imag
     return 0;
 }
 
-int clef_decode_png(const uint8_t *p, size_t n, const clef_image_opts *o, clef_rgb *out, int *orient, clef_err *err) {
+int clef_decode_png(const uint8_t *p, size_t n, const clef_image_opts *o, int tv, clef_rgb *out, int *orient,
+                    clef_err *err) {
     /* Everything the longjmp path needs lives behind pointers that are not modified after setjmp. */
     png_src *s = calloc(1, sizeof *s);
     if (!s) return clef_err_set(err, CLEF_E_OOM, "out of memory (libpng)");
@@ -165,6 +172,7 @@ int clef_decode_png(const uint8_t *p, size_t n, const clef_image_opts *o, clef_r
         }
         goto done;
     }
+    s->tv = tv;
     png_set_read_fn(png, s, rd);
     png_set_user_limits(png, 0x7fffffff, 0x7fffffff);
     png_set_chunk_cache_max(png, 1000);

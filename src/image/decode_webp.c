@@ -10,7 +10,7 @@
 
 #include "image/image_internal.h"
 
-int clef_decode_webp(const uint8_t *p, size_t n, const clef_image_opts *o, clef_rgb *out, int *orient,
+int clef_decode_webp(const uint8_t *p, size_t n, const clef_image_opts *o, int tv, clef_rgb *out, int *orient,
                      clef_err *err) {
     memset(out, 0, sizeof *out);
     WebPData wd = {p, n};
@@ -22,6 +22,11 @@ int clef_decode_webp(const uint8_t *p, size_t n, const clef_image_opts *o, clef_
     int have_it = 0;
     uint32_t cw = WebPDemuxGetI(dmx, WEBP_FF_CANVAS_WIDTH), ch = WebPDemuxGetI(dmx, WEBP_FF_CANVAS_HEIGHT);
     if (clef_image_check_size((int64_t)cw, (int64_t)ch, o, err)) goto done;
+    if (tv && (WebPDemuxGetI(dmx, WEBP_FF_FORMAT_FLAGS) & ANIMATION_FLAG)) {
+        /* torchvision.io.decode_webp's own refusal, which the reference raises */
+        clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA, "Animated webp files are not supported.");
+        goto done;
+    }
     if (!WebPDemuxGetFrame(dmx, 1, &it)) {
         clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA, "cannot decode WebP: no frame");
         goto done;

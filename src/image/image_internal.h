@@ -33,21 +33,27 @@ size_t clef_base64_max_decoded(size_t len);
 typedef enum { CLEF_FMT_UNKNOWN, CLEF_FMT_PNG, CLEF_FMT_JPEG, CLEF_FMT_WEBP, CLEF_FMT_GIF } clef_img_format;
 clef_img_format clef_image_sniff(const uint8_t *p, size_t n);
 
-/* Decodes encoded bytes to RGB as Pillow's open + exif_transpose + convert("RGB") would (transformers'
- * load_image). Checks max_source_pixels before allocating. */
+/* Decodes encoded bytes to RGB. Two flavours, because the reference decodes differently per arm:
+ *  - native grid (o->tile == 0): transformers' TorchvisionBackend loads a string entry with
+ *    load_image_as_tensor = torchvision.io.decode_image(bytes, ImageReadMode.RGB): no EXIF transpose,
+ *    torchvision's GIF canvas rules, animated WebP refused;
+ *  - fixed tiles: transformers' load_image (PIL open, exif_transpose, convert("RGB")) before the
+ *    Pillow resize.
+ * Checks max_source_pixels before allocating. */
 int clef_image_decode(const uint8_t *data, size_t n, const clef_image_opts *o, clef_rgb *out, clef_err *err);
 /* Turns an `images` entry (data: URL, bare base64, or a path when allowed) into encoded bytes. The
  * caller frees *bytes. */
 int clef_image_entry_bytes(const char *entry, size_t len, const clef_image_opts *o, uint8_t **bytes, size_t *n,
                            clef_err *err);
 
-int clef_decode_png(const uint8_t *p, size_t n, const clef_image_opts *o, clef_rgb *out, int *exif_orientation,
-                    clef_err *err);
-int clef_decode_jpeg(const uint8_t *p, size_t n, const clef_image_opts *o, clef_rgb *out, int *exif_orientation,
-                     clef_err *err);
-int clef_decode_webp(const uint8_t *p, size_t n, const clef_image_opts *o, clef_rgb *out, int *exif_orientation,
-                     clef_err *err);
-int clef_decode_gif(const uint8_t *p, size_t n, const clef_image_opts *o, clef_rgb *out, clef_err *err);
+/* tv: torchvision.io semantics (native grid), else Pillow's. */
+int clef_decode_png(const uint8_t *p, size_t n, const clef_image_opts *o, int tv, clef_rgb *out,
+                    int *exif_orientation, clef_err *err);
+int clef_decode_jpeg(const uint8_t *p, size_t n, const clef_image_opts *o, int tv, clef_rgb *out,
+                     int *exif_orientation, clef_err *err);
+int clef_decode_webp(const uint8_t *p, size_t n, const clef_image_opts *o, int tv, clef_rgb *out,
+                     int *exif_orientation, clef_err *err);
+int clef_decode_gif(const uint8_t *p, size_t n, const clef_image_opts *o, int tv, clef_rgb *out, clef_err *err);
 /* The Orientation tag of an EXIF block ("Exif\0\0" optional, then TIFF "II"/"MM"): 1..8, 9 when the tag is
  * present with another value, 0 when absent (then Pillow looks at XMP). */
 int clef_exif_orientation(const uint8_t *tiff, size_t n);
