@@ -249,7 +249,7 @@ def text_requests(tok_len):
     add("t052_len_129", sized(129, 1, 0, small_q), ["text", "boundary"], dump="full")
     add("t053_len_256", sized(256, 2, 2, {"department": Q_DEPT, "urgent": Q_URG}), ["text", "boundary"])
     add("t054_len_257", sized(257, 3, 1, {"department": Q_DEPT, "urgent": Q_URG}), ["text", "boundary"])
-    add("t055_state_600", base(filler(40, 4), {"department": Q_DEPT, "urgent": Q_URG, "severity": Q_SEV}),
+    add("t055_state_600", base(filler(37, 4), {"department": Q_DEPT, "urgent": Q_URG, "severity": Q_SEV}),
         ["text", "long"])
     add("t056_truncate_16384", base(filler(1300, 5), {"department": Q_DEPT, "urgent": Q_URG, "severity": Q_SEV}),
         ["text", "long", "truncate"])

@@ -255,15 +255,14 @@ def run_one(entry, corpus_dir, model, processor, cap, store, pad_id, schema_piec
 
 
 def versions():
+    """Versions of the modules actually imported (module.__version__), plus installed-package metadata."""
+    import importlib
     import importlib.metadata as md
     v = {"python": platform.python_version()}
-    for p in ("torch", "transformers", "tokenizers", "numpy", "pillow", "torchvision", "safetensors", "accelerate",
-              "huggingface_hub"):
-        try:
-            v[p] = md.version(p)
-        except md.PackageNotFoundError:
-            v[p] = None
-    for p in ("flash-linear-attention", "fla-core", "causal-conv1d"):
+    for mod in ("torch", "transformers", "tokenizers", "numpy", "PIL", "torchvision", "safetensors", "accelerate",
+                "huggingface_hub"):
+        v["pillow" if mod == "PIL" else mod] = importlib.import_module(mod).__version__
+    for p in ("flash-linear-attention", "fla-core", "causal-conv1d"):  # must be absent (pure torch paths)
         try:
             v[p] = md.version(p)
         except md.PackageNotFoundError:
