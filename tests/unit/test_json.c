@@ -289,7 +289,50 @@ static void test_speed(void) {
     clef_buf_free(&src);
 }
 
+/* src/text/utf8.c, which the parser and the tokenizer share */
+static void test_utf8(void) {
+    uint32_t cp;
+    CHECK(utf8_decode("A", 1, &cp) == 1 && cp == 'A');
+    CHECK(utf8_decode("\xc3\xa9", 2, &cp) == 2 && cp == 0xE9);
+    CHECK(utf8_decode("\xe2\x82\xac", 3, &cp) == 3 && cp == 0x20AC);
+    CHECK(utf8_decode("\xf0\x9f\x98\x80", 4, &cp) == 4 && cp == 0x1F600);
+    CHECK(utf8_decode("\xf4\x8f\xbf\xbf", 4, &cp) == 4 && cp == 0x10FFFF);
+    CHECK(utf8_decode("\xf4\x90\x80\x80", 4, &cp) == 0 && cp == 0xFFFD);
+    CHECK(utf8_decode("\xed\xa0\x80", 3, &cp) == 0);
+    CHECK(utf8_decode_wtf8("\xed\xa0\x80", 3, &cp) == 3 && cp == 0xD800);
+    CHECK(utf8_decode("\xc0\xaf", 2, &cp) == 0);        /* overlong */
+    CHECK(utf8_decode("\xe0\x9f\xbf", 3, &cp) == 0);    /* overlong */
+    CHECK(utf8_decode("\xf0\x8f\xbf\xbf", 4, &cp) == 0); /* overlong */
+    CHECK(utf8_decode("\xe2\x82", 2, &cp) == 0);         /* truncated */
+    CHECK(utf8_decode("\x80", 1, &cp) == 0);
+    CHECK(utf8_decode("", 0, &cp) == 0);
+    char out[4];
+    CHECK(utf8_encode(0x7F, out) == 1 && out[0] == 0x7F);
+    CHECK(utf8_encode(0x7FF, out) == 2 && memcmp(out, "\xdf\xbf", 2) == 0);
+    CHECK(utf8_encode(0xDFFF, out) == 3 && memcmp(out, "\xed\xbf\xbf", 3) == 0);
+    CHECK(utf8_encode(0x10FFFF, out) == 4 && memcmp(out, "\xf4\x8f\xbf\xbf", 4) == 0);
+    CHECK(utf8_encode(0x110000, out) == 0);
+    for (uint32_t c = 0; c <= 0x10FFFF; c += (c < 0x3000 ? 1 : 97)) { /* round trip */
+        int n = utf8_encode(c, out);
+        uint32_t back;
+        int m = utf8_is_surrogate(c) ? utf8_decode_wtf8(out, (size_t)n, &back) : utf8_decode(out, (size_t)n, &back);
+        if (m != n || back != c) { CHECK_MSG(0, "U+%04X", (unsigned)c); break; }
+    }
+    const char *mixed = "abcdefghijklmnop\xc3\xa9qrstuvwxyz0123456789\xff";
+    CHECK(utf8_valid_prefix(mixed, strlen(mixed)) == strlen(mixed) - 1);
+    CHECK(utf8_valid(mixed, strlen(mixed) - 1));
+    CHECK(utf8_count("a\xc3\xa9\xf0\x9f\x98\x80", 7) == 3);
+    char msg[200];
+    utf8_error_message("ab\xf0\x9f\x98", 5, 2, msg, sizeof msg);
+    CHECK_STR(msg, "'utf-8' codec can't decode bytes in position 2-4: unexpected end of data");
+    utf8_error_message("\xed\xa0\x80", 3, 0, msg, sizeof msg);
+    CHECK_STR(msg, "'utf-8' codec can't decode byte 0xed in position 0: invalid continuation byte");
+    utf8_error_message("\xff", 1, 0, msg, sizeof msg);
+    CHECK_STR(msg, "'utf-8' codec can't decode byte 0xff in position 0: invalid start byte");
+}
+
 int main(void) {
+    test_utf8();
     test_contract_examples();
     test_lone_surrogates();
     test_errors();
