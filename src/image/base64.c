@@ -27,6 +27,7 @@ long clef_base64_decode(const char *in, size_t len, uint8_t *out, size_t out_cap
                                     i);
             pad++;
             nq++;
+            acc <<= 6;
             if (nq == 4) {
                 size_t nb = (size_t)(3 - pad);
                 if (o + nb > out_cap)
@@ -47,7 +48,6 @@ long clef_base64_decode(const char *in, size_t len, uint8_t *out, size_t out_cap
                 }
                 return (long)o;
             }
-            acc <<= 6;
             continue;
         }
         int v = b64val(c);

@@ -1,7 +1,9 @@
 /* PIL Image.resize((ow, oh), Image.BICUBIC) on an RGB image (Pillow's libImaging Resample.c
  * arithmetic): separable, horizontal then vertical, a = -0.5 cubic in double, weights normalised per
  * output index and rounded half away from zero to 22-bit fixed point (int32), sums started at 2^21,
- * shifted right by 22 and clamped. A pass whose size is unchanged is skipped. */
+ * shifted right by 22 and clamped. A pass whose size is unchanged is skipped. Pass order is
+ * horizontal then vertical, except Pillow 12's Image.resize special case for very tall images (see
+ * clef_resize_pillow). */
 #include <math.h>
 #include <stdlib.h>
 
@@ -65,7 +67,7 @@ static int pil_pass(int in_size, int out_size, clef_resample_pass *p, clef_err *
     return 0;
 }
 
-int clef_resize_pillow(const clef_rgb *in, int ow, int oh, clef_rgb *out, clef_err *err) {
+static int pil_resize_once(const clef_rgb *in, int ow, int oh, clef_rgb *out, clef_err *err) {
     clef_resample_pass ph = {0}, pv = {0};
     if (ow != in->w && pil_pass(in->w, ow, &ph, err)) return -1;
     if (oh != in->h && pil_pass(in->h, oh, &pv, err)) {
@@ -76,4 +78,17 @@ int clef_resize_pillow(const clef_rgb *in, int ow, int oh, clef_rgb *out, clef_e
     clef_resample_pass_free(&ph);
     clef_resample_pass_free(&pv);
     return rc;
+}
+
+int clef_resize_pillow(const clef_rgb *in, int ow, int oh, clef_rgb *out, clef_err *err) {
+    /* Pillow 12's Image.resize: an image taller than 100x its width that shrinks vertically is
+     * resized in two calls, vertical first (to (w, oh)), then horizontal. */
+    if ((int64_t)in->h > (int64_t)in->w * 100 && oh < in->h) {
+        clef_rgb tmp;
+        if (pil_resize_once(in, in->w, oh, &tmp, err)) return -1;
+        int rc = pil_resize_once(&tmp, ow, oh, out, err);
+        clef_rgb_free(&tmp);
+        return rc;
+    }
+    return pil_resize_once(in, ow, oh, out, err);
 }

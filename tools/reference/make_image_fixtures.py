@@ -1,0 +1,277 @@
+#!/usr/bin/env python3
+"""Writes tests/fixtures/images/: deterministic test images (PNG, JPEG, WebP, GIF in many modes and
+sizes, a few corrupt files) and index.json recording, for each, what the reference image processor
+(transformers 5.17.0 Qwen2VLImageProcessor, torchvision backend, clef-flash's processor settings)
+produces when the image arrives as a request string (a data: URL, or bare base64), exactly as
+systemone() passes it: grid_thw and the sha256 of pixel_values as float32 little-endian bytes, or the
+error it raises. Also the fixed-tile arms (load_image, PIL BICUBIC resize to 256x256 / 448x448, then
+the processor) and a few min_pixels/max_pixels runs.
+
+Run with the reference venv:  .venv-ref/bin/python tools/reference/make_image_fixtures.py
+Deterministic: same images and index on every run (numpy default_rng seeds, Pillow encoders).
+"""
+import base64
+import hashlib
+import io
+import json
+import os
+import struct
+import sys
+import tempfile
+import zlib
+
+import numpy as np
+import PIL
+import torch
+import torchvision
+import transformers
+from PIL import Image
+from transformers import AutoImageProcessor
+from transformers.image_utils import load_image
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+OUT = os.path.join(ROOT, "tests", "fixtures", "images")
+
+PROCESSOR_CONFIG = {  # clef-flash processor_config.json, image_processor part (model.md §2.4)
+    "do_convert_rgb": True, "do_normalize": True, "do_rescale": True, "do_resize": True,
+    "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5],
+    "image_processor_type": "Qwen2VLImageProcessorFast", "merge_size": 2, "patch_size": 16,
+    "resample": 3, "rescale_factor": 0.00392156862745098,
+    "size": {"longest_edge": 16777216, "shortest_edge": 65536}, "temporal_patch_size": 2,
+}
+
+
+def content(w, h, seed, noise=6, kind="smooth"):
+    """Smooth gradients and a few shapes plus a little noise (small files, but every resampler
+    weight matters)."""
+    rng = np.random.default_rng(seed)
+    yy, xx = np.mgrid[0:h, 0:w].astype(np.float64)
+    fx, fy = (xx + 0.5) / w, (yy + 0.5) / h
+    r = 255 * fx
+    g = 255 * fy
+    b = 127.5 + 127.5 * np.sin(2 * np.pi * (fx * (1 + seed % 3) + fy * (2 + seed % 2)))
+    img = np.stack([r, g, b], -1)
+    # a few hard-edged rectangles (ringing for the bicubic)
+    for _ in range(3):
+        x0, y0 = int(rng.integers(0, w)), int(rng.integers(0, h))
+        x1, y1 = min(w, x0 + int(rng.integers(1, max(2, w // 3 + 1)))), min(h, y0 + int(rng.integers(1, max(2, h // 3 + 1))))
+        img[y0:y1, x0:x1] = rng.integers(0, 256, 3)
+    if kind == "noise":
+        img = rng.integers(0, 256, (h, w, 3)).astype(np.float64)
+    elif noise:
+        img = img + rng.normal(0, noise, img.shape)
+    return np.clip(np.rint(img), 0, 255).astype(np.uint8)
+
+
+def png_bytes(im, **kw):
+    b = io.BytesIO()
+    im.save(b, "PNG", **kw)
+    return b.getvalue()
+
+
+def enc(im, fmt, **kw):
+    b = io.BytesIO()
+    im.save(b, fmt, **kw)
+    return b.getvalue()
+
+
+def png_chunk(t, data):
+    return struct.pack(">I", len(data)) + t + data + struct.pack(">I", zlib.crc32(t + data) & 0xFFFFFFFF)
+
+
+def png_raw(w, h, color_type, depth, rows_fn, interlace=False, extra_chunks=(), plte=None, trns=None):
+    """A minimal PNG writer (Pillow cannot write Adam7 or gAMA): rows_fn(y, xs) gives the raw bytes of
+    the pixels at x in xs of row y."""
+    out = [b"\x89PNG\r\n\x1a\n", png_chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, depth, color_type, 0, 0, 1 if interlace else 0))]
+    for c in extra_chunks:
+        out.append(c)
+    if plte is not None:
+        out.append(png_chunk(b"PLTE", plte))
+    if trns is not None:
+        out.append(png_chunk(b"tRNS", trns))
+    raw = bytearray()
+    passes = [(0, 0, 8, 8), (4, 0, 8, 8), (0, 4, 4, 8), (2, 0, 4, 4), (0, 2, 2, 4), (1, 0, 2, 2), (0, 1, 1, 2)] if interlace else [(0, 0, 1, 1)]
+    for x0, y0, dx, dy in passes:
+        xs = list(range(x0, w, dx))
+        if not xs:
+            continue
+        for y in range(y0, h, dy):
+            raw += b"\x00" + rows_fn(y, xs)
+    out.append(png_chunk(b"IDAT", zlib.compress(bytes(raw), 9)))
+    out.append(png_chunk(b"IEND", b""))
+    return b"".join(out)
+
+
+def exif_with_orientation(o):
+    ex = Image.Exif()
+    ex[0x0112] = o
+    return ex.tobytes()
+
+
+def build_images():
+    """(name, bytes, entry_form) in a fixed order."""
+    items = []
+
+    def add(name, data, form="data_url"):
+        items.append((name, data, form))
+
+    # PNG RGB: small and odd sizes (noise content: every pixel matters), upscaling ones
+    for i, (w, h) in enumerate([(1, 1), (1, 2), (2, 1), (3, 3), (5, 9), (10, 10), (16, 16), (17, 23), (31, 33), (32, 32),
+                                (33, 31), (48, 64), (63, 65), (100, 37), (127, 129), (150, 200), (200, 150), (255, 257),
+                                (257, 259), (256, 256)]):
+        kind = "noise" if w * h <= 4096 else "smooth"
+        add(f"png_rgb_{w}x{h}.png", png_bytes(Image.fromarray(content(w, h, i, kind=kind))))
+    # rounding and aspect-ratio cases
+    for i, (w, h) in enumerate([(400, 560), (560, 400), (224, 224), (300, 200), (16, 500), (500, 16), (90, 2000),
+                                (1000, 250), (333, 777), (640, 480), (1, 200), (200, 1), (1, 201), (2, 401), (3, 600),
+                                (10, 2000), (10, 2001), (25, 5000), (24, 5000), (5000, 25), (600, 3), (17, 3401),
+                                (1, 199)]):
+        add(f"png_rgb_{w}x{h}.png", png_bytes(Image.fromarray(content(w, h, 100 + i, noise=3)), optimize=True))
+    # PNG modes
+    base = content(97, 61, 7, noise=4)
+    im = Image.fromarray(base)
+    a = np.random.default_rng(8).integers(0, 256, (61, 97), dtype=np.uint8)
+    rgba = Image.fromarray(np.dstack([base, a]), "RGBA")
+    add("png_rgba.png", png_bytes(rgba))
+    add("png_la.png", png_bytes(rgba.convert("LA")))
+    add("png_l.png", png_bytes(im.convert("L")))
+    add("png_p.png", png_bytes(im.quantize(64)))
+    pt = im.quantize(32)
+    pt.info["transparency"] = 3
+    add("png_p_trns.png", png_bytes(pt, transparency=3))
+    add("png_p_16colors.png", png_bytes(im.quantize(16), bits=4))
+    add("png_1bit.png", png_bytes(im.convert("1")))
+    g = np.asarray(im.convert("L"))
+    add("png_grey2.png", png_raw(97, 61, 0, 2, lambda y, xs: bytes(np.packbits(np.unpackbits(np.array([g[y, x] >> 6 for x in xs], np.uint8)[:, None], axis=1)[:, 6:].reshape(-1)).tobytes())))
+    add("png_grey4.png", png_raw(97, 61, 0, 4, lambda y, xs: bytes(np.packbits(np.unpackbits(np.array([g[y, x] >> 4 for x in xs], np.uint8)[:, None], axis=1)[:, 4:].reshape(-1)).tobytes())))
+    w16 = (base.astype(np.uint16) * 257 + np.random.default_rng(9).integers(0, 257, base.shape)).astype(">u2")
+    add("png_rgb16.png", png_raw(97, 61, 2, 16, lambda y, xs: w16[y, xs].tobytes()))
+    a16 = (a.astype(np.uint16) * 257).astype(">u2")
+    add("png_rgba16.png", png_raw(97, 61, 6, 16, lambda y, xs: np.dstack([w16, a16])[y, xs].tobytes()))
+    gl = (np.asarray(im.convert("L")).astype(np.uint16) * 3).astype(">u2")  # values 0..765: I;16 clamps
+    add("png_grey16.png", png_raw(97, 61, 0, 16, lambda y, xs: gl[y, xs].tobytes()))
+    add("png_la16.png", png_raw(97, 61, 4, 16, lambda y, xs: np.dstack([w16[:, :, 0], a16])[y, xs].tobytes()))
+    add("png_interlaced_rgb.png", png_raw(97, 61, 2, 8, lambda y, xs: base[y, xs].tobytes(), interlace=True))
+    add("png_interlaced_rgba.png", png_raw(45, 38, 6, 8, lambda y, xs: np.dstack([base, a])[y, xs].tobytes(), interlace=True))
+    add("png_interlaced_p4.png", png_raw(23, 11, 3, 4, lambda y, xs: np.packbits(np.unpackbits(np.array([(x * 7 + y) % 16 for x in xs], np.uint8)[:, None], axis=1)[:, 4:].reshape(-1)).tobytes(),
+                                         interlace=True, plte=bytes(np.random.default_rng(3).integers(0, 256, 48, dtype=np.uint8))))
+    add("png_gamma_srgb.png", png_raw(97, 61, 2, 8, lambda y, xs: base[y, xs].tobytes(),
+                                      extra_chunks=[png_chunk(b"gAMA", struct.pack(">I", 100000)), png_chunk(b"sRGB", b"\x00")]))
+    add("png_exif_rot6.png", png_bytes(im, exif=exif_with_orientation(6)))
+    add("png_short_palette.png", png_raw(20, 10, 3, 8, lambda y, xs: bytes([(x + y) % 12 for x in xs]), plte=bytes(range(24))))
+    add("png_base64_bare.png", png_bytes(Image.fromarray(content(70, 50, 11))), "base64")
+    # JPEG
+    for name, w, h, kw in [("jpeg_420_640x480.jpg", 640, 480, dict(quality=85, subsampling=2)),
+                           ("jpeg_444_333x222.jpg", 333, 222, dict(quality=90, subsampling=0)),
+                           ("jpeg_422_201x99.jpg", 201, 99, dict(quality=80, subsampling=1)),
+                           ("jpeg_420_odd_33x17.jpg", 33, 17, dict(quality=75, subsampling=2)),
+                           ("jpeg_progressive_500x375.jpg", 500, 375, dict(quality=80, progressive=True)),
+                           ("jpeg_1920x1080.jpg", 1920, 1080, dict(quality=70)),
+                           ("jpeg_1080x1920.jpg", 1080, 1920, dict(quality=70)),
+                           ("jpeg_5000x300.jpg", 5000, 300, dict(quality=70)),
+                           ("jpeg_300x5000.jpg", 300, 5000, dict(quality=70)),
+                           ("jpeg_4500x3800.jpg", 4500, 3800, dict(quality=40)),
+                           ("jpeg_1x1.jpg", 1, 1, dict(quality=90)),
+                           ("jpeg_7x5.jpg", 7, 5, dict(quality=90))]:
+        add(name, enc(Image.fromarray(content(w, h, hash(name) % 1000 if False else len(name) + w, noise=2)), "JPEG", **kw))
+    jb = Image.fromarray(content(120, 80, 21, noise=4))
+    add("jpeg_grey.jpg", enc(jb.convert("L"), "JPEG", quality=85))
+    add("jpeg_cmyk.jpg", enc(jb.convert("CMYK"), "JPEG", quality=90))
+    for o in range(1, 9):
+        add(f"jpeg_exif_orient{o}.jpg", enc(Image.fromarray(content(72, 40, 30 + o, noise=3)), "JPEG", quality=88, exif=exif_with_orientation(o)))
+    add("jpeg_base64_bare.jpg", enc(jb, "JPEG", quality=80), "base64")
+    # WebP
+    wb = Image.fromarray(content(211, 133, 41, noise=4))
+    add("webp_lossy.webp", enc(wb, "WEBP", quality=80))
+    add("webp_lossless.webp", enc(wb, "WEBP", lossless=True))
+    wa = np.random.default_rng(42).integers(0, 256, (133, 211), dtype=np.uint8)
+    add("webp_lossy_alpha.webp", enc(Image.fromarray(np.dstack([np.asarray(wb), wa]), "RGBA"), "WEBP", quality=80))
+    add("webp_lossless_alpha.webp", enc(Image.fromarray(np.dstack([np.asarray(wb), wa]), "RGBA"), "WEBP", lossless=True))
+    add("webp_odd_31x17.webp", enc(Image.fromarray(content(31, 17, 43)), "WEBP", quality=70))
+    add("webp_exif_rot8.webp", enc(wb, "WEBP", quality=80, exif=exif_with_orientation(8)))
+    fr = [Image.fromarray(content(64, 48, 50 + k, noise=2)) for k in range(3)]
+    add("webp_animated.webp", enc(fr[0], "WEBP", save_all=True, append_images=fr[1:], duration=100, quality=80))
+    # GIF
+    gb = Image.fromarray(content(150, 100, 61, noise=4))
+    add("gif_p.gif", enc(gb.quantize(256), "GIF"))
+    add("gif_small_8x8.gif", enc(Image.fromarray(content(8, 8, 62, kind="noise")).quantize(64), "GIF"))
+    add("gif_transparent.gif", enc(gb.quantize(64), "GIF", transparency=5))
+    gf = [Image.fromarray(content(80, 60, 63 + k, noise=2)).quantize(128) for k in range(3)]
+    add("gif_animated.gif", enc(gf[0], "GIF", save_all=True, append_images=gf[1:], duration=100))
+    add("gif_grey.gif", enc(gb.convert("L"), "GIF"))
+    # errors the reference raises
+    good = png_bytes(Image.fromarray(content(64, 64, 70)))
+    add("bad_truncated.png", good[: len(good) // 2])
+    gj = enc(Image.fromarray(content(64, 64, 71)), "JPEG", quality=90)
+    add("bad_truncated.jpg", gj[: len(gj) // 2])
+    add("bad_random.bin", bytes(np.random.default_rng(72).integers(0, 256, 300, dtype=np.uint8)))
+    add("bad_text.txt", b"this is not an image\n")
+    return items
+
+
+def result(proc, images, **kw):
+    try:
+        out = proc(images=images, return_tensors="pt", **kw)
+    except Exception as e:  # the reference's error, recorded by class and message
+        return {"error": type(e).__name__, "message": str(e)[:300]}
+    pv = out["pixel_values"]
+    assert pv.dtype == torch.float32
+    return {"grid_thw": out["image_grid_thw"][0].tolist(), "shape": list(pv.shape),
+            "pixel_values_sha256": hashlib.sha256(pv.contiguous().numpy().astype("<f4").tobytes()).hexdigest()}
+
+
+def tile_result(proc, entry, tile):
+    try:
+        im = load_image(entry).resize((tile, tile), Image.BICUBIC)
+    except Exception as e:
+        return {"error": type(e).__name__, "message": str(e)[:300]}
+    return result(proc, [im])
+
+
+def main():
+    torch.set_num_threads(1)
+    os.makedirs(OUT, exist_ok=True)
+    with tempfile.TemporaryDirectory() as d:
+        with open(os.path.join(d, "preprocessor_config.json"), "w") as f:
+            json.dump(PROCESSOR_CONFIG, f)
+        proc = AutoImageProcessor.from_pretrained(d)
+    mro = [c.__name__ for c in type(proc).__mro__][:4]
+    assert mro[0] == "Qwen2VLImageProcessor" and mro[1] == "TorchvisionBackend", mro
+    index = {
+        "what": "Reference image processor outputs for the images in this folder, each sent as a request string "
+                "(entry: data_url = 'data:image/<ext>;base64,...', base64 = bare base64). native: the processor on "
+                "the string; g256/g448: transformers load_image, PIL BICUBIC resize to the tile, then the processor; "
+                "kwargs runs pass min_pixels/max_pixels to the processor call. sha256 over pixel_values as float32 LE.",
+        "generator": "tools/reference/make_image_fixtures.py",
+        "versions": {"python": sys.version.split()[0], "transformers": transformers.__version__, "torch": torch.__version__,
+                     "torchvision": torchvision.__version__, "pillow": PIL.__version__, "numpy": np.__version__},
+        "processor_class": mro[0], "processor_mro": mro, "processor_config": PROCESSOR_CONFIG,
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "images": [],
+    }
+    mime = {"png": "png", "jpg": "jpeg", "webp": "webp", "gif": "gif", "bin": "png", "txt": "png"}
+    kw_runs = {"png_rgb_640x480.png": [(4096, 65536), (65536, 262144)], "jpeg_1920x1080.jpg": [(1024, 200704)],
+               "png_rgb_10x10.png": [(100000, 16777216)]}
+    for name, data, form in build_images():
+        with open(os.path.join(OUT, name), "wb") as f:
+            f.write(data)
+        b64 = base64.b64encode(data).decode()
+        entry = f"data:image/{mime[name.rsplit('.', 1)[1]]};base64,{b64}" if form == "data_url" else b64
+        rec = {"file": name, "entry": form, "bytes": len(data), "file_sha256": hashlib.sha256(data).hexdigest(),
+               "native": result(proc, [entry])}
+        for t in (256, 448):
+            rec[f"g{t}"] = tile_result(proc, entry, t)
+        if name in kw_runs:
+            rec["kwargs"] = [dict(min_pixels=a, max_pixels=b, **result(proc, [entry], min_pixels=a, max_pixels=b))
+                             for a, b in kw_runs[name]]
+        index["images"].append(rec)
+        print(name, rec["native"].get("grid_thw", rec["native"].get("error")), flush=True)
+    with open(os.path.join(OUT, "index.json"), "w") as f:
+        json.dump(index, f, indent=1, sort_keys=False)
+        f.write("\n")
+    total = sum(r["bytes"] for r in index["images"])
+    print(f"{len(index['images'])} images, {total} bytes")
+
+
+if __name__ == "__main__":
+    main()
