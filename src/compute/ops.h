@@ -47,7 +47,8 @@ struct clef_ops {
     /* ---- gathers ---- */
     /* y[i, :] = table[ids[i], :] converted to fp32; table [V, D]; ids host, each in [0, V). */
     void (*embed)(clef_ops *ops, float *y, const clef_tensor *table, const int32_t *ids, size_t n);
-    /* y[d] = mean over rows r in [r0, r1) of x[r, d] (r1 > r0); x has row stride ldx. */
+    /* y[d] = mean over rows r in [r0, r1) of x[r, d]; x has row stride ldx. NaN when r1 <= r0
+     * (torch's mean of an empty slice). */
     void (*row_mean)(clef_ops *ops, float *y, const float *x, size_t ldx, size_t r0, size_t r1,
                      size_t D);
 

@@ -73,13 +73,15 @@ int clef_head_forward(clef_ops *ops, const clef_head_config *hc, const clef_head
     for (int i = 0; i < Q; i++) {
         const clef_head_question *qq = &in->questions[i];
         if (qq->type < 0 || qq->type > 2) return clef_err_set(err, CLEF_E_INTERNAL, "question %d has type %d", i, qq->type);
-        if (qq->q_start < 0 || qq->q_end <= qq->q_start || (size_t)qq->q_end > T)
-            return clef_err_set(err, CLEF_E_INTERNAL, "question %d span [%d, %d) is empty or outside %zu tokens", i, (int)qq->q_start, (int)qq->q_end, T);
+        /* An empty span is allowed: its mean is NaN, as in the reference (contract.md §3.2: a
+         * question with an empty id and no instructions gives NaN logits for the whole record). */
+        if (qq->q_start < 0 || qq->q_end < qq->q_start || (size_t)qq->q_end > T)
+            return clef_err_set(err, CLEF_E_INTERNAL, "question %d span [%d, %d) is outside %zu tokens", i, (int)qq->q_start, (int)qq->q_end, T);
         if (qq->n_options <= 0 || !qq->option_spans) return clef_err_set(err, CLEF_E_INTERNAL, "question %d has no options", i);
         for (int j = 0; j < qq->n_options; j++) {
             int32_t s = qq->option_spans[2 * j], e = qq->option_spans[2 * j + 1];
-            if (s < 0 || e <= s || (size_t)e > T)
-                return clef_err_set(err, CLEF_E_INTERNAL, "question %d option %d span [%d, %d) is empty or outside %zu tokens", i, j, (int)s, (int)e, T);
+            if (s < 0 || e < s || (size_t)e > T)
+                return clef_err_set(err, CLEF_E_INTERNAL, "question %d option %d span [%d, %d) is outside %zu tokens", i, j, (int)s, (int)e, T);
             for (int32_t t = s; t < e; t++)
                 if (in->ids[t] < 0 || in->ids[t] >= V) return clef_err_set(err, CLEF_E_INTERNAL, "token id %d outside the lexical table", (int)in->ids[t]);
             if ((size_t)(e - s) > maxspan) maxspan = (size_t)(e - s);
@@ -136,7 +138,7 @@ int clef_head_forward(clef_ops *ops, const clef_head_config *hc, const clef_head
         for (int j = 0; j < qq->n_options; j++, oi++) {
             size_t s = (size_t)qq->option_spans[2 * j], e = (size_t)qq->option_spans[2 * j + 1];
             ops->row_mean(ops, Cv + oi * Hb, Hn, Hb, s, e, Hb);
-            ops->embed(ops, tmp, lm_head, in->ids + s, e - s);
+            if (e > s) ops->embed(ops, tmp, lm_head, in->ids + s, e - s);
             ops->row_mean(ops, Lx + oi * Hb, tmp, Hb, 0, e - s, Hb);
         }
         types[i] = qq->type;

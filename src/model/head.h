@@ -16,8 +16,10 @@
 size_t clef_head_total_options(const clef_head_in *in);
 
 /* lm_head: the backbone's lm_head.weight [V, hidden] (the lexical table). logits: host array of
- * clef_head_total_options(in) floats. Returns 0, or -1 with err set (InternalError for spans or
- * ids out of range, OutOfMemory). */
+ * clef_head_total_options(in) floats. An empty span is not an error: its mean is NaN as in the
+ * reference, which makes every logit of the record NaN (contract.md §3.2, the silent NaN case;
+ * the decision layer may refuse such a record before calling). Returns 0, or -1 with err set
+ * (InternalError for spans, ids or types out of range; OutOfMemory). */
 int clef_head_forward(clef_ops *ops, const clef_head_config *hc, const clef_head_weights *hw,
                       const clef_tensor *lm_head, const clef_head_in *in, float *logits,
                       clef_err *err);

@@ -3,7 +3,8 @@
  *  - the questions are decided jointly but without order: permuting the questions permutes the
  *    logits, reversing one question's options reverses its logits (to float noise);
  *  - every memory row matters (the evidence/cross attention reads all tokens);
- *  - bad spans, ids and types are refused with an error value.
+ *  - an empty question span gives NaN logits for the whole record, as the reference;
+ *  - spans outside the record, bad ids and types are refused with an error value.
  * Parity with the reference's logits and probabilities is in test_tiny_parity.c. */
 #include <math.h>
 #include <stdint.h>
@@ -89,19 +90,25 @@ int main(void) {
     clef_head_in inb = {hid, N, ids, 1, qb};
     clef_err_clear(&err);
     CHECK(clef_head_forward(o1, &m->head_cfg, &m->head, &m->text.lm_head, &inb, lp, &err) == -1 && err.type);
-    int32_t empty[] = {20, 20, 25, 30};
-    qb[0].option_spans = empty;
-    clef_err_clear(&err);
-    CHECK(clef_head_forward(o1, &m->head_cfg, &m->head, &m->text.lm_head, &inb, lp, &err) == -1 && err.type);
     qb[0].option_spans = o0;
     qb[0].type = 3;
     clef_err_clear(&err);
     CHECK(clef_head_forward(o1, &m->head_cfg, &m->head, &m->text.lm_head, &inb, lp, &err) == -1 && err.type);
     qb[0].type = 0;
-    qb[0].q_end = 10;
+    qb[0].q_start = 21;
+    qb[0].q_end = 20;
     clef_err_clear(&err);
     CHECK(clef_head_forward(o1, &m->head_cfg, &m->head, &m->text.lm_head, &inb, lp, &err) == -1 && err.type);
-    qb[0].q_end = 20;
+    qb[0].q_start = 10;
+
+    /* the silent NaN case (contract.md §3.2): an empty question span is not refused; its mean is
+     * NaN and, through the joint decoder, every logit of the record is NaN (as the reference) */
+    clef_head_question qn[3] = {qs[0], {1, 40, 40, 3, oq1}, qs[2]};
+    clef_head_in inn = {hid, N, ids, 3, qn};
+    CHECK(clef_head_forward(o3, &m->head_cfg, &m->head, &m->text.lm_head, &inn, lp, &err) == 0);
+    int allnan = 1;
+    for (int i = 0; i < 9; i++) allnan &= isnan(lp[i]);
+    CHECK_MSG(allnan, "an empty question span must make every logit NaN");
     int32_t ids_bad[150];
     memcpy(ids_bad, ids, sizeof ids);
     ids_bad[27] = -5;

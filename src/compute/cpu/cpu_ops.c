@@ -94,6 +94,10 @@ static void rowmean_fn(void *c_, size_t b, size_t e, int w) {
     (void)w;
     rowmean_ctx *c = c_;
     double inv = (double)(c->r1 - c->r0);
+    if (c->r1 <= c->r0) { /* mean of no rows: NaN, as torch */
+        for (size_t d = b; d < e; d++) c->y[d] = NAN;
+        return;
+    }
     for (size_t d = b; d < e; d++) {
         double s = 0;
         for (size_t r = c->r0; r < c->r1; r++) s += c->x[r * c->ldx + d];
