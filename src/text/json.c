@@ -34,6 +34,7 @@ struct json_doc {
 #define ARENA_MAX_CHUNK ((size_t)8 * 1024 * 1024)
 
 static void *arena_alloc(json_doc *d, size_t n) {
+    if (n > SIZE_MAX / 2) return NULL;
     n = (n + 15) & ~(size_t)15;
     if (n == 0) n = 16;
     chunk *c = d->head;
@@ -42,7 +43,6 @@ static void *arena_alloc(json_doc *d, size_t n) {
         c->used += n;
         return p;
     }
-    if (n > SIZE_MAX / 2) return NULL;
     size_t cap = d->next_cap;
     if (n > cap / 4) {
         /* a big block gets a chunk of its own, behind the current one so its free space stays usable */
