@@ -1,7 +1,7 @@
 /* clef tokenize: token ids of text, as HF tokenizers' encode(text, add_special_tokens=False).
  *
  *   clef tokenize --model DIR (--text S | --file F | --jsonl F|-) [--split file|qwen2|qwen35]
- *                 [--no-added-tokens] [--bench N]
+ *                 [--no-added-tokens] [--regex-only] [--bench N]
  *
  * --text / --file: the text (all bytes of F) is one piece; prints {"ids":[...]}.
  * --jsonl: every input line is one JSON string; prints one line per input line, {"ids":[...]} or
@@ -9,6 +9,7 @@
  * --split: force the split variant (default: the one tokenizer.json's pattern names).
  * --no-added-tokens: do not match added tokens (not the reference's behaviour; for fixtures that
  *   tokenize literal "<|im_start|>" as text).
+ * --regex-only: split with Oniguruma only, without the ASCII fast path (for tests; same ids).
  * --bench N: tokenize the --text/--file text N times and print timings to stderr.
  * Reads only DIR/tokenizer.json. */
 #include <stdio.h>
@@ -31,7 +32,7 @@ static double now_s(void) {
 static int usage(void) {
     fprintf(stderr,
             "usage: clef tokenize --model DIR (--text S | --file F | --jsonl F|-)\n"
-            "                     [--split file|qwen2|qwen35] [--no-added-tokens] [--bench N]\n");
+            "                     [--split file|qwen2|qwen35] [--no-added-tokens] [--regex-only] [--bench N]\n");
     return 2;
 }
 
@@ -139,6 +140,7 @@ int cmd_tokenize(int argc, char **argv) {
         else if (!strcmp(a, "--jsonl") && has) jsonl = argv[++i];
         else if (!strcmp(a, "--bench") && has) bench = strtol(argv[++i], NULL, 10);
         else if (!strcmp(a, "--no-added-tokens")) flags |= CLEF_TOK_NO_ADDED;
+        else if (!strcmp(a, "--regex-only")) flags |= CLEF_TOK_REGEX_ONLY;
         else if (!strcmp(a, "--split") && has) {
             const char *s = argv[++i];
             if (!strcmp(s, "file")) variant = CLEF_SPLIT_FROM_FILE;

@@ -16,6 +16,7 @@
 
 #include <oniguruma.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,7 +53,11 @@ struct clef_tokenizer {
     int nfc;
     OnigRegex re;
     clef_split_variant variant; /* resolved: QWEN2 or QWEN35 */
+    uint32_t gen;               /* distinct per loaded tokenizer: tags its entries in the thread caches */
 };
+
+static atomic_uint gen_counter;
+static void tls_release_current(void);
 
 /* ---------------------------------------------------------------- GPT-2 byte <-> unicode */
 
@@ -184,6 +189,7 @@ static char *pattern_with_user_props(const char *re) {
 
 void clef_tokenizer_free(clef_tokenizer *t) {
     if (!t) return;
+    tls_release_current();
     bpe_pairs_free(&t->pairs);
     for (size_t i = 0; i < t->n_added; i++) free(t->added[i].s);
     free(t->added);
@@ -503,6 +509,8 @@ clef_tokenizer *clef_tokenizer_load(const char *path, clef_split_variant v, clef
         clef_err_set(err, CLEF_E_BAD_MODEL, "%s: truncation/padding settings are not supported (they would change the ids)", path);
         goto out;
     }
+    t->gen = atomic_fetch_add(&gen_counter, 1) + 1;
+    if (t->gen == 0) t->gen = atomic_fetch_add(&gen_counter, 1) + 1;
     if (load_model(t, json_object_get(root, "model"), err)) goto out;
     if (load_added(t, json_object_get(root, "added_tokens"), err)) goto out;
     if (load_normalizer(t, json_object_get(root, "normalizer"), err)) goto out;
@@ -547,6 +555,73 @@ static void work_free(tok_work *w) {
     free(w->cps);
     free(w->norm);
     if (w->region) onig_region_free(w->region, 1);
+    memset(w, 0, sizeof *w);
+}
+
+/* Per-thread state, kept between calls: the scratch buffers and a direct-mapped cache of pretoken
+ * bytes -> ids (most pretokens of a text are words seen before; a hit skips the BPE's pair-table
+ * lookups). Entries carry the tokenizer's gen, so several tokenizers can share a thread's cache.
+ * Thread-local, so concurrent calls share nothing. */
+#define CACHE_SLOTS 8192
+#define CACHE_KEY 26
+#define CACHE_IDS 8
+typedef struct cache_slot {
+    uint32_t gen; /* 0 = empty */
+    uint8_t klen, nids;
+    char key[CACHE_KEY];
+    int32_t ids[CACHE_IDS];
+} cache_slot;
+
+typedef struct tok_tls {
+    tok_work w;
+    cache_slot *slots;
+} tok_tls;
+
+static pthread_key_t tls_key;
+static pthread_once_t tls_once = PTHREAD_ONCE_INIT;
+static int tls_ok;
+
+static void tls_destroy(void *p) {
+    tok_tls *x = p;
+    if (!x) return;
+    work_free(&x->w);
+    free(x->slots);
+    free(x);
+}
+
+static void tls_init_once(void) { tls_ok = pthread_key_create(&tls_key, tls_destroy) == 0; }
+
+/* The calling thread's state, created on first use; NULL when out of memory. */
+static tok_tls *tls_get(void) {
+    pthread_once(&tls_once, tls_init_once);
+    if (!tls_ok) return NULL;
+    tok_tls *x = pthread_getspecific(tls_key);
+    if (x) return x;
+    x = calloc(1, sizeof *x);
+    if (!x) return NULL;
+    x->slots = calloc(CACHE_SLOTS, sizeof *x->slots);
+    if (!x->slots || pthread_setspecific(tls_key, x)) {
+        free(x->slots);
+        free(x);
+        return NULL;
+    }
+    return x;
+}
+
+/* Frees the calling thread's state (other threads' go at their exit). */
+static void tls_release_current(void) {
+    pthread_once(&tls_once, tls_init_once);
+    if (!tls_ok) return;
+    tok_tls *x = pthread_getspecific(tls_key);
+    if (!x) return;
+    pthread_setspecific(tls_key, NULL);
+    tls_destroy(x);
+}
+
+static inline uint32_t cache_hash(const unsigned char *p, size_t n) {
+    uint32_t h = 2166136261u;
+    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 16777619u;
+    return h ^ (h >> 15);
 }
 
 static int grow(void **p, size_t *cap, size_t need, size_t elem) {
@@ -646,46 +721,163 @@ static int nfc(tok_work *w, const char *s, size_t n, const char **out, size_t *o
     return 0;
 }
 
-static int encode_pretoken(const clef_tokenizer *t, tok_work *w, const unsigned char *p, size_t n, clef_ids *out,
-                           clef_err *err) {
+static int encode_pretoken(const clef_tokenizer *t, tok_work *w, cache_slot *cache, const unsigned char *p, size_t n,
+                           clef_ids *out, clef_err *err) {
     if (n == 1) {
         if (clef_ids_push(out, t->byte_id[p[0]])) return clef_err_set(err, CLEF_E_OOM, "out of memory");
         return 0;
+    }
+    cache_slot *slot = NULL;
+    if (cache && n <= CACHE_KEY) {
+        slot = &cache[cache_hash(p, n) & (CACHE_SLOTS - 1)];
+        if (slot->gen == t->gen && slot->klen == n && memcmp(slot->key, p, n) == 0) {
+            if (clef_ids_append(out, slot->ids, slot->nids)) return clef_err_set(err, CLEF_E_OOM, "out of memory");
+            return 0;
+        }
     }
     if (grow((void **)&w->syms, &w->syms_cap, n, sizeof *w->syms)) return clef_err_set(err, CLEF_E_OOM, "out of memory");
     for (size_t i = 0; i < n; i++) w->syms[i] = t->byte_id[p[i]];
     size_t m = bpe_merge(&t->pairs, w->syms, n, &w->bpe);
     if (m == (size_t)-1) return clef_err_set(err, CLEF_E_OOM, "out of memory in BPE");
     if (clef_ids_append(out, w->syms, m)) return clef_err_set(err, CLEF_E_OOM, "out of memory");
+    if (slot && m <= CACHE_IDS) {
+        slot->gen = t->gen;
+        slot->klen = (uint8_t)n;
+        slot->nids = (uint8_t)m;
+        memcpy(slot->key, p, n);
+        memcpy(slot->ids, w->syms, m * sizeof *w->syms);
+    }
     return 0;
 }
 
-static int encode_segment(const clef_tokenizer *t, tok_work *w, const char *s, size_t n, clef_ids *out, clef_err *err) {
+/* ---------------------------------------------------------------- ASCII fast path of the split
+ *
+ * On ASCII text both known patterns reduce to simple rules (no \p{M} in ASCII; \p{L} = [A-Za-z],
+ * \p{N} = [0-9], \s = [\t\n\v\f\r ]). ascii_match gives the match Oniguruma finds at i, trying
+ * the alternatives in pattern order, as long as it reads only ASCII: it returns 0 ("ask the regex")
+ * whenever the answer would depend on a byte at or past `a`, the first non-ASCII byte (a < n), e.g.
+ * a letter run reaching a non-ASCII letter. The result equals Oniguruma's (compared on random text
+ * by test_tokenizer and, through CLEF_TOK_REGEX_ONLY, by the parity test). */
+enum { A_OTHER, A_LETTER, A_DIGIT, A_SPACE, A_CRLF, A_END, A_UNSURE };
+
+static const unsigned char ascii_class[128] = {
+    ['\t'] = A_SPACE, ['\n'] = A_CRLF, ['\v'] = A_SPACE, ['\f'] = A_SPACE, ['\r'] = A_CRLF, [' '] = A_SPACE,
+    ['0'] = A_DIGIT, ['1'] = A_DIGIT, ['2'] = A_DIGIT, ['3'] = A_DIGIT, ['4'] = A_DIGIT, ['5'] = A_DIGIT,
+    ['6'] = A_DIGIT, ['7'] = A_DIGIT, ['8'] = A_DIGIT, ['9'] = A_DIGIT,
+    ['A'] = A_LETTER, ['B'] = A_LETTER, ['C'] = A_LETTER, ['D'] = A_LETTER, ['E'] = A_LETTER, ['F'] = A_LETTER,
+    ['G'] = A_LETTER, ['H'] = A_LETTER, ['I'] = A_LETTER, ['J'] = A_LETTER, ['K'] = A_LETTER, ['L'] = A_LETTER,
+    ['M'] = A_LETTER, ['N'] = A_LETTER, ['O'] = A_LETTER, ['P'] = A_LETTER, ['Q'] = A_LETTER, ['R'] = A_LETTER,
+    ['S'] = A_LETTER, ['T'] = A_LETTER, ['U'] = A_LETTER, ['V'] = A_LETTER, ['W'] = A_LETTER, ['X'] = A_LETTER,
+    ['Y'] = A_LETTER, ['Z'] = A_LETTER,
+    ['a'] = A_LETTER, ['b'] = A_LETTER, ['c'] = A_LETTER, ['d'] = A_LETTER, ['e'] = A_LETTER, ['f'] = A_LETTER,
+    ['g'] = A_LETTER, ['h'] = A_LETTER, ['i'] = A_LETTER, ['j'] = A_LETTER, ['k'] = A_LETTER, ['l'] = A_LETTER,
+    ['m'] = A_LETTER, ['n'] = A_LETTER, ['o'] = A_LETTER, ['p'] = A_LETTER, ['q'] = A_LETTER, ['r'] = A_LETTER,
+    ['s'] = A_LETTER, ['t'] = A_LETTER, ['u'] = A_LETTER, ['v'] = A_LETTER, ['w'] = A_LETTER, ['x'] = A_LETTER,
+    ['y'] = A_LETTER, ['z'] = A_LETTER,
+};
+
+static inline int acls(const unsigned char *s, size_t n, size_t a, size_t j) {
+    if (j >= n) return A_END;
+    if (j >= a) return A_UNSURE;
+    return ascii_class[s[j]];
+}
+
+/* End of the match at i (i < a), or 0 when the regex must decide. */
+static size_t ascii_match(const unsigned char *s, size_t n, size_t a, size_t i) {
+    int c0 = ascii_class[s[i]];
+    size_t j;
+    int c;
+    /* (?i:'s|'t|'re|'ve|'m|'ll|'d) */
+    if (s[i] == '\'') {
+        c = acls(s, n, a, i + 1);
+        if (c == A_UNSURE) return 0;
+        if (c == A_LETTER) {
+            int l = s[i + 1] | 0x20;
+            if (l == 's' || l == 't' || l == 'm' || l == 'd') return i + 2;
+            if (l == 'r' || l == 'v' || l == 'l') {
+                int c2 = acls(s, n, a, i + 2);
+                if (c2 == A_UNSURE) return 0;
+                if (c2 == A_LETTER && (s[i + 2] | 0x20) == (l == 'l' ? 'l' : 'e')) return i + 3;
+            }
+        }
+    }
+    /* [^\r\n\p{L}\p{N}]?\p{L}+ (the \p{M} variant's [\p{L}\p{M}]+ is the same on ASCII) */
+    if (c0 == A_LETTER || c0 == A_OTHER || c0 == A_SPACE) {
+        j = c0 == A_LETTER ? i : i + 1;
+        c = acls(s, n, a, j);
+        if (c == A_UNSURE) return 0;
+        if (c == A_LETTER) {
+            while ((c = acls(s, n, a, j)) == A_LETTER) j++;
+            return c == A_UNSURE ? 0 : j;
+        }
+    }
+    /* \p{N} */
+    if (c0 == A_DIGIT) return i + 1;
+    /* " ?[^\s\p{L}\p{N}]+[\r\n]*" */
+    j = s[i] == ' ' ? i + 1 : i;
+    c = acls(s, n, a, j);
+    if (c == A_UNSURE) return 0;
+    if (c == A_OTHER) {
+        while ((c = acls(s, n, a, j)) == A_OTHER) j++;
+        while (c == A_CRLF) c = acls(s, n, a, ++j);
+        return c == A_UNSURE ? 0 : j;
+    }
+    /* what is left starts with whitespace: \s*[\r\n]+ | \s+(?!\S) | \s+ */
+    if (c0 != A_SPACE && c0 != A_CRLF) return 0; /* not reached for ASCII */
+    size_t last_crlf = 0;
+    int has_crlf = 0;
+    j = i;
+    while ((c = acls(s, n, a, j)) == A_SPACE || c == A_CRLF) {
+        if (c == A_CRLF) { last_crlf = j; has_crlf = 1; }
+        j++;
+    }
+    if (c == A_UNSURE) return 0; /* the run may go on with non-ASCII whitespace */
+    if (has_crlf) return last_crlf + 1;
+    if (c == A_END) return j;
+    return j - i >= 2 ? j - 1 : j;
+}
+
+static int regex_error(int r, clef_err *err) {
+    OnigUChar msg[ONIG_MAX_ERROR_MESSAGE_LEN];
+    onig_error_code_to_str(msg, r);
+    return clef_err_set(err, CLEF_E_INTERNAL, "the split regex failed: %s", (const char *)msg);
+}
+
+static int encode_segment(const clef_tokenizer *t, tok_work *w, cache_slot *cache, const char *s, size_t n, unsigned flags,
+                          clef_ids *out, clef_err *err) {
     if (n == 0) return 0;
     if (t->nfc && nfc_may_change(s, n) && nfc(w, s, n, &s, &n, err)) return -1;
-    if (!w->region && !(w->region = onig_region_new())) return clef_err_set(err, CLEF_E_OOM, "out of memory");
     const OnigUChar *b = (const OnigUChar *)s, *e = b + n;
-    size_t prev = 0, pos = 0;
+    int fast = !(flags & CLEF_TOK_REGEX_ONLY);
+    size_t prev = 0, pos = 0, a = 0; /* a: first non-ASCII byte at or after pos (or n) */
     while (pos < n) {
-        int r = onig_search(t->re, b, e, b + pos, e, w->region, ONIG_OPTION_NONE);
-        if (r == ONIG_MISMATCH) break;
-        if (r < 0) {
-            OnigUChar msg[ONIG_MAX_ERROR_MESSAGE_LEN];
-            onig_error_code_to_str(msg, r);
-            return clef_err_set(err, CLEF_E_INTERNAL, "the split regex failed: %s", (const char *)msg);
+        size_t ms, me = 0;
+        if (fast) {
+            if (a < pos) a = pos;
+            while (a < n && b[a] < 0x80) a++;
+            if (pos < a) me = ascii_match(b, n, a, pos);
         }
-        size_t ms = (size_t)w->region->beg[0], me = (size_t)w->region->end[0];
-        if (me == ms) { /* cannot happen with the two known patterns; step one code point like onig's find_iter */
-            size_t k = pos + 1;
-            while (k < n && ((unsigned char)s[k] & 0xC0) == 0x80) k++;
-            pos = k;
-            continue;
+        if (me) {
+            ms = pos;
+        } else {
+            if (!w->region && !(w->region = onig_region_new())) return clef_err_set(err, CLEF_E_OOM, "out of memory");
+            int r = onig_search(t->re, b, e, b + pos, e, w->region, ONIG_OPTION_NONE);
+            if (r == ONIG_MISMATCH) break;
+            if (r < 0) return regex_error(r, err);
+            ms = (size_t)w->region->beg[0];
+            me = (size_t)w->region->end[0];
+            if (me == ms) { /* cannot happen with the two known patterns; step one code point like onig's find_iter */
+                size_t k = pos + 1;
+                while (k < n && (b[k] & 0xC0) == 0x80) k++;
+                pos = k;
+                continue;
+            }
         }
-        if (ms > prev && encode_pretoken(t, w, b + prev, ms - prev, out, err)) return -1;
-        if (encode_pretoken(t, w, b + ms, me - ms, out, err)) return -1;
+        if (ms > prev && encode_pretoken(t, w, cache, b + prev, ms - prev, out, err)) return -1;
+        if (encode_pretoken(t, w, cache, b + ms, me - ms, out, err)) return -1;
         prev = pos = me;
     }
-    if (prev < n && encode_pretoken(t, w, b + prev, n - prev, out, err)) return -1;
+    if (prev < n && encode_pretoken(t, w, cache, b + prev, n - prev, out, err)) return -1;
     return 0;
 }
 
@@ -727,19 +919,24 @@ static int check_text(const char *text, size_t len, clef_err *err) {
 int clef_tokenize_ex(const clef_tokenizer *t, const char *text, size_t len, unsigned flags, clef_ids *out, clef_err *err) {
     if (len && !text) return clef_err_set(err, CLEF_E_INTERNAL, "clef_tokenize: NULL text");
     if (check_text(text, len, err)) return -1;
-    tok_work w;
-    memset(&w, 0, sizeof w);
+    tok_tls *tls = tls_get();
+    tok_work local;
+    memset(&local, 0, sizeof local);
+    tok_work *w = tls ? &tls->w : &local;
+    cache_slot *cache = tls ? tls->slots : NULL;
     int rc = 0;
     size_t pos = 0;
     while (pos < len) {
         size_t which = 0;
         size_t at = (flags & CLEF_TOK_NO_ADDED) ? len : find_added(t, text, len, pos, &which);
-        if (encode_segment(t, &w, text + pos, at - pos, out, err)) { rc = -1; break; }
+        if (encode_segment(t, w, cache, text + pos, at - pos, flags, out, err)) { rc = -1; break; }
         if (at == len) break;
         if (clef_ids_push(out, t->added[which].id)) { rc = clef_err_set(err, CLEF_E_OOM, "out of memory"); break; }
         pos = at + t->added[which].len;
     }
-    work_free(&w);
+    /* keep the thread's buffers unless one call made them large */
+    if (!tls || w->syms_cap > (1u << 20) || w->norm_cap > (4u << 20) || w->cps_cap > (1u << 20) || w->bpe.cap > (1u << 20))
+        work_free(w);
     if (rc == 0 && out->oom) rc = clef_err_set(err, CLEF_E_OOM, "out of memory");
     return rc;
 }

@@ -40,6 +40,9 @@ clef_split_variant clef_tokenizer_variant(const clef_tokenizer *t);
  * segment (NFC, split, BPE); a literal "<|im_start|>" becomes ordinary tokens. Not what the
  * reference does (it matches added tokens in every piece); for tests against per-piece fixtures. */
 #define CLEF_TOK_NO_ADDED 1u
+/* CLEF_TOK_REGEX_ONLY: split with Oniguruma alone, without the equivalent ASCII fast path (tests
+ * compare the two). */
+#define CLEF_TOK_REGEX_ONLY 2u
 int clef_tokenize_ex(const clef_tokenizer *t, const char *text, size_t len, unsigned flags, clef_ids *out,
                      clef_err *err);
 

@@ -138,6 +138,8 @@ def main():
         t2 = time.time()
         total_equal += compare(f"generated [{name}]", strings, got, want)
         print(f"  (HF {t1 - t0:.1f}s, clef {t2 - t1:.1f}s)")
+    # the same strings through Oniguruma alone (no ASCII fast path)
+    compare("generated [qwen2] --regex-only", strings, run_clef(TINY, strings, ["--regex-only"]), hf_ids(toks["qwen2"], strings))
     if "pm" in toks:
         sub = strings[:3000]
         compare("override --split qwen35 on the Qwen2 file vs HF pm", sub, run_clef(TINY, sub, ["--split", "qwen35"]),

@@ -186,6 +186,50 @@ static void test_real_file(void) {
     }
 }
 
+/* The ASCII fast path of the split equals Oniguruma alone, on random text made of ASCII classes
+ * with some non-ASCII letters, marks, spaces and fold-sensitive characters mixed in. */
+static uint64_t rng_state;
+static uint32_t rnd(uint32_t n);
+
+static void test_fast_path(void) {
+    clef_err err;
+    static const char *const pieces[] = {
+        "a", "Z", "s", "S", "t", "T", "l", "L", "e", "E", "r", "R", "v", "V", "m", "d", "D", "x", "0", "7", " ", " ",
+        "  ", "\t", "\n", "\r", "\r\n", "\v", "\f", "'", "'", "!", ".", "-", "\"", "{", "}", ":", ",", "\x01", "\x7f",
+        "\xc3\xa9", "e\xcc\x81", "\xc5\xbf" /* long s */, "\xe2\x84\xaa" /* Kelvin */, "\xc2\xa0", "\xe3\x80\x80",
+        "\xe4\xb8\xad", "\xe0\xa4\x95\xe0\xa5\x8d", "\xd9\xa3", "\xef\xb8\x8f", "\xc2\x85", "\xe2\x80\xa8",
+        "\xf0\x9f\x98\x80", "\xc2\xb2",
+    };
+    const size_t np = sizeof pieces / sizeof pieces[0];
+    for (int v = 0; v < 2; v++) {
+        clef_tokenizer *t = clef_tokenizer_load(TINY, v ? CLEF_SPLIT_QWEN35 : CLEF_SPLIT_QWEN2, &err);
+        if (!t) { CHECK(0); return; }
+        clef_ids x, y;
+        clef_ids_init(&x);
+        clef_ids_init(&y);
+        int bad = 0;
+        char buf[512];
+        for (int it = 0; it < 20000; it++) {
+            size_t len = 0, k = 1 + rnd(24);
+            for (size_t i = 0; i < k; i++) {
+                const char *pc = pieces[rnd(it % 4 ? 41 : (uint32_t)np)]; /* mostly ASCII */
+                size_t pl = strlen(pc);
+                memcpy(buf + len, pc, pl);
+                len += pl;
+            }
+            x.n = y.n = 0;
+            int r1 = clef_tokenize_ex(t, buf, len, 0, &x, &err), r2 = clef_tokenize_ex(t, buf, len, CLEF_TOK_REGEX_ONLY, &y, &err);
+            if (r1 || r2 || x.n != y.n || memcmp(x.v, y.v, x.n * sizeof *x.v)) {
+                if (bad++ < 5) fprintf(stderr, "  fast path differs on \"%.*s\"\n", (int)len, buf);
+            }
+        }
+        CHECK_MSG(bad == 0, "ASCII fast path differs from the regex on %d of 20000 strings (variant %d)", bad, v);
+        clef_ids_free(&x);
+        clef_ids_free(&y);
+        clef_tokenizer_free(t);
+    }
+}
+
 /* ---------------------------------------------------------------- concurrency */
 
 typedef struct {
@@ -380,6 +424,7 @@ int main(void) {
         return 77;
     }
     test_real_file();
+    test_fast_path();
     test_threads();
     return TEST_END();
 }
