@@ -274,12 +274,13 @@ def write_safetensors(path, tensors):
         off += t.nbytes
     hb = json.dumps(header, separators=(",", ":")).encode()
     hb += b" " * ((-len(hb)) % 8)
-    with open(path, "wb") as f:
+    with open(path + ".tmp", "wb") as f:
         f.write(struct.pack("<Q", len(hb)))
         f.write(hb)
         for t in tensors:
             for c in t.chunks():
                 f.write(c)
+    os.replace(path + ".tmp", path)  # readers of an existing checkpoint never see a partial file
     return off
 
 
@@ -301,9 +302,10 @@ def shard_of(name, n_layers):
 
 
 def write_json(path, obj):
-    with open(path, "w", encoding="utf-8") as f:
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
         json.dump(obj, f, indent=2, ensure_ascii=False)
         f.write("\n")
+    os.replace(path + ".tmp", path)
 
 
 def config_json(d):
@@ -372,10 +374,13 @@ def sha256_file(path):
 
 
 def write_manifest(out):
-    names = sorted(n for n in os.listdir(out) if n != "manifest.sha256" and os.path.isfile(os.path.join(out, n)))
-    with open(os.path.join(out, "manifest.sha256"), "w") as f:
+    names = sorted(n for n in os.listdir(out) if n != "manifest.sha256" and not n.endswith(".tmp")
+                   and os.path.isfile(os.path.join(out, n)))
+    path = os.path.join(out, "manifest.sha256")
+    with open(path + ".tmp", "w") as f:
         for n in names:
             f.write(f"{sha256_file(os.path.join(out, n))}  {n}\n")
+    os.replace(path + ".tmp", path)
     return names
 
 
@@ -388,9 +393,6 @@ def main(argv):
     out, real = args[0], "--real-dims" in flags
     d = dims(real)
     os.makedirs(out, exist_ok=True)
-    for n in os.listdir(out):  # stale shards of a previous layout
-        if n.startswith("model-") and n.endswith(".safetensors"):
-            os.remove(os.path.join(out, n))
 
     write_json(os.path.join(out, "config.json"), config_json(d))
     write_processor_configs(out)
@@ -408,6 +410,9 @@ def main(argv):
             weight_map[t.name] = fname
     write_json(os.path.join(out, "model.safetensors.index.json"),
                {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))})
+    for n in os.listdir(out):  # stale shards of another layout
+        if n.startswith("model-") and n.endswith(".safetensors") and n not in set(weight_map.values()):
+            os.remove(os.path.join(out, n))
 
     head_cfg = {"hidden_size": d["hidden"], "width": d["h_width"], "routing_layers": d["h_routing"],
                 "layers": d["h_layers"], "heads": d["h_heads"], "feedforward": d["h_ff"]}
