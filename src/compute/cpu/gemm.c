@@ -1,0 +1,159 @@
+/* GEMM dispatch: picks the kernel from the CPU's features, allocates per-worker scratch, cuts the
+ * output into tiles for the thread pool. See gemm.h for the arithmetic every exact kernel follows
+ * (which is why the partition here can be anything: it never changes a bit). */
+#include "compute/cpu/gemm.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/cpu_features.h"
+
+static const char *const kernel_names[CLEF_GEMM_NKERNELS] = {
+    "auto", "ref", "avx2", "avx512", "avx512bf16",
+};
+
+const char *clef_gemm_name(clef_gemm_kernel kern) {
+    return (unsigned)kern < CLEF_GEMM_NKERNELS ? kernel_names[kern] : "?";
+}
+
+#define NEED_AVX2 (CLEF_CPU_AVX2 | CLEF_CPU_FMA)
+#define NEED_AVX512 (CLEF_CPU_AVX512F | CLEF_CPU_AVX512BW | CLEF_CPU_AVX512VL | \
+                     CLEF_CPU_AVX512DQ | CLEF_CPU_FMA)
+
+int clef_gemm_available(clef_gemm_kernel kern, const char **why) {
+    const char *w = NULL;
+    switch (kern) {
+    case CLEF_GEMM_AUTO:
+    case CLEF_GEMM_REF: break;
+    case CLEF_GEMM_AVX2:
+        if (!clef_cpu_has(NEED_AVX2)) w = "the CPU lacks AVX2 or FMA";
+        break;
+    case CLEF_GEMM_AVX512:
+        if (!clef_cpu_has(NEED_AVX512)) w = "the CPU lacks AVX-512 F/BW/VL/DQ";
+        break;
+    case CLEF_GEMM_AVX512_BF16:
+        if (!clef_cpu_has(NEED_AVX512 | CLEF_CPU_AVX512BF16)) w = "the CPU lacks AVX512_BF16";
+        break;
+    default: w = "no such kernel"; break;
+    }
+    if (why) *why = w;
+    return w == NULL;
+}
+
+static clef_gemm_kernel g_default;
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+
+static void pick_default(void) {
+    clef_gemm_kernel k = CLEF_GEMM_REF;
+    if (clef_gemm_available(CLEF_GEMM_AVX512, NULL)) k = CLEF_GEMM_AVX512;
+    else if (clef_gemm_available(CLEF_GEMM_AVX2, NULL)) k = CLEF_GEMM_AVX2;
+    const char *env = getenv("CLEF_GEMM");
+    if (env) /* exact kernels only */
+        for (int i = CLEF_GEMM_REF; i <= CLEF_GEMM_AVX512; i++)
+            if (strcmp(env, kernel_names[i]) == 0 && clef_gemm_available((clef_gemm_kernel)i, NULL))
+                k = (clef_gemm_kernel)i;
+    g_default = k;
+}
+
+clef_gemm_kernel clef_gemm_default(void) {
+    pthread_once(&g_once, pick_default);
+    return g_default;
+}
+
+/* ---------------------------------------------------------------- tiling */
+
+typedef struct {
+    clef_gemm_args a;
+    clef_gemm_tile_fn fn;
+    float *scratch;       /* CLEF_GEMM_SCRATCH floats per worker */
+    size_t cw, nbn;       /* columns per unit, column units */
+    size_t rh;            /* rows per unit */
+} job;
+
+static void run_units(void *ctx, size_t b, size_t e, int worker) {
+    job *j = ctx;
+    float *s = j->scratch + (size_t)worker * CLEF_GEMM_SCRATCH;
+    /* consecutive units of one row band with consecutive columns run as one tile */
+    size_t u = b;
+    while (u < e) {
+        size_t it = u / j->nbn, jn = u % j->nbn;
+        size_t ue = (it + 1) * j->nbn;
+        if (ue > e) ue = e;
+        size_t t0 = it * j->rh, t1 = t0 + j->rh < j->a.T ? t0 + j->rh : j->a.T;
+        size_t n0 = jn * j->cw, n1 = (jn + (ue - u)) * j->cw;
+        if (n1 > j->a.N) n1 = j->a.N;
+        if (t0 < t1 && n0 < n1) j->fn(&j->a, t0, t1, n0, n1, s);
+        u = ue;
+    }
+}
+
+typedef struct { uint16_t *xb; size_t ldxb; const float *x; size_t ldx, K; } round_job;
+
+static void run_round(void *ctx, size_t b, size_t e, int worker) {
+    (void)worker;
+    round_job *r = ctx;
+    for (size_t t = b; t < e; t++) {
+        clef_gemm_avx512bf16_round(r->xb + t * r->ldxb, r->x + t * r->ldx, r->K);
+        if (r->ldxb > r->K) r->xb[t * r->ldxb + r->K] = 0;
+    }
+}
+
+int clef_gemm_bf16_with(clef_gemm_kernel kern, clef_pool *pool, float *y, size_t ldy,
+                        const float *x, size_t ldx, size_t T, size_t K, const uint16_t *W,
+                        size_t ldw, size_t N, const float *bias) {
+    if (kern == CLEF_GEMM_AUTO) kern = clef_gemm_default();
+    if (!clef_gemm_available(kern, NULL)) return -1;
+    if (T == 0 || N == 0) return 0;
+    job j;
+    memset(&j, 0, sizeof j);
+    j.a = (clef_gemm_args){.y = y, .ldy = ldy, .x = x, .ldx = ldx, .W = W, .ldw = ldw,
+                           .bias = bias, .T = T, .K = K, .N = N};
+    switch (kern) {
+    case CLEF_GEMM_AVX2: j.fn = clef_gemm_avx2_tile; break;
+    case CLEF_GEMM_AVX512: j.fn = clef_gemm_avx512_tile; break;
+    case CLEF_GEMM_AVX512_BF16: j.fn = clef_gemm_avx512bf16_tile; break;
+    default: j.fn = clef_gemm_ref_tile; break;
+    }
+    size_t nth = (size_t)clef_pool_size(pool);
+    /* Units: column blocks of NC; narrower (32) when that leaves workers idle; row bands too
+     * when even that does. */
+    j.cw = CLEF_GEMM_NC;
+    j.nbn = (N + j.cw - 1) / j.cw;
+    if (j.nbn < 2 * nth && N > 32) {
+        j.cw = 32;
+        j.nbn = (N + 31) / 32;
+    }
+    size_t nbt = 1;
+    if (j.nbn < nth && T >= 24) {
+        nbt = (nth + j.nbn - 1) / j.nbn;
+        if (nbt > T / 12) nbt = T / 12;
+    }
+    j.rh = (T + nbt - 1) / nbt;
+    j.rh = (j.rh + 11) / 12 * 12;
+    nbt = (T + j.rh - 1) / j.rh;
+    size_t units = nbt * j.nbn;
+    size_t nw = nth < units ? nth : units;
+
+    j.scratch = aligned_alloc(64, nw * CLEF_GEMM_SCRATCH * sizeof(float));
+    if (!j.scratch) return -1;
+    uint16_t *xb = NULL;
+    if (kern == CLEF_GEMM_AVX512_BF16 && K > 0) {
+        size_t ldxb = K + (K & 1);
+        xb = malloc(T * ldxb * sizeof *xb);
+        if (!xb) { free(j.scratch); return -1; }
+        round_job r = {xb, ldxb, x, ldx, K};
+        clef_pool_for(pool, T, 16, run_round, &r);
+        j.a.xb = xb;
+        j.a.ldxb = ldxb;
+    }
+    clef_pool_for(pool, units, 1, run_units, &j);
+    free(xb);
+    free(j.scratch);
+    return 0;
+}
+
+int clef_gemm_bf16(clef_pool *pool, float *y, size_t ldy, const float *x, size_t ldx, size_t T,
+                   size_t K, const uint16_t *W, size_t ldw, size_t N, const float *bias) {
+    return clef_gemm_bf16_with(CLEF_GEMM_AUTO, pool, y, ldy, x, ldx, T, K, W, ldw, N, bias);
+}

@@ -1,0 +1,90 @@
+/* GEMM for fp32 activations x bf16 weights (the `linear` op's kernel):
+ *
+ *     y[t, n] = sum_k x[t, k] * W[n, k]  (+ bias[n])     t < T, n < N, k < K
+ *
+ * x fp32 rows at stride ldx, W bf16 rows (as stored in the checkpoint, row-major [N x K]) at
+ * stride ldw, y fp32 rows at stride ldy. y must not overlap x, W or bias.
+ *
+ * Exact kernels (REF, AVX2, AVX512) all compute, for every output element, the same sequence of
+ * roundings, so they give the same bits as each other, for any thread count, any T and any
+ * position of the row in the batch:
+ *
+ *     acc = +0;  for k = 0 .. K-1:  acc = fmaf(x[t,k], (float)W[n,k], acc);   y = acc + bias[n]
+ *
+ * (one fp32 fused multiply-add per k in increasing k, bf16 -> fp32 widening is exact; the bias,
+ * when given, is added once at the end with one fp32 rounding). Blocking over K only stores the
+ * partial sum to y and reloads it (exact), so it never changes the order. The error bound is the
+ * usual one for a sequential fp32 dot product: |y - exact| <= K * 2^-24 * sum_k |x w| (about
+ * 2.4e-4 relative to sum|x w| at K = 4096; random-sign data sits near sqrt(K) * 2^-24 instead).
+ *
+ * The AVX512_BF16 kernel rounds x to bf16 (round-to-nearest-even) and uses vdpbf16ps: not exact,
+ * for measuring only; never chosen by CLEF_GEMM_AUTO.
+ *
+ * Threads: work is cut into tiles of output (column blocks, and row blocks when N is small); each
+ * tile runs entirely on one worker, so the bits are those above whatever the partition. */
+#ifndef CLEF_COMPUTE_CPU_GEMM_H
+#define CLEF_COMPUTE_CPU_GEMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/threads.h"
+
+typedef enum {
+    CLEF_GEMM_AUTO = 0,    /* the fastest exact kernel this CPU runs (AVX512 > AVX2 > REF) */
+    CLEF_GEMM_REF,         /* portable C, fmaf in k order (slow; the fallback) */
+    CLEF_GEMM_AVX2,        /* AVX2 + FMA: 6 x 16 register tile */
+    CLEF_GEMM_AVX512,      /* AVX-512F/BW: 12 x 32 register tile */
+    CLEF_GEMM_AVX512_BF16, /* AVX512_BF16 vdpbf16ps, x rounded to bf16: NOT exact */
+    CLEF_GEMM_NKERNELS
+} clef_gemm_kernel;
+
+/* y = x . W^T (+ bias) with the CLEF_GEMM_AUTO kernel (chosen once from the CPU's features; the
+ * environment variable CLEF_GEMM=ref|avx2|avx512 overrides it when that kernel can run). pool may
+ * be NULL (calling thread only). bias may be NULL. T, N or K == 0 is allowed (K == 0 writes bias
+ * or zeros). Returns 0, or -1 when scratch memory could not be allocated (y then unspecified). */
+int clef_gemm_bf16(clef_pool *pool, float *y, size_t ldy, const float *x, size_t ldx, size_t T,
+                   size_t K, const uint16_t *W, size_t ldw, size_t N, const float *bias);
+
+/* The same with an explicit kernel; -1 also when the CPU cannot run it. */
+int clef_gemm_bf16_with(clef_gemm_kernel kern, clef_pool *pool, float *y, size_t ldy,
+                        const float *x, size_t ldx, size_t T, size_t K, const uint16_t *W,
+                        size_t ldw, size_t N, const float *bias);
+
+/* 1 when this CPU (after CLEF_CPU_MASK, base/cpu_features.h) runs the kernel; else 0 and *why
+ * (when why != NULL) names what is missing. */
+int clef_gemm_available(clef_gemm_kernel kern, const char **why);
+const char *clef_gemm_name(clef_gemm_kernel kern);
+clef_gemm_kernel clef_gemm_default(void); /* what CLEF_GEMM_AUTO resolves to */
+
+/* ---- internal: the per-ISA pieces gemm.c dispatches to ---- */
+typedef struct {
+    float *y; size_t ldy;
+    const float *x; size_t ldx;
+    const uint16_t *xb; size_t ldxb; /* bf16 copy of x (BF16 kernel only), K rounded up to even */
+    const uint16_t *W; size_t ldw;
+    const float *bias;
+    size_t T, K, N;
+} clef_gemm_args;
+
+/* Computes rows [t0, t1) x columns [n0, n1) of y; scratch holds clef_gemm_*_scratch floats. */
+typedef void (*clef_gemm_tile_fn)(const clef_gemm_args *a, size_t t0, size_t t1, size_t n0,
+                                  size_t n1, float *scratch);
+
+void clef_gemm_ref_tile(const clef_gemm_args *a, size_t t0, size_t t1, size_t n0, size_t n1,
+                        float *scratch);
+void clef_gemm_avx2_tile(const clef_gemm_args *a, size_t t0, size_t t1, size_t n0, size_t n1,
+                         float *scratch);
+void clef_gemm_avx512_tile(const clef_gemm_args *a, size_t t0, size_t t1, size_t n0, size_t n1,
+                           float *scratch);
+void clef_gemm_avx512bf16_tile(const clef_gemm_args *a, size_t t0, size_t t1, size_t n0,
+                               size_t n1, float *scratch);
+/* Rounds n floats to bf16 (nearest even; NaN stays NaN) — for the BF16 kernel's copy of x. */
+void clef_gemm_avx512bf16_round(uint16_t *dst, const float *src, size_t n);
+
+/* Blocking (columns per tile and per-worker scratch floats) of each kernel. */
+#define CLEF_GEMM_KC 256    /* k per packed block (exact kernels) */
+#define CLEF_GEMM_NC 256    /* columns per packed block; a multiple of every NR */
+#define CLEF_GEMM_SCRATCH ((size_t)CLEF_GEMM_KC * CLEF_GEMM_NC) /* floats per worker */
+
+#endif

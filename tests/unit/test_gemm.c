@@ -1,0 +1,223 @@
+/* GEMM kernels (compute/cpu/gemm.h): every kernel against a double-precision reference on random
+ * shapes (edge sizes included), the exact kernels bit-identical to each other, to themselves for
+ * 1 / 2 / 3 threads, and for a row computed alone vs inside a larger batch.
+ *
+ * Error bounds checked, per output with S = sum_k |x w| + |b|:
+ *   exact kernels (ref, avx2, avx512): |y - y_double| <= (K + 1) * 2^-24 * S   (sequential fp32
+ *     FMA chain plus the bias add; the worst case, random data sits far below it)
+ *   avx512bf16 (x rounded to bf16):   |y - y_double| <= (2^-8 + (K + 2) * 2^-24) * S
+ * A kernel this CPU cannot run is skipped with its reason printed. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/cpu_features.h"
+#include "base/threads.h"
+#include "compute/cpu/gemm.h"
+#include "test.h"
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+static uint32_t rnd(void) {
+    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+    return (uint32_t)(rng >> 16);
+}
+static float frand(void) { return (float)((double)rnd() / 4294967296.0 * 2.0 - 1.0); }
+
+static float bf(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+static uint16_t to_bf16(float f) { /* truncation is fine for test data */
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return (uint16_t)(u >> 16);
+}
+
+typedef struct {
+    size_t T, K, N, ldx, ldw, ldy;
+    float *x, *bias;
+    uint16_t *W;
+    double *ref, *mag; /* double reference and sum |x w| + |b| */
+} problem;
+
+static void make(problem *p, size_t T, size_t K, size_t N, int with_bias, size_t pad) {
+    memset(p, 0, sizeof *p);
+    p->T = T; p->K = K; p->N = N;
+    p->ldx = K + pad; p->ldw = K + pad; p->ldy = N + pad;
+    p->x = malloc((T * p->ldx + 1) * sizeof(float));
+    p->W = malloc((N * p->ldw + 1) * sizeof(uint16_t));
+    p->bias = with_bias ? malloc((N + 1) * sizeof(float)) : NULL;
+    p->ref = malloc((T * N + 1) * sizeof(double));
+    p->mag = malloc((T * N + 1) * sizeof(double));
+    for (size_t i = 0; i < T * p->ldx; i++) p->x[i] = frand() * (rnd() % 8 == 0 ? 8.0f : 1.0f);
+    for (size_t i = 0; i < N * p->ldw; i++) p->W[i] = to_bf16(frand() * 0.05f);
+    if (p->bias) for (size_t n = 0; n < N; n++) p->bias[n] = frand();
+    for (size_t t = 0; t < T; t++)
+        for (size_t n = 0; n < N; n++) {
+            double s = 0, m = 0;
+            for (size_t k = 0; k < K; k++) {
+                double v = (double)p->x[t * p->ldx + k] * (double)bf(p->W[n * p->ldw + k]);
+                s += v;
+                m += fabs(v);
+            }
+            if (p->bias) { s += p->bias[n]; m += fabs(p->bias[n]); }
+            p->ref[t * N + n] = s;
+            p->mag[t * N + n] = m;
+        }
+}
+
+static void unmake(problem *p) {
+    free(p->x); free(p->W); free(p->bias); free(p->ref); free(p->mag);
+}
+
+static float *run(problem *p, clef_gemm_kernel k, clef_pool *pool) {
+    float *y = malloc((p->T * p->ldy + 1) * sizeof(float));
+    for (size_t i = 0; i < p->T * p->ldy; i++) y[i] = NAN;
+    int rc = clef_gemm_bf16_with(k, pool, y, p->ldy, p->x, p->ldx, p->T, p->K, p->W, p->ldw, p->N,
+                                 p->bias);
+    CHECK(rc == 0);
+    return y;
+}
+
+static int same_bits(const problem *p, const float *a, const float *b) {
+    for (size_t t = 0; t < p->T; t++)
+        if (memcmp(a + t * p->ldy, b + t * p->ldy, p->N * sizeof(float)) != 0) return 0;
+    return 1;
+}
+
+/* max over outputs of |y - ref| / S, and whether every output is within its bound */
+static double check_err(const problem *p, const float *y, double bound_rel, double *worst) {
+    double w = 0;
+    int ok = 1;
+    for (size_t t = 0; t < p->T; t++)
+        for (size_t n = 0; n < p->N; n++) {
+            double e = fabs((double)y[t * p->ldy + n] - p->ref[t * p->N + n]);
+            double m = p->mag[t * p->N + n];
+            double r = m > 0 ? e / m : (e == 0 ? 0 : INFINITY);
+            if (r > w) w = r;
+            if (!(e <= bound_rel * m)) ok = 0;
+        }
+    *worst = w;
+    return ok;
+}
+
+int main(void) {
+    char feat[256];
+    printf("cpu: %s\n", clef_cpu_feature_string(feat, sizeof feat));
+    printf("default kernel: %s\n", clef_gemm_name(clef_gemm_default()));
+    clef_err err;
+    clef_pool *pools[4] = {NULL, clef_pool_create(1, &err), clef_pool_create(2, &err),
+                           clef_pool_create(3, &err)};
+    CHECK(pools[1] && pools[2] && pools[3]);
+
+    const clef_gemm_kernel kernels[] = {CLEF_GEMM_REF, CLEF_GEMM_AVX2, CLEF_GEMM_AVX512,
+                                        CLEF_GEMM_AVX512_BF16};
+    int avail[CLEF_GEMM_NKERNELS] = {0};
+    for (size_t i = 0; i < sizeof kernels / sizeof kernels[0]; i++) {
+        const char *why;
+        avail[kernels[i]] = clef_gemm_available(kernels[i], &why);
+        if (!avail[kernels[i]]) printf("skip kernel %s: %s\n", clef_gemm_name(kernels[i]), why);
+    }
+    CHECK(avail[CLEF_GEMM_REF]);
+    CHECK(clef_gemm_available(clef_gemm_default(), NULL));
+
+    /* T, K, N, pad: edge sizes around the tiles (12 x 32, 6 x 16), K blocks (256; 512 for bf16)
+     * and the 32-pair packing steps. */
+    static const size_t shapes[][4] = {
+        {1, 1, 1, 0},    {1, 7, 1, 0},     {3, 1, 5, 1},     {1, 64, 17, 0},   {12, 32, 32, 0},
+        {13, 33, 33, 3}, {11, 31, 47, 0},  {25, 257, 70, 0}, {7, 513, 33, 5},  {24, 256, 64, 0},
+        {37, 600, 100, 0}, {6, 16, 16, 0}, {5, 15, 9, 2},    {50, 1000, 300, 0}, {2, 2, 300, 0},
+        {100, 40, 3, 0}, {97, 130, 260, 1}, {1, 4100, 40, 0},
+    };
+    const size_t nshape = sizeof shapes / sizeof shapes[0];
+    double worst_exact = 0, worst_bf = 0;
+    for (size_t s = 0; s < nshape; s++) {
+        for (int with_bias = 0; with_bias < 2; with_bias++) {
+            problem p;
+            make(&p, shapes[s][0], shapes[s][1], shapes[s][2], with_bias, shapes[s][3]);
+            const double u = ldexp(1.0, -24);
+            float *yref = run(&p, CLEF_GEMM_REF, pools[1]);
+            for (size_t i = 0; i < sizeof kernels / sizeof kernels[0]; i++) {
+                clef_gemm_kernel k = kernels[i];
+                if (!avail[k]) continue;
+                int exact = k != CLEF_GEMM_AVX512_BF16;
+                double bound = exact ? (double)(p.K + 1) * u : ldexp(1.0, -8) + (double)(p.K + 2) * u;
+                float *y1 = run(&p, k, pools[1]);
+                double w;
+                CHECK_MSG(check_err(&p, y1, bound, &w), "%s T=%zu K=%zu N=%zu bias=%d: rel err %.3g > %.3g",
+                          clef_gemm_name(k), p.T, p.K, p.N, with_bias, w, bound);
+                if (exact && w > worst_exact) worst_exact = w;
+                if (!exact && w > worst_bf) worst_bf = w;
+                if (exact)
+                    CHECK_MSG(same_bits(&p, y1, yref), "%s differs from ref T=%zu K=%zu N=%zu bias=%d",
+                              clef_gemm_name(k), p.T, p.K, p.N, with_bias);
+                /* the padding between rows of y is never written */
+                int pad_ok = 1;
+                for (size_t t = 0; t < p.T; t++)
+                    for (size_t n = p.N; n < p.ldy; n++) if (!isnan(y1[t * p.ldy + n])) pad_ok = 0;
+                CHECK(pad_ok);
+                for (int th = 0; th < 4; th++) { /* NULL pool, 1 (again), 2, 3 threads */
+                    if (th == 1) continue;
+                    float *yt = run(&p, k, pools[th]);
+                    CHECK_MSG(same_bits(&p, y1, yt), "%s threads=%d T=%zu K=%zu N=%zu",
+                              clef_gemm_name(k), th, p.T, p.K, p.N);
+                    free(yt);
+                }
+                /* every 7th row alone (T = 1) and rows [t, T) as a smaller batch */
+                for (size_t t = 0; t < p.T; t += 7) {
+                    float *ya = malloc(p.N * sizeof(float));
+                    CHECK(clef_gemm_bf16_with(k, pools[2], ya, p.N, p.x + t * p.ldx, p.ldx, 1, p.K,
+                                              p.W, p.ldw, p.N, p.bias) == 0);
+                    CHECK_MSG(memcmp(ya, y1 + t * p.ldy, p.N * sizeof(float)) == 0,
+                              "%s row %zu alone differs (T=%zu K=%zu N=%zu)", clef_gemm_name(k), t,
+                              p.T, p.K, p.N);
+                    free(ya);
+                    size_t T2 = p.T - t;
+                    float *yb = malloc(T2 * p.ldy * sizeof(float));
+                    CHECK(clef_gemm_bf16_with(k, pools[3], yb, p.ldy, p.x + t * p.ldx, p.ldx, T2,
+                                              p.K, p.W, p.ldw, p.N, p.bias) == 0);
+                    int ok = 1;
+                    for (size_t r = 0; r < T2; r++)
+                        if (memcmp(yb + r * p.ldy, y1 + (t + r) * p.ldy, p.N * sizeof(float))) ok = 0;
+                    CHECK_MSG(ok, "%s rows [%zu, %zu) as a batch differ", clef_gemm_name(k), t, p.T);
+                    free(yb);
+                }
+                free(y1);
+            }
+            free(yref);
+            unmake(&p);
+        }
+    }
+    printf("worst |y - exact| / sum|x w|: exact kernels %.3g, bf16 kernel %.3g\n", worst_exact,
+           worst_bf);
+
+    /* K = 0: bias (or zeros) */
+    {
+        float y[6], bias[3] = {1.5f, -2.0f, 0.0f};
+        for (size_t i = 0; i < sizeof kernels / sizeof kernels[0]; i++) {
+            if (!avail[kernels[i]]) continue;
+            for (int i2 = 0; i2 < 6; i2++) y[i2] = NAN;
+            CHECK(clef_gemm_bf16_with(kernels[i], pools[2], y, 3, NULL, 0, 2, 0, NULL, 0, 3, bias) == 0);
+            CHECK(y[0] == 1.5f && y[1] == -2.0f && y[2] == 0.0f && y[3] == 1.5f && y[5] == 0.0f);
+            CHECK(clef_gemm_bf16_with(kernels[i], pools[2], y, 3, NULL, 0, 2, 0, NULL, 0, 3, NULL) == 0);
+            CHECK(y[0] == 0.0f && y[4] == 0.0f);
+        }
+    }
+    /* T = 0 or N = 0: nothing written */
+    {
+        float y = 7.0f, x = 1.0f;
+        uint16_t w = 0x3f80;
+        CHECK(clef_gemm_bf16(pools[2], &y, 1, &x, 1, 0, 1, &w, 1, 1, NULL) == 0 && y == 7.0f);
+        CHECK(clef_gemm_bf16(pools[2], &y, 1, &x, 1, 1, 1, &w, 1, 0, NULL) == 0 && y == 7.0f);
+        CHECK(clef_gemm_bf16(pools[2], &y, 1, &x, 1, 1, 1, &w, 1, 1, NULL) == 0 && y == 1.0f);
+    }
+    /* an unavailable / bogus kernel is refused */
+    CHECK(clef_gemm_bf16_with(CLEF_GEMM_NKERNELS, NULL, NULL, 0, NULL, 0, 1, 1, NULL, 0, 1, NULL) == -1);
+
+    for (int i = 1; i < 4; i++) clef_pool_destroy(pools[i]);
+    return TEST_END();
+}
