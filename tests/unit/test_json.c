@@ -5,7 +5,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "test.h"
 #include "text/json.h"
@@ -243,8 +242,10 @@ static void test_big_object_dups(void) {
     clef_buf_free(&src);
 }
 
-/* The real tokenizer.json (~20 MB, ~1M nodes) must parse well under a second; measured when present. */
-static void test_speed(void) {
+/* The real tokenizer.json (~20 MB, ~1M nodes; a synthetic one of the same shape when absent) parses,
+ * and its sorted rendering parses back to the same rendering. Speed is measured in bench/, never
+ * asserted here. */
+static void test_big_document(void) {
     const char *paths[] = {"models/tiny/tokenizer.json", "../models/tiny/tokenizer.json"};
     FILE *f = NULL;
     for (size_t i = 0; i < 2 && !f; i++) f = fopen(paths[i], "rb");
@@ -255,7 +256,7 @@ static void test_speed(void) {
         size_t n;
         while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) clef_buf_put(&src, chunk, n);
         fclose(f);
-    } else { /* a synthetic one of the same shape */
+    } else {
         clef_buf_puts(&src, "{\"model\":{\"vocab\":{");
         for (int i = 0; i < 150000; i++) clef_buf_printf(&src, "%s\"tok\\u0120%d\xc4\xa0x\":%d", i ? "," : "", i, i);
         clef_buf_puts(&src, "},\"merges\":[");
@@ -263,28 +264,24 @@ static void test_speed(void) {
         clef_buf_puts(&src, "]}}");
     }
     CHECK(!src.oom);
-    /* CPU time, not wall time: the check must not flake on a loaded machine */
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t0);
     clef_err err;
     json_doc *d = json_parse(src.data, src.len, NULL, &err);
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t1);
-    double ms = (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6;
     CHECK_MSG(d != NULL, "%s", err.msg);
-    printf("parsed %zu bytes (%s) in %.1f ms CPU\n", src.len, f ? "tokenizer.json" : "synthetic", ms);
     if (d) {
-        clef_buf out;
+        clef_buf out, again;
         clef_buf_init(&out);
-        clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t0);
-        json_render(&out, json_doc_root(d), 1);
-        clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t1);
-        printf("rendered sorted %zu bytes in %.1f ms CPU\n", out.len,
-               (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6);
+        clef_buf_init(&again);
+        CHECK(json_render(&out, json_doc_root(d), 1) == 0);
+        json_doc *d2 = json_parse(out.data, out.len, NULL, &err);
+        CHECK_MSG(d2 != NULL, "%s", err.msg);
+        if (d2) {
+            CHECK(json_render(&again, json_doc_root(d2), 1) == 0);
+            CHECK(out.len == again.len && memcmp(out.data, again.data, out.len) == 0);
+            json_doc_free(d2);
+        }
         clef_buf_free(&out);
+        clef_buf_free(&again);
     }
-#ifndef __SANITIZE_ADDRESS__
-    if (!getenv("CLEF_NO_TIMING")) CHECK_MSG(ms < 1000, "parse took %.1f ms", ms);
-#endif
     json_doc_free(d);
     clef_buf_free(&src);
 }
@@ -341,6 +338,6 @@ int main(void) {
     test_builders_and_lookups();
     test_truthy();
     test_big_object_dups();
-    test_speed();
+    test_big_document();
     return TEST_END();
 }
