@@ -5,11 +5,14 @@
  *  - a replacement row equal to another token's embedding gives that token's result bit for bit;
  *  - causality: a prefix's rows equal the first rows of the longer run bit for bit (also across a
  *    64-token GDN chunk boundary);
+ *  - the dump callback writes every layer and the final norm as raw fp32 files;
  *  - bad inputs are refused with an error value.
  * Parity with the reference fixtures (tests/fixtures/tiny) is in test_tiny_parity.c. */
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "compute/cpu/cpu_ops.h"
 #include "model/text.h"
@@ -122,6 +125,37 @@ int main(void) {
     for (size_t i = 0; i < sizeof pre / sizeof pre[0]; i++) {
         CHECK(run(o3, m, ids, pre[i], c, NULL, NULL, 0, NULL, NULL, &err) == 0);
         CHECK_MSG(memcmp(a, c, pre[i] * H * 4) == 0, "prefix of %zu tokens differs from the long run", pre[i]);
+    }
+
+    /* the ready-made dump callback (--dump-layers DIR): layer_NN.f32 + final_norm.f32, raw fp32 */
+    char tmpl[] = "/tmp/clef_dumpXXXXXX";
+    char *dd = mkdtemp(tmpl);
+    CHECK(dd != NULL);
+    if (dd) {
+        clef_layer_dump dump = {dd, 0};
+        clef_forward_in din;
+        memset(&din, 0, sizeof din);
+        din.ids = ids;
+        din.n = 70;
+        din.on_layer = clef_layer_dump_fn;
+        din.on_layer_user = &dump;
+        CHECK(clef_text_forward(o3, &m->cfg, &m->text, &din, c, &err) == 0 && !dump.failed);
+        char path[512];
+        float *got = malloc(70 * H * 4 + 4);
+        for (int l = 0; l <= nl; l++) {
+            if (l < nl) snprintf(path, sizeof path, "%s/layer_%02d.f32", dd, l);
+            else snprintf(path, sizeof path, "%s/final_norm.f32", dd);
+            FILE *f = fopen(path, "rb");
+            size_t nr = f ? fread(got, 4, 70 * H + 1, f) : 0;
+            if (f) fclose(f);
+            CHECK_MSG(nr == 70 * H && memcmp(got, l < nl ? h1.rows[l] : a, 70 * H * 4) == 0, "%s", path);
+            remove(path);
+        }
+        free(got);
+        rmdir(dd);
+        clef_layer_dump bad_dir = {"/nonexistent/clef", 0};
+        din.on_layer_user = &bad_dir;
+        CHECK(clef_text_forward(o3, &m->cfg, &m->text, &din, c, &err) == 0 && bad_dir.failed);
     }
 
     /* errors */
