@@ -74,6 +74,15 @@ void clef_job_free(clef_job *j);
  * dir (NULL turns it off). */
 void clef_set_dump_dir(clef_engine *e, const char *dir);
 
+/* Benchmarking: one text forward over ids[0..n) (no request, no tokenizer; positions 0..n-1),
+ * then the joint head on its final-norm rows with a fixed synthetic schema (n >= 64: a noul, a
+ * choice and a score question, each an 8-token question span followed by 2, 4 and 5 two-token
+ * options, together the last 46 tokens; 3 <= n < 64: one choice question over [0, n-2) with two one-token options).
+ * Writes the wall seconds of each part (CLOCK_MONOTONIC). Returns 0, or -1 with a line in err
+ * (bad ids or n, out of memory). Not reentrant with clef_run_batch. */
+int clef_bench_forward(clef_engine *e, const int32_t *ids, size_t n, double *seconds_text,
+                       double *seconds_head, char *err, size_t err_len);
+
 #ifdef __cplusplus
 }
 #endif

@@ -10,5 +10,6 @@ int cmd_decide(int argc, char **argv);
 int cmd_preprocess(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_batch(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
 
 #endif

@@ -16,6 +16,7 @@ static const struct {
     {"preprocess", cmd_preprocess, "preprocess --model DIR --image F   image grid and pixel hash"},
     {"serve", cmd_serve, "serve --model DIR [--host H] [--port N] ...   HTTP server (docs/serving.md)"},
     {"batch", cmd_batch, "batch --model DIR IN.jsonl OUT.jsonl   one answer per request line, resumable"},
+    {"bench", cmd_bench, "bench --model DIR --tokens N[,N..] [--threads N] [--repeat R]   time the forward"},
 };
 
 static void usage(FILE *f) {

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/buf.h"
 #include "base/err.h"
@@ -386,4 +387,87 @@ int clef_decide(clef_engine *e, const char *body, size_t len, clef_result *out) 
     clef_run_batch(e, &j, 1);
     clef_job_finish(j, out);
     return out->error_type ? -1 : 0;
+}
+
+static double mono_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+int clef_bench_forward(clef_engine *e, const int32_t *ids, size_t n, double *seconds_text,
+                       double *seconds_head, char *errbuf, size_t err_len) {
+    clef_err err;
+    clef_err_clear(&err);
+    clef_ops *ops = e->ops;
+    size_t H = (size_t)e->mf->cfg.text.hidden_size;
+    int rc = 0;
+    float *hidden = NULL;
+    if (n < 3) { rc = clef_err_set(&err, CLEF_E_INTERNAL, "bench needs at least 3 tokens"); goto out; }
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= e->mf->cfg.text.vocab_size) {
+            rc = clef_err_set(&err, CLEF_E_INTERNAL, "token id %d outside the vocabulary", (int)ids[i]);
+            goto out;
+        }
+    /* The synthetic schema (see clef.h). */
+    clef_head_question hq[3];
+    int32_t spans[2 * 11];
+    int nq;
+    if (n >= 64) {
+        static const int types[3] = {CLEF_QTYPE_NOUL, CLEF_QTYPE_CHOICE, CLEF_QTYPE_SCORE};
+        static const int nopt[3] = {2, 4, 5};
+        int32_t t = (int32_t)(n - 46);
+        int k = 0;
+        nq = 3;
+        for (int q = 0; q < 3; q++) {
+            hq[q].type = types[q];
+            hq[q].q_start = t;
+            hq[q].q_end = t + 8;
+            t += 8;
+            hq[q].n_options = nopt[q];
+            hq[q].option_spans = spans + 2 * k;
+            for (int o = 0; o < nopt[q]; o++, k++, t += 2) {
+                spans[2 * k] = t;
+                spans[2 * k + 1] = t + 2;
+            }
+        }
+    } else {
+        nq = 1;
+        hq[0].type = CLEF_QTYPE_CHOICE;
+        hq[0].q_start = 0;
+        hq[0].q_end = (int32_t)n - 2;
+        hq[0].n_options = 2;
+        hq[0].option_spans = spans;
+        spans[0] = (int32_t)n - 2; spans[1] = (int32_t)n - 1;
+        spans[2] = (int32_t)n - 1; spans[3] = (int32_t)n;
+    }
+    float logits[11];
+    hidden = ops->alloc(ops, n * H);
+    if (!hidden) { rc = clef_err_set(&err, CLEF_E_OOM, "out of memory for %zu tokens", n); goto out; }
+    clef_forward_in in = {0};
+    in.ids = ids;
+    in.n = n;
+    double t0 = mono_seconds();
+    rc = clef_text_forward(ops, &e->mf->cfg, &e->mf->text, &in, hidden, &err);
+    double t1 = mono_seconds();
+    if (rc == 0) {
+        clef_head_in hin = {0};
+        hin.hidden = hidden;
+        hin.T = n;
+        hin.ids = ids;
+        hin.n_questions = nq;
+        hin.questions = hq;
+        rc = clef_head_forward(ops, &e->mf->head_cfg, &e->mf->head, &e->mf->text.lm_head, &hin, logits, &err);
+    }
+    double t2 = mono_seconds();
+    if (rc == 0 && ops->failed) {
+        ops->failed = 0;
+        rc = clef_err_set(&err, CLEF_E_OOM, "out of memory inside the compute backend");
+    }
+    if (seconds_text) *seconds_text = t1 - t0;
+    if (seconds_head) *seconds_head = t2 - t1;
+out:
+    if (hidden) ops->free(ops, hidden);
+    if (rc && errbuf && err_len) snprintf(errbuf, err_len, "%s: %s", err.type ? err.type : "Error", err.msg);
+    return rc ? -1 : 0;
 }

@@ -1,0 +1,149 @@
+/* clef bench: times the text forward and the joint head on N synthetic token ids (no request, no
+ * tokenizer), through clef_bench_forward (include/clef.h). One JSON line per run and a summary line
+ * (medians) per token count, on stdout:
+ *   {"kind":"run","tokens":N,"threads":T,"rep":i,"seconds_text":s,"tokens_per_s":N/s,
+ *    "seconds_head":h,"peak_rss_mb":m}
+ *   {"kind":"summary","tokens":N,"threads":T,"repeat":R,"median_seconds_text":...,
+ *    "median_tokens_per_s":...,"median_seconds_head":...,"open_seconds":o,"peak_rss_mb":m}
+ * The ids cycle through a fixed list of 38 common ids (an English sentence in the Qwen3.5
+ * vocabulary), so every run sees the same input. peak_rss_mb is getrusage(RUSAGE_SELF).ru_maxrss:
+ * the process's high-water mark so far (mapped weight pages that were touched count). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+
+#include "clef.h"
+#include "cli/cmds.h"
+
+#define MAX_COUNTS 16
+#define MAX_TOKENS 262144
+
+/* "The customer asked whether the order had shipped, and the agent replied that it would arrive on
+ * Monday. Is the answer helpful and polite? Please rate the reply from 0 to 4." */
+static const int32_t common_ids[] = {760,  5813, 4439,  3315, 279,   1906, 995,   26380, 11,  321,
+                                     279,  8057, 19386, 421,  424,   1000, 16821, 383,   6796, 13,
+                                     2091, 279,  4087,  10631, 321,  46193, 30,   5044,  4238, 279,
+                                     9559, 494,  220,   15,    310,   220,   19,   13};
+
+static void bench_usage(FILE *f) {
+    fprintf(f,
+            "usage: clef bench --model DIR --tokens N[,N...] [--threads N] [--repeat R] [--warmup W]\n"
+            "  --tokens N[,N..]  token counts to time (each >= 3, <= %d)\n"
+            "  --threads N       compute threads (default: all cores)\n"
+            "  --repeat R        timed runs per count (default 3)\n"
+            "  --warmup W        untimed runs per count first (default 0)\n"
+            "Prints one JSON line per run and a median summary line per count.\n",
+            MAX_TOKENS);
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static double peak_rss_mb(void) {
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) != 0) return -1;
+    return (double)ru.ru_maxrss / 1024.0;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+int cmd_bench(int argc, char **argv) {
+    clef_options o;
+    clef_options_default(&o);
+    o.text_only = 1;
+    const char *tokens_arg = NULL;
+    int repeat = 3, warmup = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { bench_usage(stdout); return 0; }
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!v) { bench_usage(stderr); return 2; }
+        i++;
+        if (!strcmp(a, "--model")) o.model_dir = v;
+        else if (!strcmp(a, "--tokens")) tokens_arg = v;
+        else if (!strcmp(a, "--threads")) o.threads = atoi(v);
+        else if (!strcmp(a, "--repeat")) repeat = atoi(v);
+        else if (!strcmp(a, "--warmup")) warmup = atoi(v);
+        else { bench_usage(stderr); return 2; }
+    }
+    long counts[MAX_COUNTS];
+    int n_counts = 0;
+    if (tokens_arg) {
+        const char *p = tokens_arg;
+        while (*p && n_counts < MAX_COUNTS) {
+            char *end;
+            long v = strtol(p, &end, 10);
+            if (end == p || v < 3 || v > MAX_TOKENS || (*end && *end != ',')) { n_counts = -1; break; }
+            counts[n_counts++] = v;
+            p = *end ? end + 1 : end;
+        }
+        if (n_counts >= 0 && *p) n_counts = -1;
+    }
+    if (!o.model_dir || n_counts <= 0 || o.threads < 0 || repeat < 1 || repeat > 1000 || warmup < 0) {
+        bench_usage(stderr);
+        return 2;
+    }
+
+    char err[1200];
+    double t0 = now_s();
+    clef_engine *e = clef_open(&o, err, sizeof err);
+    double open_s = now_s() - t0;
+    if (!e) {
+        fprintf(stderr, "clef: %s\n", err);
+        return 3;
+    }
+    int rc = 0;
+    for (int c = 0; c < n_counts && rc == 0; c++) {
+        size_t n = (size_t)counts[c];
+        int32_t *ids = malloc(n * sizeof *ids);
+        double *st = malloc((size_t)repeat * sizeof *st), *sh = malloc((size_t)repeat * sizeof *sh);
+        double *tps = malloc((size_t)repeat * sizeof *tps);
+        if (!ids || !st || !sh || !tps) {
+            fprintf(stderr, "clef: out of memory\n");
+            rc = 3;
+        }
+        for (size_t i = 0; rc == 0 && i < n; i++) ids[i] = common_ids[i % (sizeof common_ids / sizeof common_ids[0])];
+        for (int r = -warmup; rc == 0 && r < repeat; r++) {
+            double s_text = 0, s_head = 0;
+            if (clef_bench_forward(e, ids, n, &s_text, &s_head, err, sizeof err)) {
+                fprintf(stderr, "clef: %s\n", err);
+                rc = 1;
+                break;
+            }
+            if (r < 0) continue;
+            st[r] = s_text;
+            sh[r] = s_head;
+            tps[r] = s_text > 0 ? (double)n / s_text : 0;
+            printf("{\"kind\":\"run\",\"tokens\":%zu,\"threads\":%d,\"rep\":%d,\"seconds_text\":%.4f,"
+                   "\"tokens_per_s\":%.2f,\"seconds_head\":%.4f,\"peak_rss_mb\":%.0f}\n",
+                   n, o.threads, r, s_text, tps[r], s_head, peak_rss_mb());
+            fflush(stdout);
+        }
+        if (rc == 0)
+            printf("{\"kind\":\"summary\",\"tokens\":%zu,\"threads\":%d,\"repeat\":%d,\"median_seconds_text\":%.4f,"
+                   "\"median_tokens_per_s\":%.2f,\"median_seconds_head\":%.4f,\"open_seconds\":%.3f,"
+                   "\"peak_rss_mb\":%.0f}\n",
+                   n, o.threads, repeat, median(st, repeat), median(tps, repeat), median(sh, repeat), open_s,
+                   peak_rss_mb());
+        fflush(stdout);
+        free(ids);
+        free(st);
+        free(sh);
+        free(tps);
+    }
+    clef_close(e);
+    return rc;
+}
