@@ -45,8 +45,8 @@ void bpe_pairs_put(bpe_pairs *p, uint32_t a, uint32_t b, uint32_t rank, int32_t 
 }
 
 void bpe_work_free(bpe_work *w) {
-    free(w->rank);
-    free(w->merged);
+    free(w->memo);
+    free(w->rm);
     free(w->prev);
     free(w->next);
     free(w->heap);
@@ -57,12 +57,9 @@ static int work_reserve(bpe_work *w, size_t n) {
     if (n <= w->cap) return 0;
     size_t cap = w->cap ? w->cap : 64;
     while (cap < n) cap *= 2;
-    uint32_t *r = realloc(w->rank, cap * sizeof *r);
+    uint64_t *r = realloc(w->rm, cap * sizeof *r);
     if (!r) return -1;
-    w->rank = r;
-    int32_t *m = realloc(w->merged, cap * sizeof *m);
-    if (!m) return -1;
-    w->merged = m;
+    w->rm = r;
     int32_t *pv = realloc(w->prev, cap * sizeof *pv);
     if (!pv) return -1;
     w->prev = pv;
@@ -73,7 +70,29 @@ static int work_reserve(bpe_work *w, size_t n) {
     return 0;
 }
 
-static inline void pair_at(const bpe_pairs *p, int32_t a, int32_t b, uint32_t *rank, int32_t *merged) {
+/* Prepares the memo for table p (allocated on first use, cleared when the table changes); without
+ * memory for it, lookups go to the table directly. */
+static void memo_prepare(const bpe_pairs *p, bpe_work *w) {
+    if (w->memo_for == p && w->memo) return;
+    if (!w->memo) {
+        w->memo = malloc(sizeof *w->memo << BPE_MEMO_BITS);
+        if (!w->memo) return;
+    }
+    for (size_t i = 0; i < (size_t)1 << BPE_MEMO_BITS; i++) w->memo[i].a = UINT32_MAX;
+    w->memo_for = p;
+}
+
+static inline void pair_at(const bpe_pairs *p, bpe_work *w, int32_t a, int32_t b, uint32_t *rank, int32_t *merged) {
+    bpe_memo *m = NULL;
+    if (w->memo) {
+        uint32_t h = ((uint32_t)a * 0x9E3779B1u) ^ ((uint32_t)b * 0x85EBCA77u);
+        m = &w->memo[h >> (32 - BPE_MEMO_BITS)];
+        if (m->a == (uint32_t)a && m->b == (uint32_t)b) {
+            *rank = m->rank;
+            *merged = m->merged;
+            return;
+        }
+    }
     const bpe_slot *s = bpe_pairs_get(p, (uint32_t)a, (uint32_t)b);
     if (s) {
         *rank = s->rank;
@@ -82,31 +101,41 @@ static inline void pair_at(const bpe_pairs *p, int32_t a, int32_t b, uint32_t *r
         *rank = BPE_NO_RANK;
         *merged = -1;
     }
+    if (m) {
+        m->a = (uint32_t)a;
+        m->b = (uint32_t)b;
+        m->rank = *rank;
+        m->merged = *merged;
+    }
+}
+
+static inline uint64_t pair_rm(const bpe_pairs *p, bpe_work *w, int32_t a, int32_t b) {
+    uint32_t rank;
+    int32_t merged;
+    pair_at(p, w, a, b, &rank, &merged);
+    return rank == BPE_NO_RANK ? UINT64_MAX : ((uint64_t)rank << 32) | (uint32_t)merged;
 }
 
 size_t bpe_merge_scan(const bpe_pairs *p, int32_t *ids, size_t n, bpe_work *w) {
     if (n < 2) return n;
     if (work_reserve(w, n)) return (size_t)-1;
-    uint32_t *rank = w->rank;
-    int32_t *merged = w->merged;
-    for (size_t i = 0; i + 1 < n; i++) pair_at(p, ids[i], ids[i + 1], &rank[i], &merged[i]);
+    memo_prepare(p, w);
+    uint64_t *rm = w->rm;
+    for (size_t i = 0; i + 1 < n; i++) rm[i] = pair_rm(p, w, ids[i], ids[i + 1]);
     while (n > 1) {
+        /* lowest rank; equal values are the same pair, and strict < keeps the leftmost */
         size_t best = 0;
-        uint32_t br = rank[0];
+        uint64_t bv = rm[0];
         for (size_t i = 1; i + 1 < n; i++)
-            if (rank[i] < br) { br = rank[i]; best = i; } /* strict: leftmost wins ties */
-        if (br == BPE_NO_RANK) break;
-        ids[best] = merged[best];
+            if (rm[i] < bv) { bv = rm[i]; best = i; }
+        if (bv == UINT64_MAX) break;
+        ids[best] = (int32_t)(uint32_t)bv;
         /* drop symbol best+1 and pair best+1 */
-        size_t tail = n - (best + 2);
-        memmove(ids + best + 1, ids + best + 2, tail * sizeof *ids);
-        if (tail > 1) { /* pairs best+2 .. n-2 move down by one */
-            memmove(rank + best + 1, rank + best + 2, (tail - 1) * sizeof *rank);
-            memmove(merged + best + 1, merged + best + 2, (tail - 1) * sizeof *merged);
-        }
+        for (size_t i = best + 1; i + 1 < n; i++) ids[i] = ids[i + 1];
+        for (size_t i = best + 1; i + 2 < n; i++) rm[i] = rm[i + 1];
         n--;
-        if (best > 0) pair_at(p, ids[best - 1], ids[best], &rank[best - 1], &merged[best - 1]);
-        if (best + 1 < n) pair_at(p, ids[best], ids[best + 1], &rank[best], &merged[best]);
+        if (best > 0) rm[best - 1] = pair_rm(p, w, ids[best - 1], ids[best]);
+        if (best + 1 < n) rm[best] = pair_rm(p, w, ids[best], ids[best + 1]);
     }
     return n;
 }
@@ -157,9 +186,12 @@ size_t bpe_merge_heap(const bpe_pairs *p, int32_t *ids, size_t n, bpe_work *w) {
         prev[i] = (int32_t)i - 1;
         next[i] = i + 1 < n ? (int32_t)i + 1 : -1;
     }
+    memo_prepare(p, w);
+    uint32_t rk;
+    int32_t mg;
     for (size_t i = 0; i + 1 < n; i++) {
-        const bpe_slot *s = bpe_pairs_get(p, (uint32_t)ids[i], (uint32_t)ids[i + 1]);
-        if (s) heap_push(heap, &hl, ((uint64_t)s->rank << 32) | i);
+        pair_at(p, w, ids[i], ids[i + 1], &rk, &mg);
+        if (rk != BPE_NO_RANK) heap_push(heap, &hl, ((uint64_t)rk << 32) | i);
     }
     /* ids[i] = -1 marks a symbol merged into its left neighbour */
     while (hl > 0) {
@@ -169,20 +201,20 @@ size_t bpe_merge_heap(const bpe_pairs *p, int32_t *ids, size_t n, bpe_work *w) {
         if (ids[pos] < 0) continue;
         int32_t nx = next[pos];
         if (nx < 0) continue;
-        const bpe_slot *s = bpe_pairs_get(p, (uint32_t)ids[pos], (uint32_t)ids[nx]);
-        if (!s || s->rank != rank) continue; /* stale entry */
-        ids[pos] = s->merged;
+        pair_at(p, w, ids[pos], ids[nx], &rk, &mg);
+        if (rk != rank) continue; /* stale entry */
+        ids[pos] = mg;
         ids[nx] = -1;
         next[pos] = next[nx];
         if (next[nx] >= 0) prev[next[nx]] = (int32_t)pos;
         if (prev[pos] >= 0) {
             size_t pv = (size_t)prev[pos];
-            const bpe_slot *q = bpe_pairs_get(p, (uint32_t)ids[pv], (uint32_t)ids[pos]);
-            if (q) heap_push(heap, &hl, ((uint64_t)q->rank << 32) | pv);
+            pair_at(p, w, ids[pv], ids[pos], &rk, &mg);
+            if (rk != BPE_NO_RANK) heap_push(heap, &hl, ((uint64_t)rk << 32) | pv);
         }
         if (next[pos] >= 0) {
-            const bpe_slot *q = bpe_pairs_get(p, (uint32_t)ids[pos], (uint32_t)ids[next[pos]]);
-            if (q) heap_push(heap, &hl, ((uint64_t)q->rank << 32) | pos);
+            pair_at(p, w, ids[pos], ids[next[pos]], &rk, &mg);
+            if (rk != BPE_NO_RANK) heap_push(heap, &hl, ((uint64_t)rk << 32) | pos);
         }
     }
     size_t m = 0;

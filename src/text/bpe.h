@@ -50,10 +50,21 @@ static inline const bpe_slot *bpe_pairs_get(const bpe_pairs *p, uint32_t a, uint
     }
 }
 
+/* A small direct-mapped memo of recent pair lookups (hits and misses), per thread: text repeats
+ * pairs (the bytes of the same characters, frequent words), and the full table is too large for
+ * the CPU caches. */
+#define BPE_MEMO_BITS 12
+typedef struct bpe_memo {
+    uint32_t a, b;   /* a = UINT32_MAX: empty */
+    uint32_t rank;   /* BPE_NO_RANK: no such pair */
+    int32_t merged;
+} bpe_memo;
+
 /* Scratch space for merging (one per thread / call); grows on demand. */
 typedef struct bpe_work {
-    uint32_t *rank;   /* scan: rank of pair (i, i+1) */
-    int32_t *merged;  /* scan: merged id of pair (i, i+1) */
+    bpe_memo *memo;            /* 1 << BPE_MEMO_BITS entries, or NULL */
+    const bpe_pairs *memo_for; /* the table the memo caches */
+    uint64_t *rm;     /* scan: pair (i, i+1) as rank << 32 | merged id (all ones: no merge) */
     int32_t *prev, *next;
     uint64_t *heap;
     size_t cap, heap_cap;

@@ -638,7 +638,8 @@ static int grow(void **p, size_t *cap, size_t need, size_t elem) {
 
 /* 1 when NFC could change the segment: some code point outside ranges known to be NFC-inert
  * (NFC_Quick_Check=Yes, canonical combining class 0, never the second of a composition): below
- * U+0300, Cyrillic without its combining marks, kana, CJK ideographs, Hangul syllables, emoji. */
+ * U+0300, Cyrillic without its combining marks, kana, CJK ideographs, Hangul syllables, emoji,
+ * general and CJK punctuation, fullwidth forms (checked with Python's unicodedata when written). */
 static int nfc_may_change(const char *s, size_t n) {
     size_t i = 0;
     while (i < n) {
@@ -650,7 +651,9 @@ static int nfc_may_change(const char *s, size_t n) {
         i += (size_t)k;
         if (cp < 0x300 || (cp >= 0x400 && cp <= 0x482) || (cp >= 0x48A && cp <= 0x52F) || (cp >= 0x3041 && cp <= 0x3096) ||
             (cp >= 0x30A1 && cp <= 0x30FA) || (cp >= 0x3400 && cp <= 0x4DBF) || (cp >= 0x4E00 && cp <= 0x9FFF) ||
-            (cp >= 0xAC00 && cp <= 0xD7A3) || (cp >= 0x1F300 && cp <= 0x1FAFF) || cp == 0x200D || cp == 0xFE0F)
+            (cp >= 0xAC00 && cp <= 0xD7A3) || (cp >= 0x1F300 && cp <= 0x1FAFF) || cp == 0x200D || cp == 0xFE0F ||
+            (cp >= 0x2010 && cp <= 0x2027) || (cp >= 0x2030 && cp <= 0x205E) || (cp >= 0x3000 && cp <= 0x3029) ||
+            (cp >= 0x3030 && cp <= 0x303F) || (cp >= 0xFF01 && cp <= 0xFFEF))
             continue;
         return 1;
     }
