@@ -439,38 +439,60 @@ static void cpu_delta_rule(clef_ops *ops, float *o, const float *q, const float 
 
 /* ---------------------------------------------------------------- attention */
 
+#define ATT_QB 16 /* query rows per pass over K and V (each K/V row is loaded once per block) */
+
 typedef struct {
     float *o; const float *q, *k, *v;
-    size_t ldo, ldq, ldk, ldv, Tq, Tk, nh, nkv, hd;
+    size_t ldo, ldq, ldk, ldv, Tq, Tk, nh, nkv, hd, nblk;
     float scale; int causal;
     double *scratch; size_t per_worker;
 } attn_ctx;
 
+/* One work item = (head h, block of up to ATT_QB query rows). Each row's result is computed with
+ * exactly the same operations in the same order as a row-at-a-time loop (scores in key order, max,
+ * exp and sum in key order, the weighted sum of V in key order), so the blocking changes neither
+ * the bits nor their independence of the thread count. */
 static void attn_fn(void *c_, size_t b, size_t e, int worker) {
     attn_ctx *c = c_;
-    double *sc = c->scratch + (size_t)worker * c->per_worker;
-    double *acc = sc + c->Tk;
-    size_t group = c->nh / c->nkv, hd = c->hd;
+    double *sc = c->scratch + (size_t)worker * c->per_worker; /* [ATT_QB, Tk] */
+    double *acc = sc + ATT_QB * c->Tk;                          /* [ATT_QB, hd] */
+    size_t group = c->nh / c->nkv, hd = c->hd, Tk = c->Tk;
     for (size_t it = b; it < e; it++) {
-        size_t h = it / c->Tq, i = it % c->Tq, j = h / group;
-        const float *qv = c->q + i * c->ldq + h * hd;
-        size_t n = c->causal ? i + 1 : c->Tk;
-        double m = -INFINITY;
-        for (size_t t = 0; t < n; t++) {
-            double s = dot_d(qv, c->k + t * c->ldk + j * hd, hd) * (double)c->scale;
-            sc[t] = s;
-            if (s > m) m = s;
+        size_t h = it / c->nblk, i0 = (it % c->nblk) * ATT_QB, j = h / group;
+        size_t nq = c->Tq - i0 < ATT_QB ? c->Tq - i0 : ATT_QB;
+        size_t nmax = c->causal ? i0 + nq : Tk; /* keys any row of the block reads */
+        double m[ATT_QB], sum[ATT_QB];
+        for (size_t r = 0; r < nq; r++) { m[r] = -INFINITY; sum[r] = 0; }
+        /* scores: one pass over K */
+        for (size_t t = 0; t < nmax; t++) {
+            const float *kv = c->k + t * c->ldk + j * hd;
+            for (size_t r = 0; r < nq; r++) {
+                if (c->causal && t > i0 + r) continue;
+                double s = dot_d(c->q + (i0 + r) * c->ldq + h * hd, kv, hd) * (double)c->scale;
+                sc[r * Tk + t] = s;
+                if (s > m[r]) m[r] = s;
+            }
         }
-        double sum = 0;
-        for (size_t t = 0; t < n; t++) { sc[t] = exp(sc[t] - m); sum += sc[t]; }
-        for (size_t d = 0; d < hd; d++) acc[d] = 0;
-        for (size_t t = 0; t < n; t++) {
+        for (size_t r = 0; r < nq; r++) {
+            size_t n = c->causal ? i0 + r + 1 : Tk;
+            double *sr = sc + r * Tk;
+            for (size_t t = 0; t < n; t++) { sr[t] = exp(sr[t] - m[r]); sum[r] += sr[t]; }
+            for (size_t d = 0; d < hd; d++) acc[r * hd + d] = 0;
+        }
+        /* weighted sum: one pass over V */
+        for (size_t t = 0; t < nmax; t++) {
             const float *vv = c->v + t * c->ldv + j * hd;
-            double p = sc[t];
-            for (size_t d = 0; d < hd; d++) acc[d] += p * vv[d];
+            for (size_t r = 0; r < nq; r++) {
+                if (c->causal && t > i0 + r) continue;
+                double p = sc[r * Tk + t];
+                double *ar = acc + r * hd;
+                for (size_t d = 0; d < hd; d++) ar[d] += p * vv[d];
+            }
         }
-        float *ov = c->o + i * c->ldo + h * hd;
-        for (size_t d = 0; d < hd; d++) ov[d] = (float)(acc[d] / sum);
+        for (size_t r = 0; r < nq; r++) {
+            float *ov = c->o + (i0 + r) * c->ldo + h * hd;
+            for (size_t d = 0; d < hd; d++) ov[d] = (float)(acc[r * hd + d] / sum[r]);
+        }
     }
 }
 
@@ -478,12 +500,13 @@ static void cpu_attention(clef_ops *ops, float *o, size_t ldo, const float *q, s
                           size_t ldk, const float *v, size_t ldv, size_t Tq, size_t Tk, size_t nh, size_t nkv,
                           size_t hd, float scale, int causal) {
     if (Tq == 0 || nh == 0) return;
-    size_t per = Tk + hd;
+    size_t per = ATT_QB * (Tk + hd);
     int nw = NW(ops);
     double *scratch = malloc((size_t)nw * per * sizeof(double));
     if (!scratch) { ops->failed = 1; return; }
-    attn_ctx c = {o, q, k, v, ldo, ldq, ldk, ldv, Tq, Tk, nh, nkv, hd, scale, causal, scratch, per};
-    clef_pool_for(POOL(ops), nh * Tq, 1, attn_fn, &c);
+    size_t nblk = (Tq + ATT_QB - 1) / ATT_QB;
+    attn_ctx c = {o, q, k, v, ldo, ldq, ldk, ldv, Tq, Tk, nh, nkv, hd, nblk, scale, causal, scratch, per};
+    clef_pool_for(POOL(ops), nh * nblk, 1, attn_fn, &c);
     free(scratch);
 }
 
