@@ -120,13 +120,15 @@ def build_images():
                                 (33, 31), (48, 64), (63, 65), (100, 37), (127, 129), (150, 200), (200, 150), (255, 257),
                                 (257, 259), (256, 256)]):
         kind = "noise" if w * h <= 4096 else "smooth"
-        add(f"png_rgb_{w}x{h}.png", png_bytes(Image.fromarray(content(w, h, i, kind=kind))))
+        add(f"png_rgb_{w}x{h}.png", png_bytes(Image.fromarray(content(w, h, i, kind=kind, noise=6 if w * h < 40000 else 1.5))))
     # rounding and aspect-ratio cases
     for i, (w, h) in enumerate([(400, 560), (560, 400), (224, 224), (300, 200), (16, 500), (500, 16), (90, 2000),
                                 (1000, 250), (333, 777), (640, 480), (1, 200), (200, 1), (1, 201), (2, 401), (3, 600),
                                 (10, 2000), (10, 2001), (25, 5000), (24, 5000), (5000, 25), (600, 3), (17, 3401),
                                 (1, 199)]):
-        add(f"png_rgb_{w}x{h}.png", png_bytes(Image.fromarray(content(w, h, 100 + i, noise=3)), optimize=True))
+        # light noise on the big ones keeps the files small; the smooth content still exercises every weight
+        add(f"png_rgb_{w}x{h}.png", png_bytes(Image.fromarray(content(w, h, 100 + i, noise=3 if w * h < 40000 else 0.6)),
+                                            optimize=True))
     # PNG modes
     base = content(97, 61, 7, noise=4)
     im = Image.fromarray(base)
@@ -170,7 +172,7 @@ def build_images():
                            ("jpeg_1080x1920.jpg", 1080, 1920, dict(quality=70)),
                            ("jpeg_5000x300.jpg", 5000, 300, dict(quality=70)),
                            ("jpeg_300x5000.jpg", 300, 5000, dict(quality=70)),
-                           ("jpeg_4500x3800.jpg", 4500, 3800, dict(quality=40)),
+                           ("jpeg_4500x3800.jpg", 4500, 3800, dict(quality=25)),
                            ("jpeg_1x1.jpg", 1, 1, dict(quality=90)),
                            ("jpeg_7x5.jpg", 7, 5, dict(quality=90))]:
         add(name, enc(Image.fromarray(content(w, h, hash(name) % 1000 if False else len(name) + w, noise=2)), "JPEG", **kw))
