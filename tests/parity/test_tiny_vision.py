@@ -109,7 +109,7 @@ def main():
         skip("no image requests in the fixtures")
     fails = []
     worst = {"merger": (0.0, ""), "final_norm": (0.0, ""), "layers": (0.0, ""), "dp": (0.0, "")}
-    n_pix_equal = n_bytes_equal = 0
+    n_pix_equal = n_bytes_equal = n_pixels_mode = 0
     ties = []
     tmpdir = tempfile.TemporaryDirectory(prefix="clef_vis_")
     tmp = tmpdir.name
@@ -157,6 +157,15 @@ def main():
             note("merger", e, name)
             if e > TOL_ROWS:
                 fails.append(f"{name}: merger rows rel L2 {e:.3g} > {TOL_ROWS}")
+        # the tower on given pixel rows (vision_tool --pixels) gives the same bits
+        if len(grids) == 1:
+            p = subprocess.run([tool, "--model", MODEL, "--pixels", os.path.join(out, "pixels.f32"), "--grid",
+                                ",".join(map(str, grids[0])), "--threads", "2", "--out", os.path.join(out, "rows2.f32")],
+                               capture_output=True, text=True)
+            if p.returncode != 0 or open(os.path.join(out, "rows2.f32"), "rb").read() != rows.tobytes():
+                fails.append(f"{name}: vision_tool --pixels differs from --request: {p.stderr.strip()}")
+            else:
+                n_pixels_mode += 1
         # 3. raw probabilities and layer rows
         raw = open(path, "rb").read()
         i = raw.index(b"{")
@@ -206,7 +215,8 @@ def main():
                 fails.append(f"{name}: layer {li} rows rel L2 {e:.3g} > {LAYERS_BOUND}")
 
     print(f"{len(reqs)} image requests; pixel_values sha256 equal: {n_pix_equal}/{len(reqs)}; "
-          f"response bytes equal: {n_bytes_equal}/{len(reqs)}; near-ties: {len(ties)} {ties}")
+          f"response bytes equal: {n_bytes_equal}/{len(reqs)}; near-ties: {len(ties)} {ties}; "
+          f"tower on given pixel rows (2 threads) bit-equal: {n_pixels_mode}")
     for k, label in (("merger", f"tower (merger) rows, rel L2 per row (<= {TOL_ROWS})"),
                      ("layers", f"decoder layer rows, rel L2 per row (<= {LAYERS_BOUND})"),
                      ("final_norm", f"final-norm rows, rel L2 per row (<= {LAYERS_BOUND})"),
