@@ -84,6 +84,10 @@ static int check_config(const clef_vision_config *vc, const clef_vision_weights 
     if (w->depth != vc->depth || !w->patch_w.data || w->patch_w.shape[0] != vc->hidden_size ||
         w->patch_w.numel != (int64_t)vc->hidden_size * vc->patch_dim)
         return clef_err_set(err, CLEF_E_BAD_MODEL, "vision weights do not match vision_config");
+    if (!w->pos_embed.data || w->pos_embed.numel != (int64_t)vc->num_position_embeddings * vc->hidden_size ||
+        !w->merger_fc1_w.data || w->merger_fc1_w.numel != (int64_t)vc->merged_dim * vc->merged_dim ||
+        !w->merger_fc2_w.data || w->merger_fc2_w.numel != (int64_t)vc->out_hidden_size * vc->merged_dim)
+        return clef_err_set(err, CLEF_E_BAD_MODEL, "vision weights (pos_embed, merger) do not match vision_config");
     return 0;
 }
 
