@@ -109,6 +109,13 @@ static inline void pair_at(const bpe_pairs *p, bpe_work *w, int32_t a, int32_t b
     }
 }
 
+/* Starts loading the table slots of all adjacent pairs of ids[0..n): the table is larger than the
+ * CPU caches, and issuing the loads together overlaps their latency. */
+static inline void prefetch_pairs(const bpe_pairs *p, const int32_t *ids, size_t n) {
+    for (size_t i = 0; i + 1 < n; i++)
+        __builtin_prefetch(&p->slots[(size_t)bpe_hash_((uint32_t)ids[i], (uint32_t)ids[i + 1]) & p->mask]);
+}
+
 static inline uint64_t pair_rm(const bpe_pairs *p, bpe_work *w, int32_t a, int32_t b) {
     uint32_t rank;
     int32_t merged;
@@ -121,6 +128,7 @@ size_t bpe_merge_scan(const bpe_pairs *p, int32_t *ids, size_t n, bpe_work *w) {
     if (work_reserve(w, n)) return (size_t)-1;
     memo_prepare(p, w);
     uint64_t *rm = w->rm;
+    prefetch_pairs(p, ids, n);
     for (size_t i = 0; i + 1 < n; i++) rm[i] = pair_rm(p, w, ids[i], ids[i + 1]);
     while (n > 1) {
         /* lowest rank; equal values are the same pair, and strict < keeps the leftmost */
@@ -134,6 +142,8 @@ size_t bpe_merge_scan(const bpe_pairs *p, int32_t *ids, size_t n, bpe_work *w) {
         for (size_t i = best + 1; i + 1 < n; i++) ids[i] = ids[i + 1];
         for (size_t i = best + 1; i + 2 < n; i++) rm[i] = rm[i + 1];
         n--;
+        if (best > 0) __builtin_prefetch(&p->slots[(size_t)bpe_hash_((uint32_t)ids[best - 1], (uint32_t)ids[best]) & p->mask]);
+        if (best + 1 < n) __builtin_prefetch(&p->slots[(size_t)bpe_hash_((uint32_t)ids[best], (uint32_t)ids[best + 1]) & p->mask]);
         if (best > 0) rm[best - 1] = pair_rm(p, w, ids[best - 1], ids[best]);
         if (best + 1 < n) rm[best] = pair_rm(p, w, ids[best], ids[best + 1]);
     }
@@ -187,6 +197,7 @@ size_t bpe_merge_heap(const bpe_pairs *p, int32_t *ids, size_t n, bpe_work *w) {
         next[i] = i + 1 < n ? (int32_t)i + 1 : -1;
     }
     memo_prepare(p, w);
+    prefetch_pairs(p, ids, n);
     uint32_t rk;
     int32_t mg;
     for (size_t i = 0; i + 1 < n; i++) {
