@@ -143,6 +143,16 @@ static int png_body(png_structp png, png_infop info, png_src *s, const clef_imag
     png_bytep ex = NULL;
     if (png_get_eXIf_1(png, info, &exn, &ex) && ex) *orient = clef_exif_orientation(ex, exn);
 #endif
+    if (*orient == 0) { /* Pillow's getexif falls back to the XMP packet's tiff:Orientation */
+        png_textp tx = NULL;
+        int nt = 0;
+        if (png_get_text(png, info, &tx, &nt) > 0 && tx)
+            for (int i = 0; i < nt; i++)
+                if (tx[i].key && tx[i].text && !strcmp(tx[i].key, "XML:com.adobe.xmp")) {
+                    *orient = clef_xmp_orientation((const uint8_t *)tx[i].text, strlen(tx[i].text));
+                    break;
+                }
+    }
     return 0;
 }
 

@@ -160,6 +160,12 @@ def build_images():
     add("png_gamma_srgb.png", png_raw(97, 61, 2, 8, lambda y, xs: base[y, xs].tobytes(),
                                       extra_chunks=[png_chunk(b"gAMA", struct.pack(">I", 100000)), png_chunk(b"sRGB", b"\x00")]))
     add("png_exif_rot6.png", png_bytes(im, exif=exif_with_orientation(6)))
+    from PIL import PngImagePlugin
+    xmp = ('<x:xmpmeta xmlns:x="adobe:ns:meta/"><rdf:RDF xmlns:rdf="http://www.w3.org/1999/02/22-rdf-syntax-ns#">'
+           '<rdf:Description xmlns:tiff="http://ns.adobe.com/tiff/1.0/" tiff:Orientation="8"/></rdf:RDF></x:xmpmeta>')
+    pi = PngImagePlugin.PngInfo()
+    pi.add_itxt("XML:com.adobe.xmp", xmp)
+    add("png_xmp_rot8.png", png_bytes(Image.fromarray(content(50, 30, 12, noise=3)), pnginfo=pi))
     add("png_short_palette.png", png_raw(20, 10, 3, 8, lambda y, xs: bytes([(x + y) % 12 for x in xs]), plte=bytes(range(24))))
     add("png_base64_bare.png", png_bytes(Image.fromarray(content(70, 50, 11))), "base64")
     # JPEG
@@ -181,6 +187,7 @@ def build_images():
     add("jpeg_cmyk.jpg", enc(jb.convert("CMYK"), "JPEG", quality=90))
     for o in range(1, 9):
         add(f"jpeg_exif_orient{o}.jpg", enc(Image.fromarray(content(72, 40, 30 + o, noise=3)), "JPEG", quality=88, exif=exif_with_orientation(o)))
+    add("jpeg_xmp_rot6.jpg", enc(Image.fromarray(content(56, 24, 39, noise=3)), "JPEG", quality=88, xmp=xmp.replace('"8"', '"6"').encode()))
     add("jpeg_base64_bare.jpg", enc(jb, "JPEG", quality=80), "base64")
     # WebP
     wb = Image.fromarray(content(211, 133, 41, noise=4))
