@@ -17,7 +17,9 @@ and compare
 Prints the worst values and the per-request wall time; the last line is the summary.
 
 Run with .venv-test/bin/python; binary $CLEF_BUILD/clef (default build/clef); checkpoint $CLEF_REAL4 (default
-models/real4); threads $CLEF_THREADS (default 0 = all cores). Exit 0 pass, 1 fail, 77 skip.
+models/real4); threads $CLEF_THREADS (default 0 = all cores); $CLEF_REAL4_ONLY=name,name runs only those
+recorded requests (with today's scalar fp32 linear op a request takes ~1.3 s per token on 2 busy cores).
+Exit 0 pass, 1 fail, 77 skip.
 """
 import hashlib
 import json
@@ -35,6 +37,7 @@ MODEL = os.environ.get("CLEF_REAL4", os.path.join(ROOT, "models", "real4"))
 FIX = os.path.join(ROOT, "tests", "fixtures", "real4")
 CORPUS = os.path.join(ROOT, "tests", "corpus")
 THREADS = os.environ.get("CLEF_THREADS", "0")
+ONLY = [x for x in os.environ.get("CLEF_REAL4_ONLY", "").split(",") if x]
 
 TOL_FINAL = 1e-4     # final-norm rows, relative L2 per row (issue 5's bar at real dimensions)
 LAYERS_BOUND = 1e-3  # decoder-layer rows, relative L2 per row: gross errors only (reported)
@@ -138,7 +141,14 @@ def main():
         if val >= worst[key][0]:
             worst[key] = (val, name)
 
-    for r in ix["requests"]:
+    reqs = ix["requests"]
+    if ONLY:
+        unknown = sorted(set(ONLY) - {r["name"] for r in reqs})
+        if unknown:
+            print(f"FAIL CLEF_REAL4_ONLY names not in the fixtures: {unknown}")
+            return 1
+        reqs = [r for r in reqs if r["name"] in ONLY]
+    for r in reqs:
         name, L = r["name"], r["n_tokens"]
         raw = open(os.path.join(CORPUS, r["file"]), "rb").read()
         if hashlib.sha256(raw).hexdigest() != r["sha256"]:
@@ -199,7 +209,7 @@ def main():
         for f in os.listdir(dump):
             os.remove(os.path.join(dump, f))
 
-    n = len(ix["requests"])
+    n = len(reqs)
     print(f"{n} requests on {MODEL}; response bytes equal: {n_bytes_equal}/{n}")
     print(f"  worst final-norm rows, rel L2 per row (<= {TOL_FINAL}): {worst['final_norm'][0]:.3g} "
           f"({worst['final_norm'][1]})")
