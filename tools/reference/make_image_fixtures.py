@@ -15,6 +15,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import struct
 import sys
 import tempfile
@@ -218,11 +219,16 @@ def build_images():
     return items
 
 
+def err_rec(e):
+    """The reference's error by class and message (object addresses removed: the file is deterministic)."""
+    return {"error": type(e).__name__, "message": re.sub(r" at 0x[0-9a-f]+", "", str(e))[:300]}
+
+
 def result(proc, images, **kw):
     try:
         out = proc(images=images, return_tensors="pt", **kw)
     except Exception as e:  # the reference's error, recorded by class and message
-        return {"error": type(e).__name__, "message": str(e)[:300]}
+        return err_rec(e)
     pv = out["pixel_values"]
     assert pv.dtype == torch.float32
     return {"grid_thw": out["image_grid_thw"][0].tolist(), "shape": list(pv.shape),
@@ -233,7 +239,7 @@ def tile_result(proc, entry, tile):
     try:
         im = load_image(entry).resize((tile, tile), Image.BICUBIC)
     except Exception as e:
-        return {"error": type(e).__name__, "message": str(e)[:300]}
+        return err_rec(e)
     return result(proc, [im])
 
 
