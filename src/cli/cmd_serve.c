@@ -1,6 +1,7 @@
 /* clef serve: the HTTP server (src/serve/server.c) around one engine. docs/serving.md has the
  * flags, routes and statuses. */
 #include <errno.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -87,6 +88,10 @@ int cmd_serve(int argc, char **argv) {
         return 2;
     }
 
+    /* Steady memory: large buffers (bodies, decoded images) go back to the system when freed
+     * instead of raising glibc's dynamic mmap threshold and staying in the heap. */
+    mallopt(M_MMAP_THRESHOLD, 128 * 1024);
+    mallopt(M_TRIM_THRESHOLD, 1024 * 1024);
     /* Every thread started from here on inherits this mask; the main thread waits for them. */
     sigset_t set;
     sigemptyset(&set);
@@ -111,8 +116,8 @@ int cmd_serve(int argc, char **argv) {
     clef_engine *e = clef_open(&o, err, sizeof err);
     cli_progress_end(&bar);
     if (!e) {
-        fprintf(stderr, "clef serve: %s\n", err);
         clef_server_shutdown(srv);
+        fprintf(stderr, "clef serve: %s\n", err);
         return 1;
     }
     double t1 = clef_now();
@@ -121,10 +126,10 @@ int cmd_serve(int argc, char **argv) {
     int wrc = clef_decide(e, WARMUP, sizeof WARMUP - 1, &wr);
     double t2 = clef_now();
     if (wrc != 0) {
-        fprintf(stderr, "clef serve: the warm-up request failed: %.*s\n", (int)wr.body_len, wr.body ? wr.body : "");
-        clef_result_free(&wr);
         clef_server_shutdown(srv);
         clef_close(e);
+        fprintf(stderr, "clef serve: the warm-up request failed: %.*s\n", (int)wr.body_len, wr.body ? wr.body : "");
+        clef_result_free(&wr);
         return 1;
     }
     clef_result_free(&wr);

@@ -1,0 +1,520 @@
+#!/usr/bin/env python3
+"""clef serve over HTTP on the tiny checkpoint (loopback only).
+
+- start-up refusals: a missing model folder, a port in use (one clear line, non-zero exit);
+- routes: /health, /v1/models, /openapi.json (parses, names every route), /metrics (names);
+- every status: 404, 405 (+Allow), 415, 413 (Content-Length, chunked, tokens), 400 (duplicate
+  Content-Length), 422/400 from the engine, 429 (+Retry-After), 503 DeadlineExceeded;
+- malformed HTTP: bad request line, huge headers, a slow client past the timeout, early closes;
+- load: C clients x N mixed requests, every answer byte-equal to `clef decide` on the same body,
+  right status, no crash, RSS after the run within a few MB of RSS after a warm-up round, and
+  batches of more than one request seen in /metrics;
+- SIGTERM with requests queued: all of them answered byte-equal, exit 0.
+
+Expected bytes come from `clef decide` once per distinct body. CLEF_BUILD ending in build-asan
+runs fewer iterations."""
+import concurrent.futures as cf
+import glob
+import http.client
+import json
+import os
+import random
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BUILD = os.environ.get("CLEF_BUILD", os.path.join(ROOT, "build")).rstrip("/")
+CLEF = os.path.join(BUILD, "clef")
+MODEL = os.path.join(ROOT, "models", "tiny")
+ASAN = BUILD.endswith("build-asan")
+TMP = tempfile.mkdtemp(prefix="clef-serve-test-")
+
+STATUS_OF = {"InvalidUtf8": 400, "BadJson": 400, "RequestTooLong": 413, "SchemaTooLong": 413,
+             "OutOfMemory": 500, "IoError": 500, "InternalError": 500, "BadModel": 503}
+
+failures = []
+checks = 0
+
+
+def check(cond, what):
+    global checks
+    checks += 1
+    if not cond:
+        failures.append(what)
+        print("FAIL:", what, flush=True)
+
+
+def skip(why):
+    print(why)
+    sys.exit(77)
+
+
+# ---------------------------------------------------------------- expected bytes
+
+def decide(body):
+    path = os.path.join(TMP, "req-%d.json" % (abs(hash(body)) % 10**12))
+    with open(path, "wb") as f:
+        f.write(body)
+    p = subprocess.run([CLEF, "decide", "--model", MODEL, "--threads", "1", "--request", path],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=300)
+    out = p.stdout
+    if out.endswith(b"\n"):
+        out = out[:-1]
+    obj = json.loads(out.decode("utf-8"))
+    if "error" in obj:
+        status = STATUS_OF.get(obj["error"]["type"], 422)
+    else:
+        status = 200
+    return out, status, obj
+
+
+def pick_bodies():
+    files = sorted(glob.glob(os.path.join(ROOT, "tests", "corpus", "requests", "*.json")))
+    if not files:
+        skip("skip: no tests/corpus/requests")
+    by = {os.path.basename(f): open(f, "rb").read() for f in files}
+    want_t = [n for n in by if n.startswith("t")]
+    want_e = [n for n in by if n.startswith("e")]
+    want_m = [n for n in by if n.startswith("m")]
+    rnd = random.Random(7)
+    # small text requests (the expensive one, t056 at 16k tokens, only outside ASan)
+    small_t = sorted((n for n in want_t if len(by[n]) < 4000), key=lambda n: n)
+    chosen = rnd.sample(small_t, min(len(small_t), 6 if ASAN else 14))
+    must_e = ["e001_missing_model.json", "e039_schema_too_long.json", "e046_top_level_list.json",
+              "e050_bad_json_trailing_comma.json", "e052_invalid_utf8.json", "e040_lone_surrogate_state.json",
+              "e054_empty_body.json", "e013_type_list.json", "e025_choice_criteria_list.json"]
+    chosen += [n for n in must_e if n in by]
+    chosen += rnd.sample(want_m, min(len(want_m), 1 if ASAN else 3))
+    bodies = {n: by[n] for n in chosen}
+    bodies["x_not_json"] = b"{\"model\": "
+    bodies["x_bad_utf8"] = b"{\"model\":\"clef-flash\",\"state\":\"caf\xe9\",\"questions\":{}}"
+    return bodies
+
+
+# ---------------------------------------------------------------- server helpers
+
+class Server:
+    def __init__(self, *extra, wait=True):
+        self.log = os.path.join(TMP, "serve-%d.log" % time.monotonic_ns())
+        self.logf = open(self.log, "wb")
+        self.p = subprocess.Popen([CLEF, "serve", "--model", MODEL, "--port", "0", "--threads", "2"] + list(extra),
+                                  stdout=subprocess.DEVNULL, stderr=self.logf)
+        self.port = None
+        t_end = time.time() + (240 if ASAN else 90)
+        while time.time() < t_end and self.port is None:
+            m = re.search(rb'"event":"listening".*?"port":(\d+)', open(self.log, "rb").read())
+            if m:
+                self.port = int(m.group(1))
+            elif self.p.poll() is not None:
+                raise RuntimeError("server exited: " + open(self.log).read())
+            else:
+                time.sleep(0.02)
+        if self.port is None:
+            raise RuntimeError("no listening line")
+        if wait:
+            while time.time() < t_end:
+                try:
+                    st, _, _ = request(self.port, "GET", "/health")
+                    if st == 200:
+                        return
+                except OSError:
+                    pass
+                time.sleep(0.05)
+            raise RuntimeError("not healthy")
+
+    def rss_kb(self):
+        for line in open("/proc/%d/status" % self.p.pid):
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+        return -1
+
+    def stop(self, sig=signal.SIGTERM, timeout=120):
+        if self.p.poll() is None:
+            self.p.send_signal(sig)
+        try:
+            rc = self.p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+            rc = self.p.wait()
+        self.logf.close()
+        return rc
+
+    def logtext(self):
+        return open(self.log, "rb").read().decode("utf-8", "replace")
+
+
+def request(port, method, path, body=None, headers=None, conn=None, timeout=120):
+    own = conn is None
+    if own:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    h = {} if headers is None else dict(headers)
+    conn.request(method, path, body=body, headers=h)
+    r = conn.getresponse()
+    data = r.read()
+    hd = {k.lower(): v for k, v in r.getheaders()}
+    if own:
+        conn.close()
+    return r.status, hd, data
+
+
+def post(port, body, ctype="application/json", conn=None):
+    return request(port, "POST", "/v1/systemone", body, {"Content-Type": ctype}, conn=conn)
+
+
+def raw(port, data, read_timeout=10, shut_write=False):
+    """Sends raw bytes; returns whatever comes back until the server closes or the timeout."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=read_timeout)
+    try:
+        s.sendall(data)
+        if shut_write:
+            s.shutdown(socket.SHUT_WR)
+        out = b""
+        t_end = time.time() + read_timeout
+        while time.time() < t_end:
+            try:
+                chunk = s.recv(65536)
+            except socket.timeout:
+                break
+            except ConnectionResetError:
+                break
+            if not chunk:
+                break
+            out += chunk
+            m = re.match(rb"HTTP/1\.[01] \d+.*?\r\n\r\n", out, re.S)
+            if m:
+                cl = re.search(rb"(?i)content-length: *(\d+)", m.group(0))
+                if cl and len(out) >= m.end() + int(cl.group(1)):
+                    break
+        return out
+    finally:
+        s.close()
+
+
+def status_of(resp):
+    m = re.match(rb"HTTP/1\.[01] (\d+)", resp)
+    return int(m.group(1)) if m else None
+
+
+# ---------------------------------------------------------------- the checks
+
+def test_startup_errors():
+    p = subprocess.run([CLEF, "serve", "--model", os.path.join(TMP, "no-such-model"), "--port", "0"],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)
+    err = p.stderr.decode("utf-8", "replace").strip().splitlines()
+    last = err[-1] if err else ""
+    check(p.returncode != 0, "missing model folder: non-zero exit")
+    check("no-such-model" in last and last.startswith("clef serve:"), "missing model folder: one clear line: %r" % last)
+    # port in use
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen(1)
+    port = s.getsockname()[1]
+    p = subprocess.run([CLEF, "serve", "--model", MODEL, "--port", str(port)],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)
+    s.close()
+    msg = p.stderr.decode("utf-8", "replace")
+    check(p.returncode != 0 and "cannot listen on 127.0.0.1:%d" % port in msg and "in use" in msg,
+          "port in use: clear line, non-zero exit: %r" % msg[-300:])
+    p = subprocess.run([CLEF, "serve", "--model", MODEL, "--port", "99999"], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, timeout=60)
+    check(p.returncode == 2 and b"--port" in p.stderr, "bad flag value refused")
+
+
+def test_routes(srv):
+    st, hd, data = request(srv.port, "GET", "/health")
+    check(st == 200 and json.loads(data) == {"status": "ok"}, "health 200")
+    st, hd, data = request(srv.port, "GET", "/v1/models")
+    check(st == 200 and json.loads(data)["data"][0]["id"] == "clef-flash", "v1/models")
+    st, hd, data = request(srv.port, "GET", "/openapi.json")
+    doc = json.loads(data)
+    check(st == 200 and doc["openapi"].startswith("3."), "openapi 3 document")
+    for p in ["/v1/systemone", "/health", "/metrics", "/v1/models", "/openapi.json"]:
+        check(p in doc["paths"], "openapi names %s" % p)
+    for code in ["200", "400", "413", "415", "422", "429", "503"]:
+        check(code in doc["paths"]["/v1/systemone"]["post"]["responses"], "openapi documents %s" % code)
+    st, hd, data = request(srv.port, "GET", "/metrics")
+    text = data.decode()
+    for name in ["clef_requests_total", "clef_queue_depth", "clef_input_tokens_total", "clef_request_duration_seconds_bucket",
+                 "clef_batch_size_bucket", "clef_queue_wait_seconds_bucket", "clef_batch_compute_seconds_bucket", "clef_ready 1"]:
+        check(name in text, "metrics has %s" % name)
+    check(hd.get("content-type", "").startswith("text/plain"), "metrics content type")
+    st, hd, data = request(srv.port, "GET", "/nope")
+    check(st == 404 and json.loads(data)["error"]["type"] == "NotFound", "404 unknown path")
+    st, hd, data = request(srv.port, "GET", "/v1/systemone")
+    check(st == 405 and hd.get("allow") == "POST" and json.loads(data)["error"]["type"] == "MethodNotAllowed", "405 GET decide")
+    st, hd, data = request(srv.port, "DELETE", "/health")
+    check(st == 405 and "GET" in hd.get("allow", ""), "405 DELETE health")
+    st, hd, data = request(srv.port, "HEAD", "/health")
+    check(st == 200 and data == b"", "HEAD health")
+
+
+def test_statuses(srv, expected, max_body):
+    body, (exp, _, _) = next((b, v) for b, v in expected.items() if v[1] == 200)
+    st, hd, data = post(srv.port, body, "text/plain")
+    check(st == 415 and json.loads(data)["error"]["type"] == "UnsupportedMediaType", "415 text/plain")
+    st, hd, data = request(srv.port, "POST", "/v1/systemone", body, {})
+    check(st == 415, "415 missing Content-Type (got %s)" % st)
+    st, hd, data = post(srv.port, body, "application/json; charset=utf-8")
+    check(st == 200 and data == exp, "charset parameter accepted, bytes equal")
+    st, hd, data = post(srv.port, body, "Application/JSON")
+    check(st == 200 and data == exp, "media type case-insensitive")
+    big = b'{"model":"clef-flash","state":"' + b"a" * (max_body + 10) + b'","questions":{"q":{"type":"noul"}}}'
+    st, hd, data = post(srv.port, big)
+    check(st == 413 and json.loads(data)["error"]["type"] == "RequestTooLong", "413 body over the cap")
+    # chunked: accepted with the cap enforced
+    def chunked(payload, step=1000):
+        out = b""
+        for i in range(0, len(payload), step):
+            part = payload[i:i + step]
+            out += b"%x\r\n" % len(part) + part + b"\r\n"
+        return out + b"0\r\n\r\n"
+    head = (b"POST /v1/systemone HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n")
+    resp = raw(srv.port, head + chunked(body), read_timeout=60)
+    check(status_of(resp) == 200 and resp.endswith(exp), "chunked body answered, bytes equal")
+    resp = raw(srv.port, head + chunked(big, 65536), read_timeout=60)
+    check(status_of(resp) == 413, "chunked body over the cap: 413 (got %r)" % resp[:40])
+    # duplicate Content-Length
+    dup = (b"POST /v1/systemone HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
+           b"Content-Length: %d\r\nConnection: close\r\n\r\n" % (len(body), len(body))) + body
+    resp = raw(srv.port, dup)
+    check(status_of(resp) == 400, "duplicate Content-Length refused with 400 (got %r)" % resp[:40])
+    dup2 = (b"POST /v1/systemone HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
+            b"Content-Length: 5\r\nConnection: close\r\n\r\n" % len(body)) + body
+    resp = raw(srv.port, dup2)
+    check(status_of(resp) == 400, "conflicting Content-Length refused with 400 (got %r)" % resp[:40])
+
+
+def test_malformed(srv, timeout_s):
+    resp = raw(srv.port, b"GARBAGE\r\n\r\n")
+    check(resp == b"" or status_of(resp) in (400, 405, 505), "bad request line: 400 or closed (%r)" % resp[:40])
+    resp = raw(srv.port, b"GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 40000 + b"\r\n\r\n")
+    check(resp == b"" or status_of(resp) in (400, 413, 414, 431), "huge headers: 4xx or closed (%r)" % resp[:40])
+    # slow client: half a body, then silence past the timeout -> the server closes the connection
+    s = socket.create_connection(("127.0.0.1", srv.port), timeout=timeout_s + 20)
+    s.sendall(b"POST /v1/systemone HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"mod")
+    t0 = time.time()
+    try:
+        got = s.recv(1000)
+    except (ConnectionResetError, socket.timeout):
+        got = b""
+    dt = time.time() - t0
+    s.close()
+    check(dt < timeout_s + 15 and (got == b"" or status_of(got) in (400, 408)), "slow client closed after the timeout (%.1fs, %r)" % (dt, got[:30]))
+    # early closes: half a body then close; a full request then close before reading
+    s = socket.create_connection(("127.0.0.1", srv.port))
+    s.sendall(b"POST /v1/systemone HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"mod")
+    s.close()
+    body = open(os.path.join(ROOT, "tests/corpus/requests/t001_basic.json"), "rb").read()
+    for _ in range(3):
+        s = socket.create_connection(("127.0.0.1", srv.port))
+        s.sendall(b"POST /v1/systemone HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+        s.close()
+    st, _, _ = request(srv.port, "GET", "/health")
+    check(st == 200 and srv.p.poll() is None, "alive after malformed HTTP")
+
+
+def run_load(srv, items, clients, per_client, seed):
+    """items: list of (body, ctype, exp_status, exp_bytes or None). Returns mismatches."""
+    bad = []
+    lock = threading.Lock()
+
+    def client(k):
+        rnd = random.Random(seed * 1000 + k)
+        conn = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=300)
+        for _ in range(per_client):
+            body, ctype, est, eb = items[rnd.randrange(len(items))]
+            try:
+                st, hd, data = post(srv.port, body, ctype, conn=conn)
+            except (http.client.HTTPException, OSError) as e:
+                with lock:
+                    bad.append("client %d: %r" % (k, e))
+                conn.close()
+                conn = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=300)
+                continue
+            if st != est or (eb is not None and data != eb):
+                with lock:
+                    bad.append("status %s (want %s) body %r (want %r)" % (st, est, data[:120], (eb or b"")[:120]))
+            if hd.get("connection", "").lower() == "close":
+                conn.close()
+                conn = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=300)
+        conn.close()
+
+    ths = [threading.Thread(target=client, args=(k,)) for k in range(clients)]
+    for t in ths:
+        t.start()
+    for t in ths:
+        t.join()
+    return bad
+
+
+def metric(text, name):
+    m = re.search(r"^%s (\S+)$" % re.escape(name), text, re.M)
+    return float(m.group(1)) if m else None
+
+
+def main():
+    if not os.access(CLEF, os.X_OK):
+        skip("skip: no %s (build first)" % CLEF)
+    if not os.path.exists(os.path.join(MODEL, "config.json")):
+        skip("skip: no models/tiny (make tiny)")
+    t_start = time.time()
+    test_startup_errors()
+
+    bodies = pick_bodies()
+    with cf.ThreadPoolExecutor(2) as ex:
+        res = dict(zip(bodies, ex.map(decide, bodies.values())))
+    expected = {bodies[n]: res[n] for n in bodies}
+    print("expected bytes from clef decide for %d bodies (%.1fs)" % (len(bodies), time.time() - t_start), flush=True)
+    for n in bodies:
+        if n.startswith("e052") or n == "x_bad_utf8":
+            check(res[n][1] == 400 and res[n][2]["error"]["type"] == "InvalidUtf8", "decide: %s is InvalidUtf8" % n)
+        if n == "x_not_json":
+            check(res[n][1] == 400, "decide: not JSON is 400")
+
+    max_body = 256 * 1024
+    srv = Server("--max-body", str(max_body), "--max-header", "8192", "--timeout", "3", "--queue", "256",
+                 "--max-batch", "8", "--batch-tokens", "4096", "--http-threads", "2")
+    try:
+        test_routes(srv)
+        test_statuses(srv, expected, max_body)
+        test_malformed(srv, 3)
+
+        valid = [(b, "application/json", v[1], v[0]) for b, v in expected.items()]
+        big = b'{"model":"clef-flash","state":"' + b"b" * (max_body + 1) + b'"}'
+        extra = [(big, "application/json", 413, None), (b"{}", "text/plain", 415, None)]
+        items = valid + extra
+        # CLEF_SERVE_PER_CLIENT=200 for the long run (6,400 requests; minutes on a shared 2-core box)
+        clients = 8 if ASAN else 32
+        per = int(os.environ.get("CLEF_SERVE_PER_CLIENT", "10" if ASAN else "25"))
+        # warm-up round (every item several times), then RSS
+        bad = run_load(srv, items, 8, 2 * len(items) // 8 + 2, 1)
+        check(not bad, "warm-up round: %d bad (%s)" % (len(bad), bad[:3]))
+        time.sleep(0.3)
+        rss0 = srv.rss_kb()
+        t0 = time.time()
+        bad = run_load(srv, items, clients, per, 2)
+        dt = time.time() - t0
+        time.sleep(0.3)
+        rss1 = srv.rss_kb()
+        n = clients * per
+        print("load: %d clients x %d requests in %.1fs (%.0f req/s); RSS %d -> %d kB" % (clients, per, dt, n / dt, rss0, rss1), flush=True)
+        check(not bad, "load: %d of %d answers wrong, e.g. %s" % (len(bad), n, bad[:3]))
+        check(srv.p.poll() is None, "server alive after the load")
+        check(rss1 - rss0 < (16384 if ASAN else 4096), "RSS grew %d kB over the run" % (rss1 - rss0))
+        st, _, data = request(srv.port, "GET", "/metrics")
+        text = data.decode()
+        bcount = metric(text, "clef_batch_size_count")
+        b1 = metric(text, 'clef_batch_size_bucket{le="1"}')
+        check(bcount is not None and b1 is not None and b1 < bcount, "some forwards ran more than one request (%s of %s alone)" % (b1, bcount))
+        check(metric(text, "clef_queue_depth") == 0, "queue empty after the run")
+        okreq = sum(float(v) for v in re.findall(r'^clef_requests_total\{path="/v1/systemone",status="200",outcome="ok"\} (\S+)$', text, re.M))
+        check(okreq > 0, "requests_total counts answered requests")
+        check(metric(text, "clef_input_tokens_total") > 0, "tokens counted")
+        logs = [l for l in srv.logtext().splitlines() if '"event":"request"' in l]
+        rec = json.loads(logs[-1])
+        for k in ["id", "tokens", "queue_ms", "compute_ms", "outcome", "status"]:
+            check(k in rec, "request log line has %s" % k)
+
+        # SIGTERM with requests queued: all answered, exit 0
+        heavy = max((b for b, v in expected.items() if v[1] == 200), key=lambda b: v_tokens(expected[b]))
+        exp = expected[heavy][0]
+        results = []
+        lock = threading.Lock()
+
+        def one():
+            try:
+                st, _, data = post(srv.port, heavy)
+            except Exception as e:  # noqa: BLE001
+                st, data = None, repr(e).encode()
+            with lock:
+                results.append((st, data))
+        nq = 6 if ASAN else 24
+        ths = [threading.Thread(target=one) for _ in range(nq)]
+        for t in ths:
+            t.start()
+        t_end = time.time() + 30
+        while time.time() < t_end:
+            st, _, data = request(srv.port, "GET", "/metrics")
+            if (metric(data.decode(), "clef_queue_depth") or 0) > 0 and len(results) < nq // 2:
+                break
+            time.sleep(0.01)
+        rc = srv.stop(signal.SIGTERM)
+        for t in ths:
+            t.join()
+        okc = sum(1 for st, d in results if st == 200 and d == exp)
+        log = srv.logtext()
+        m = re.search(r'"event":"shutdown","queued":(\d+)', log)
+        print("SIGTERM: %d of %d answered byte-equal; queued at the signal: %s; exit %s" % (okc, nq, m and m.group(1), rc), flush=True)
+        check(rc == 0, "exit 0 after SIGTERM (got %s)" % rc)
+        check(okc == nq, "all requests in flight at SIGTERM answered (%d of %d): %s" % (okc, nq, [r for r in results if r[0] != 200][:2]))
+        check(m is not None and int(m.group(1)) > 0, "requests were queued when SIGTERM came")
+        check('"event":"stopped","unanswered":0' in log, "stopped with nothing unanswered")
+    finally:
+        if srv.p.poll() is None:
+            srv.stop(signal.SIGKILL)
+
+    # Limits that need their own server: tokens, queue full (429), deadline (503)
+    toks = sorted(v_tokens(v) for v in expected.values() if v[1] == 200)
+    small_b = min((b for b, v in expected.items() if v[1] == 200), key=lambda b: v_tokens(expected[b]))
+    large_b = max((b for b, v in expected.items() if v[1] == 200), key=lambda b: v_tokens(expected[b]))
+    cap = (toks[0] + toks[-1]) // 2
+    srv = Server("--max-tokens", str(cap), "--queue", "2", "--max-batch", "1", "--deadline", "0.02",
+                 "--http-threads", "4", "--max-connections", "64")
+    try:
+        st, hd, data = post(srv.port, large_b)
+        check(st == 413 and json.loads(data)["error"]["type"] == "RequestTooLong", "413 over --max-tokens (%d > %d)" % (toks[-1], cap))
+        st, hd, data = post(srv.port, small_b)
+        check(st == 200 and data == expected[small_b][0], "under --max-tokens answered")
+        results = []
+        lock = threading.Lock()
+
+        def one2():
+            try:
+                st, hd, data = post(srv.port, small_b)
+            except Exception as e:  # noqa: BLE001
+                st, hd, data = None, {}, repr(e).encode()
+            with lock:
+                results.append((st, hd, data))
+        ths = [threading.Thread(target=one2) for _ in range(12 if ASAN else 32)]
+        for t in ths:
+            t.start()
+        for t in ths:
+            t.join()
+        kinds = {}
+        for st, hd, data in results:
+            if st == 200:
+                check(data == expected[small_b][0], "200 under pressure byte-equal")
+                kinds["200"] = kinds.get("200", 0) + 1
+            elif st in (429, 503):
+                typ = json.loads(data)["error"]["type"]
+                check(hd.get("retry-after") == "1", "%d has Retry-After" % st)
+                kinds[typ] = kinds.get(typ, 0) + 1
+            else:
+                check(False, "unexpected answer under pressure: %s %r" % (st, data[:100]))
+        print("pressure (queue 2, deadline 20 ms):", kinds, flush=True)
+        check(kinds.get("QueueFull", 0) > 0, "429 QueueFull seen")
+        check(kinds.get("DeadlineExceeded", 0) > 0, "503 DeadlineExceeded seen")
+        check(kinds.get("200", 0) > 0, "some answered")
+        rc = srv.stop(signal.SIGINT)
+        check(rc == 0, "exit 0 after SIGINT")
+    finally:
+        if srv.p.poll() is None:
+            srv.stop(signal.SIGKILL)
+
+    print("%d checks, %d failed (%.1fs)" % (checks, len(failures), time.time() - t_start))
+    sys.exit(1 if failures else 0)
+
+
+def v_tokens(v):
+    return v[2].get("usage", {}).get("input_tokens", 0)
+
+
+if __name__ == "__main__":
+    main()
