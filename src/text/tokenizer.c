@@ -3,15 +3,21 @@
  *
  *   1. added tokens found in the raw text, leftmost-longest (HF's AddedVocabulary with every token
  *      normalized=false, lstrip/rstrip/single_word false; other flags are refused at load);
- *   2. each segment between them: NFC (utf8proc), skipped when every code point is NFC-inert;
- *   3. the Split regex (Oniguruma, default syntax, UTF-8, no options: what HF's SysRegex builds);
- *      every match is one pretoken and so is every gap between matches (behaviour Isolated);
+ *   2. each segment between them: NFC (utf8proc), skipped when every code point is NFC-inert; the
+ *      code points HF's older NFC tables do not know act as inert starters (tok_nfc_inert);
+ *   3. the Split regex (Oniguruma, default syntax, UTF-8, no options: what HF's SysRegex builds),
+ *      with \p{L}/\p{N}/\p{M} bound to HF's Unicode 16.0 sets (user properties, tok_unicode.inc)
+ *      so the result does not depend on the installed libonig's tables; every match is one
+ *      pretoken and so is every gap between matches (behaviour Isolated). An exact ASCII fast path
+ *      answers most positions without calling Oniguruma;
  *   4. byte-level: each byte of a pretoken is one initial symbol (the id of its GPT-2 byte char);
  *   5. BPE with merge ranks (bpe.c).
  *
  * Loading reads tokenizer.json with the project's JSON parser, resolves every merge to ids once and
  * keeps only id tables: a pair table, the 256 byte ids and the added tokens. The loaded tokenizer is
- * read-only, so concurrent clef_tokenize calls need no lock; each call owns its scratch space. */
+ * read-only, so concurrent clef_tokenize calls need no lock; each thread keeps its own scratch
+ * buffers and pretoken cache (thread-specific data, freed at thread exit, or by
+ * clef_tokenizer_free for the calling thread). */
 #include "text/tokenizer.h"
 
 #include <oniguruma.h>
@@ -922,6 +928,7 @@ static int check_text(const char *text, size_t len, clef_err *err) {
 int clef_tokenize_ex(const clef_tokenizer *t, const char *text, size_t len, unsigned flags, clef_ids *out, clef_err *err) {
     if (len && !text) return clef_err_set(err, CLEF_E_INTERNAL, "clef_tokenize: NULL text");
     if (check_text(text, len, err)) return -1;
+    size_t n0 = out->n; /* on failure, out is left as it was */
     tok_tls *tls = tls_get();
     tok_work local;
     memset(&local, 0, sizeof local);
@@ -941,6 +948,7 @@ int clef_tokenize_ex(const clef_tokenizer *t, const char *text, size_t len, unsi
     if (!tls || w->syms_cap > (1u << 20) || w->norm_cap > (4u << 20) || w->cps_cap > (1u << 20) || w->bpe.cap > (1u << 20))
         work_free(w);
     if (rc == 0 && out->oom) rc = clef_err_set(err, CLEF_E_OOM, "out of memory");
+    if (rc) out->n = n0 < out->n ? n0 : out->n;
     return rc;
 }
 

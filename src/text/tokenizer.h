@@ -24,9 +24,9 @@ typedef enum {
 clef_tokenizer *clef_tokenizer_load(const char *path, clef_split_variant v, clef_err *err);
 void clef_tokenizer_free(clef_tokenizer *t);
 
-/* Appends the ids of one piece of text (UTF-8) to out. Refuses invalid UTF-8 (InvalidUtf8) and lone
- * surrogates in generalized UTF-8 form (LoneSurrogate). Safe to call from several threads at once on
- * the same tokenizer. */
+/* Appends the ids of one piece of text (UTF-8) to out; on failure out is left as it was. Refuses
+ * invalid UTF-8 (InvalidUtf8) and lone surrogates in generalized UTF-8 form (LoneSurrogate). Safe to
+ * call from several threads at once on the same tokenizer. */
 int clef_tokenize(const clef_tokenizer *t, const char *text, size_t len, clef_ids *out, clef_err *err);
 
 /* The id of an added token's content ("<|image_pad|>"), or -1. */
