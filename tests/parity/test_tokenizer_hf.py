@@ -4,7 +4,8 @@
 Run with .venv-test's python (HF tokenizers pinned to the reference's version). Binary:
 $CLEF_BUILD/clef (default build/clef). Models: models/tiny/tokenizer.json (Qwen2 split, clef-flash's
 file) and models/tokenizer-pm/tokenizer.json (the \\p{M} split), both written by
-tools/reference/build_tokenizer.py.
+tools/reference/build_tokenizer.py; without the latter, models/tiny's file with the \\p{M} pattern
+put in (nothing else differs) is used. CLEF_TOK_QWEN2_DIR / CLEF_TOK_PM_DIR override the folders.
 
 Checks, each id for id (one clef process per batch, --jsonl):
   1. >= 20,000 generated and edge-case strings (gen_tokenizer_strings.py, fixed seed), both variants,
@@ -26,6 +27,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 import unicodedata
 
@@ -46,6 +48,11 @@ os.environ.setdefault("RAYON_NUM_THREADS", "2")
 from tokenizers import Tokenizer  # noqa: E402
 
 failures = []
+_tmpdir = None
+QWEN2_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+               r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+PM_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*"
+            r"|\s*[\r\n]+|\s+(?!\S)|\s+")
 
 
 def fail(msg):
@@ -138,12 +145,23 @@ def main():
         print(f"FAIL: no binary {CLEF} (build first)")
         return 1
     t_start = time.time()
-    models = [("qwen2", TINY)]
-    if os.path.isfile(os.path.join(PM, "tokenizer.json")):
-        models.append(("pm", PM))
-    else:
-        fail(f"{PM}/tokenizer.json is absent: the \\p{{M}} variant is not tested "
-             "(tools/reference/build_tokenizer.py models/tokenizer-pm --variant pm)")
+    models = [("qwen2", TINY), ("pm", PM)]
+    if not os.path.isfile(os.path.join(PM, "tokenizer.json")):
+        # derive it: models/tiny's file with the \p{M} Split pattern (what build_tokenizer.py
+        # --variant pm writes; only the regex differs)
+        global _tmpdir
+        _tmpdir = tempfile.TemporaryDirectory()
+        pm_dir = _tmpdir.name
+        with open(os.path.join(TINY, "tokenizer.json"), encoding="utf-8") as f:
+            doc = json.load(f)
+        split = doc["pre_tokenizer"]["pretokenizers"][0]
+        assert split["pattern"]["Regex"] == QWEN2_SPLIT, "models/tiny/tokenizer.json has an unexpected split"
+        split["pattern"]["Regex"] = PM_SPLIT
+        with open(os.path.join(pm_dir, "tokenizer.json"), "w", encoding="utf-8") as f:
+            json.dump(doc, f, ensure_ascii=False)
+        models[1] = ("pm", pm_dir)
+        print(f"note: {PM}/tokenizer.json absent; using models/tiny's file with the \\p{{M}} split ({pm_dir})")
+    pm_path = models[1][1]
     toks = {name: Tokenizer.from_file(os.path.join(d, "tokenizer.json")) for name, d in models}
 
     strings = gen_tokenizer_strings.generate()
@@ -183,7 +201,7 @@ def main():
         sub = strings[:3000]
         compare("override --split qwen35 on the Qwen2 file vs HF pm", sub, run_clef(TINY, sub, ["--split", "qwen35"]),
                 hf_ids(toks["pm"], sub))
-        compare("override --split qwen2 on the pm file vs HF qwen2", sub, run_clef(PM, sub, ["--split", "qwen2"]),
+        compare("override --split qwen2 on the pm file vs HF qwen2", sub, run_clef(pm_path, sub, ["--split", "qwen2"]),
                 hf_ids(toks["qwen2"], sub))
 
     # 2. error lines
