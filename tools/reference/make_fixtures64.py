@@ -57,7 +57,10 @@ same 3-D positions and pixel_values sha256 for images, same rope bits):
   questions: logits and probabilities (float64), per question in head order;
   final_norm: the final-norm rows (float64) at the rows the fp32 fixture stores for its decoder layers
     (its row sample, or all rows for dump "full") -- a subset of the fp32 fixture's final-norm rows. (All of
-    the fp32 fixture's final-norm rows in float64 would be 4.0 MB; this keeps data.bin under 1 MB.)
+    the fp32 fixture's final-norm rows in float64 would be 4.0 MB; this keeps data.bin under 2 MB.)
+  media.merger (image requests): the vision merger rows (float64; one per image token) at the rows the fp32
+    fixture stores (all when N <= 256), so a test that feeds an engine's text forward with recorded vision
+    rows can compare against this oracle with the oracle's own vision rows as input.
   response: systemone's response serialized as make_fixtures.py does.
 Output: tests/fixtures/tiny64/index.json + data.bin (raw little-endian float64). Schema in
 tools/reference/README.md ("The float64 oracle").
@@ -241,6 +244,12 @@ def run_one(entry, ref, corpus_dir, model, processor, cap, systemone, store, aud
             sha = mf.sha256_bytes(np.ascontiguousarray(pv.numpy()).astype("<f4").tobytes())
             assert sha == rm["pixel_values"]["sha256"], f"{entry['name']}: pixel_values differ from the fp32 run"
         assert cap.positions[:, 0, :].tolist() == rm["positions"], f"{entry['name']}: positions differ"
+        merged = torch.cat(cap.merger, dim=0)
+        assert merged.dtype == torch.float64 and list(merged.shape) == rm["merger"]["full_shape"]
+        rows = rm["merger"].get("rows", "all")
+        ref_m = store.add(merged.numpy() if rows == "all" else merged.numpy()[rows], rows)
+        ref_m["full_shape"] = list(merged.shape)
+        out["media"] = {"merger": ref_m}
     qs = []
     _WIDEN[0] = True  # P3 as in systemone: logits.float().softmax(-1) in float64
     try:
