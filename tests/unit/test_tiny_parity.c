@@ -368,21 +368,27 @@ int main(void) {
             }
             if (media && m64 && get_arr64(m64, bin64, blen64, &mg64) == 0 && !mg64.rows && mg64.n == in.n_replace * H) {
                 float *rows64 = malloc(mg64.n * sizeof(float) + 1), *hid64 = malloc(T * H * sizeof(float));
-                for (size_t k = 0; k < mg64.n; k++) rows64[k] = (float)mg64.p[k];
+                CHECK(rows64 && hid64);
+                if (!rows64 || !hid64) { free(rows64); free(hid64); rows64 = hid64 = NULL; rc = -1; }
+                for (size_t k = 0; rows64 && k < mg64.n; k++) rows64[k] = (float)mg64.p[k];
                 clef_forward_in in64 = in;
                 in64.replace_rows = rows64;
                 in64.on_layer = NULL;
                 in64.on_layer_user = NULL;
-                rc = clef_text_forward(ops, &m->cfg, &m->text, &in64, hid64, &err);
-                CHECK_MSG(rc == 0, "%s: forward (float64 merger rows) failed: %s", name, err.msg);
+                if (rows64) {
+                    rc = clef_text_forward(ops, &m->cfg, &m->text, &in64, hid64, &err);
+                    CHECK_MSG(rc == 0, "%s: forward (float64 merger rows) failed: %s", name, err.msg);
+                }
                 arr64_t fn64;
                 if (rc == 0 && get_arr64(jget(r64, "final_norm"), bin64, blen64, &fn64) == 0) {
                     req_final64 = rel_l2_rows64(hid64, T, H, &fn64);
                     if (!(req_final64 <= worst_final64)) worst_final64 = req_final64;
                 }
                 hin.hidden = hid64;
-                if (rc == 0) rc = clef_head_forward(ops, &m->head_cfg, &m->head, &m->text.lm_head, &hin, lg, &err);
-                CHECK_MSG(rc == 0, "%s: head (float64 merger rows) failed: %s", name, err.msg);
+                if (rc == 0) {
+                    rc = clef_head_forward(ops, &m->head_cfg, &m->head, &m->text.lm_head, &hin, lg, &err);
+                    CHECK_MSG(rc == 0, "%s: head (float64 merger rows) failed: %s", name, err.msg);
+                }
                 for (int i = 0, o = 0; rc == 0 && i < Q; o += qs[i].n_options, i++) {
                     const json_value *q64 = jat(jget(r64, "questions"), (size_t)i);
                     arr64_t pa64;
@@ -401,10 +407,13 @@ int main(void) {
             }
             for (int i = 0; i < Q; i++) free(spans[i]);
             free(spans); free(qs); free(lg); free(pr);
-            if (verbose)
+            if (verbose && media)
                 printf("%-36s L=%-6zu |p32-p64| %.3e  |p-p64| %.3e  |p-p32| %.3e  final rel L2 vs f64 %.3e"
                        "  (fed the fp32 merger rows: |p-p64| %.3e, final %.3e)\n",
                        name, T, req_d3264, req_dp64, req_dp32, req_final64, req_dp64_r32, req_final64_r32);
+            else if (verbose)
+                printf("%-36s L=%-6zu |p32-p64| %.3e  |p-p64| %.3e  |p-p32| %.3e  final rel L2 vs f64 %.3e\n",
+                       name, T, req_d3264, req_dp64, req_dp32, req_final64);
         }
         for (int l = 0; l <= nl; l++) free(caps[l]);
         free(caps); free(hid); free(ids); free(planes); free(rpos);
