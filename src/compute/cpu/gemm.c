@@ -116,9 +116,9 @@ int clef_gemm_bf16_with(clef_gemm_kernel kern, clef_pool *pool, float *y, size_t
     default: j.fn = clef_gemm_ref_tile; break;
     }
     size_t nth = (size_t)clef_pool_size(pool);
-    /* Units: column blocks of NC; narrower (32) when that leaves workers idle; row bands too
-     * when even that does. */
-    j.cw = CLEF_GEMM_NC;
+    /* Units: column blocks of 128 (a worker's consecutive units run as one tile); narrower (32)
+     * when that leaves workers idle; row bands too when even that does. */
+    j.cw = 128;
     j.nbn = (N + j.cw - 1) / j.cw;
     if (j.nbn < 2 * nth && N > 32) {
         j.cw = 32;

@@ -82,9 +82,19 @@ void clef_gemm_avx512bf16_tile(const clef_gemm_args *a, size_t t0, size_t t1, si
 /* Rounds n floats to bf16 (nearest even; NaN stays NaN) — for the BF16 kernel's copy of x. */
 void clef_gemm_avx512bf16_round(uint16_t *dst, const float *src, size_t n);
 
-/* Blocking (columns per tile and per-worker scratch floats) of each kernel. */
+/* Blocking shared by the kernels, and the per-worker scratch (floats): a packed weight block
+ * (KC x NC fp32) and a copy of an activation block (MC rows of KC, at a padded stride so the rows
+ * do not all map to the same L1 sets as they do at a stride of K = 4096 floats). */
+#ifndef CLEF_GEMM_KC
 #define CLEF_GEMM_KC 256    /* k per packed block (exact kernels) */
-#define CLEF_GEMM_NC 256    /* columns per packed block; a multiple of every NR */
-#define CLEF_GEMM_SCRATCH ((size_t)CLEF_GEMM_KC * CLEF_GEMM_NC) /* floats per worker */
+#endif
+#ifndef CLEF_GEMM_NC
+#define CLEF_GEMM_NC 512    /* columns per packed block; a multiple of every NR */
+#endif
+#ifndef CLEF_GEMM_MC
+#define CLEF_GEMM_MC 516    /* activation rows per block; a multiple of every MR */
+#endif
+#define CLEF_GEMM_LDA (CLEF_GEMM_KC + 16)
+#define CLEF_GEMM_SCRATCH ((size_t)CLEF_GEMM_KC * CLEF_GEMM_NC + (size_t)CLEF_GEMM_MC * CLEF_GEMM_LDA)
 
 #endif

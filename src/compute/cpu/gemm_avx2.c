@@ -11,7 +11,7 @@
 #define TGT __attribute__((target("avx2,fma")))
 #define INL static inline __attribute__((always_inline))
 
-enum { MR = 6, NR = 16, MC = 480 };
+enum { MR = 6, NR = 16, MC = CLEF_GEMM_MC };
 
 static inline float bf16f(uint16_t h) {
     uint32_t u = (uint32_t)h << 16;
@@ -97,7 +97,8 @@ INL TGT void ukr(const int mr, size_t kc, const float *a, size_t lda, const floa
         }
     }
     if (bias) {
-        __m256 bb0 = _mm256_maskload_ps(bias, m0), bb1 = _mm256_maskload_ps(bias + 8, m1);
+        __m256 bb0 = full ? _mm256_loadu_ps(bias) : _mm256_maskload_ps(bias, m0);
+        __m256 bb1 = full ? _mm256_loadu_ps(bias + 8) : _mm256_maskload_ps(bias + 8, m1);
 #pragma GCC unroll 6
         for (int r = 0; r < mr; r++) {
             acc0[r] = _mm256_add_ps(acc0[r], bb0);
@@ -128,6 +129,20 @@ static TGT void ukr_any(int mr, size_t kc, const float *a, size_t lda, const flo
     }
 }
 
+/* Prefetches (into L2) rows [*row, stop) of the weight block packed next (see gemm_avx512.c). */
+static void prefetch_w(const clef_gemm_args *a, size_t jn, size_t nn, size_t pn, size_t kn,
+                       size_t *row, size_t stop) {
+    if (stop > nn) stop = nn;
+    for (; *row < stop; (*row)++) {
+        const char *wp = (const char *)(a->W + (jn + *row) * a->ldw + pn);
+        for (size_t o = 0; o < kn * 2; o += 64) _mm_prefetch(wp + o, _MM_HINT_T1);
+        _mm_prefetch(wp + kn * 2 - 1, _MM_HINT_T1);
+    }
+}
+
+/* Loops as in gemm_avx512.c: per column block and K block, pack the weights; per row block,
+ * copy the activations at a padded stride; each 6-row micro-panel of x stays in L1 while the
+ * packed block streams from L2. */
 TGT void clef_gemm_avx2_tile(const clef_gemm_args *a, size_t t0, size_t t1, size_t n0, size_t n1,
                              float *scratch) {
     const size_t K = a->K;
@@ -136,6 +151,7 @@ TGT void clef_gemm_avx2_tile(const clef_gemm_args *a, size_t t0, size_t t1, size
             for (size_t n = n0; n < n1; n++) a->y[t * a->ldy + n] = a->bias ? a->bias[n] + 0.0f : 0.0f;
         return;
     }
+    float *abuf = scratch + (size_t)CLEF_GEMM_KC * CLEF_GEMM_NC;
     for (size_t jc = n0; jc < n1; jc += CLEF_GEMM_NC) {
         size_t nc = n1 - jc < CLEF_GEMM_NC ? n1 - jc : CLEF_GEMM_NC;
         for (size_t pc = 0; pc < K; pc += CLEF_GEMM_KC) {
@@ -143,20 +159,32 @@ TGT void clef_gemm_avx2_tile(const clef_gemm_args *a, size_t t0, size_t t1, size
             pack_f32(scratch, a->W + jc * a->ldw + pc, a->ldw, nc, kc);
             int first = pc == 0;
             int last = pc + kc >= K;
+            size_t pn = pc + kc, jn = jc, nn = nc;
+            if (pn >= K) { pn = 0; jn = jc + nc; nn = n1 - jn < CLEF_GEMM_NC ? n1 - jn : CLEF_GEMM_NC; }
+            if (jn >= n1) nn = 0;
+            size_t kn = K - pn < CLEF_GEMM_KC ? K - pn : CLEF_GEMM_KC;
+            size_t pf_row = 0;
             for (size_t ic = t0; ic < t1; ic += MC) {
                 size_t ie = t1 - ic < MC ? t1 : ic + MC;
-                for (size_t jr = 0; jr < nc; jr += NR) {
-                    size_t ncols = nc - jr < NR ? nc - jr : NR;
-                    int lanes[16];
-                    for (int i = 0; i < 16; i++) lanes[i] = (size_t)i < ncols ? -1 : 0;
-                    __m256i m0 = _mm256_loadu_si256((const __m256i *)(const void *)lanes);
-                    __m256i m1 = _mm256_loadu_si256((const __m256i *)(const void *)(lanes + 8));
-                    int full = ncols == NR;
-                    const float *b = scratch + (jr / NR) * kc * NR;
-                    const float *bias = last && a->bias ? a->bias + jc + jr : NULL;
-                    for (size_t t = ic; t < ie; t += MR) {
-                        int mr = ie - t < MR ? (int)(ie - t) : MR;
-                        ukr_any(mr, kc, a->x + t * a->ldx + pc, a->ldx, b,
+                for (size_t t = ic; t < ie; t++)
+                    memcpy(abuf + (t - ic) * CLEF_GEMM_LDA, a->x + t * a->ldx + pc, kc * sizeof(float));
+                for (size_t t = ic; t < ie; t += MR) {
+                    int mr = ie - t < MR ? (int)(ie - t) : MR;
+                    prefetch_w(a, jn, nn, pn, kn, &pf_row,
+                               ic == t0 ? (nn * (t + MR - ic) + (ie - ic) - 1) / (ie - ic) : nn);
+                    for (size_t jr = 0; jr < nc; jr += NR) {
+                        size_t ncols = nc - jr < NR ? nc - jr : NR;
+                        int full = ncols == NR;
+                        __m256i m0 = _mm256_setzero_si256(), m1 = m0;
+                        if (!full) {
+                            int lanes[16];
+                            for (int i = 0; i < 16; i++) lanes[i] = (size_t)i < ncols ? -1 : 0;
+                            m0 = _mm256_loadu_si256((const __m256i *)(const void *)lanes);
+                            m1 = _mm256_loadu_si256((const __m256i *)(const void *)(lanes + 8));
+                        }
+                        const float *b = scratch + (jr / NR) * kc * NR;
+                        const float *bias = last && a->bias ? a->bias + jc + jr : NULL;
+                        ukr_any(mr, kc, abuf + (t - ic) * CLEF_GEMM_LDA, CLEF_GEMM_LDA, b,
                                 a->y + t * a->ldy + jc + jr, a->ldy, m0, m1, full, first, bias);
                     }
                 }

@@ -21,7 +21,8 @@
 #define TGTBF __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,fma")))
 #define INL static inline __attribute__((always_inline))
 
-enum { MR = 12, NR = 32, MC = 480 };
+enum { MR = 12, NR = 32, MC = CLEF_GEMM_MC };
+
 
 /* ---------------------------------------------------------------- packing */
 
@@ -82,6 +83,19 @@ static TGT void pack_f32(float *dst, const uint16_t *w, size_t ldw, size_t nc, s
         }
         if (rows < 16 && (j0 % NR) == 0) /* the panel's second half has no rows: zero it */
             for (size_t k = 0; k < kc; k++) _mm512_storeu_ps(d + k * NR + 16, _mm512_setzero_ps());
+    }
+}
+
+/* Prefetches (into L2) rows [*row, stop) of the weight block that is packed next: rows
+ * [jn, jn + nn) of W at columns [pn, pn + kn). Called with growing `stop` while the current block
+ * computes, so the DRAM reads overlap the FMAs. */
+static void prefetch_w(const clef_gemm_args *a, size_t jn, size_t nn, size_t pn, size_t kn,
+                       size_t *row, size_t stop) {
+    if (stop > nn) stop = nn;
+    for (; *row < stop; (*row)++) {
+        const char *wp = (const char *)(a->W + (jn + *row) * a->ldw + pn);
+        for (size_t o = 0; o < kn * 2; o += 64) _mm_prefetch(wp + o, _MM_HINT_T1);
+        _mm_prefetch(wp + kn * 2 - 1, _MM_HINT_T1);
     }
 }
 
@@ -150,6 +164,7 @@ TGT void clef_gemm_avx512_tile(const clef_gemm_args *a, size_t t0, size_t t1, si
                                float *scratch) {
     const size_t K = a->K;
     if (K == 0) { k_zero(a, t0, t1, n0, n1); return; }
+    float *abuf = scratch + (size_t)CLEF_GEMM_KC * CLEF_GEMM_NC;
     for (size_t jc = n0; jc < n1; jc += CLEF_GEMM_NC) {
         size_t nc = n1 - jc < CLEF_GEMM_NC ? n1 - jc : CLEF_GEMM_NC;
         for (size_t pc = 0; pc < K; pc += CLEF_GEMM_KC) {
@@ -157,16 +172,26 @@ TGT void clef_gemm_avx512_tile(const clef_gemm_args *a, size_t t0, size_t t1, si
             pack_f32(scratch, a->W + jc * a->ldw + pc, a->ldw, nc, kc);
             int first = pc == 0;
             int last = pc + kc >= K;
+            /* the weights of the next block, prefetched into L2 while this one computes */
+            size_t pn = pc + kc, jn = jc, nn = nc;
+            if (pn >= K) { pn = 0; jn = jc + nc; nn = n1 - jn < CLEF_GEMM_NC ? n1 - jn : CLEF_GEMM_NC; }
+            if (jn >= n1) nn = 0;
+            size_t kn = K - pn < CLEF_GEMM_KC ? K - pn : CLEF_GEMM_KC;
+            size_t pf_row = 0;
             for (size_t ic = t0; ic < t1; ic += MC) {
                 size_t ie = t1 - ic < MC ? t1 : ic + MC;
-                for (size_t jr = 0; jr < nc; jr += NR) {
-                    __mmask16 m0, m1;
-                    col_masks(nc - jr, &m0, &m1);
-                    const float *b = scratch + (jr / NR) * kc * NR;
-                    const float *bias = last && a->bias ? a->bias + jc + jr : NULL;
-                    for (size_t t = ic; t < ie; t += MR) {
-                        int mr = ie - t < MR ? (int)(ie - t) : MR;
-                        ukr_any(mr, kc, a->x + t * a->ldx + pc, a->ldx, b,
+                for (size_t t = ic; t < ie; t++)
+                    memcpy(abuf + (t - ic) * CLEF_GEMM_LDA, a->x + t * a->ldx + pc, kc * sizeof(float));
+                for (size_t t = ic; t < ie; t += MR) {
+                    int mr = ie - t < MR ? (int)(ie - t) : MR;
+                    prefetch_w(a, jn, nn, pn, kn, &pf_row,
+                               ic == t0 ? (nn * (t + MR - ic) + (ie - ic) - 1) / (ie - ic) : nn);
+                    for (size_t jr = 0; jr < nc; jr += NR) {
+                        __mmask16 m0, m1;
+                        col_masks(nc - jr, &m0, &m1);
+                        const float *b = scratch + (jr / NR) * kc * NR;
+                        const float *bias = last && a->bias ? a->bias + jc + jr : NULL;
+                        ukr_any(mr, kc, abuf + (t - ic) * CLEF_GEMM_LDA, CLEF_GEMM_LDA, b,
                                 a->y + t * a->ldy + jc + jr, a->ldy, m0, m1, first, bias);
                     }
                 }
@@ -177,7 +202,10 @@ TGT void clef_gemm_avx512_tile(const clef_gemm_args *a, size_t t0, size_t t1, si
 
 /* ---------------------------------------------------------------- bf16 dot-product kernel */
 
-enum { KCB = 512 }; /* k per block (pairs: KCB / 2 dwords per column); KCB * NC / 2 <= scratch */
+enum { KCB = 2 * CLEF_GEMM_KC }; /* k per block (KCB / 2 pairs per column): KCB * NC / 2 dwords and MC rows
+                      * of KCB bf16 fit the scratch */
+_Static_assert(KCB / 2 * CLEF_GEMM_NC <= CLEF_GEMM_KC * CLEF_GEMM_NC, "bf16 panel fits");
+_Static_assert(KCB <= 2 * CLEF_GEMM_LDA, "bf16 rows fit");
 
 /* bf16-pair panels: dst[p][k/2][32] dwords for k < kc (kc rounded up to even, zero padded). */
 static TGTBF void pack_pairs(uint32_t *dst, const uint16_t *w, size_t ldw, size_t nc, size_t kc) {
@@ -256,6 +284,9 @@ TGTBF void clef_gemm_avx512bf16_tile(const clef_gemm_args *a, size_t t0, size_t 
     const size_t K = a->K;
     if (K == 0) { k_zero(a, t0, t1, n0, n1); return; }
     uint32_t *pk = (uint32_t *)(void *)scratch;
+    /* the block of x in bf16 at a padded stride (as the exact kernel's copy) */
+    uint16_t *abuf = (uint16_t *)(void *)(scratch + (size_t)CLEF_GEMM_KC * CLEF_GEMM_NC);
+    const size_t ldab = 2 * CLEF_GEMM_LDA;
     for (size_t jc = n0; jc < n1; jc += CLEF_GEMM_NC) {
         size_t nc = n1 - jc < CLEF_GEMM_NC ? n1 - jc : CLEF_GEMM_NC;
         for (size_t pc = 0; pc < K; pc += KCB) {
@@ -264,16 +295,25 @@ TGTBF void clef_gemm_avx512bf16_tile(const clef_gemm_args *a, size_t t0, size_t 
             size_t kp = (kc + 1) / 2;
             int first = pc == 0;
             int last = pc + kc >= K;
+            size_t pn = pc + kc, jn = jc, nn = nc;
+            if (pn >= K) { pn = 0; jn = jc + nc; nn = n1 - jn < CLEF_GEMM_NC ? n1 - jn : CLEF_GEMM_NC; }
+            if (jn >= n1) nn = 0;
+            size_t kn = K - pn < KCB ? K - pn : KCB;
+            size_t pf_row = 0;
             for (size_t ic = t0; ic < t1; ic += MC) {
                 size_t ie = t1 - ic < MC ? t1 : ic + MC;
-                for (size_t jr = 0; jr < nc; jr += NR) {
-                    __mmask16 m0, m1;
-                    col_masks(nc - jr, &m0, &m1);
-                    const uint32_t *b = pk + (jr / NR) * kp * NR;
-                    const float *bias = last && a->bias ? a->bias + jc + jr : NULL;
-                    for (size_t t = ic; t < ie; t += MR) {
-                        int mr = ie - t < MR ? (int)(ie - t) : MR;
-                        ukr_bf_any(mr, kp, a->xb + t * a->ldxb + pc, a->ldxb, b,
+                for (size_t t = ic; t < ie; t++)
+                    memcpy(abuf + (t - ic) * ldab, a->xb + t * a->ldxb + pc, 2 * kp * sizeof(uint16_t));
+                for (size_t t = ic; t < ie; t += MR) {
+                    int mr = ie - t < MR ? (int)(ie - t) : MR;
+                    prefetch_w(a, jn, nn, pn, kn, &pf_row,
+                               ic == t0 ? (nn * (t + MR - ic) + (ie - ic) - 1) / (ie - ic) : nn);
+                    for (size_t jr = 0; jr < nc; jr += NR) {
+                        __mmask16 m0, m1;
+                        col_masks(nc - jr, &m0, &m1);
+                        const uint32_t *b = pk + (jr / NR) * kp * NR;
+                        const float *bias = last && a->bias ? a->bias + jc + jr : NULL;
+                        ukr_bf_any(mr, kp, abuf + (t - ic) * ldab, ldab, b,
                                    a->y + t * a->ldy + jc + jr, a->ldy, m0, m1, first, bias);
                     }
                 }

@@ -1,0 +1,165 @@
+/* GEMM throughput at the model's shapes: each clef_gemm kernel the CPU runs, and OpenBLAS
+ * cblas_sgemm on the same shape with the weights converted to fp32 once outside the timing, on 1
+ * thread and on N threads; GFLOP/s (2*T*K*N / time, median of R runs) and the fraction of the
+ * peak of the instruction each kernel uses, measured in the same run (peak.h).
+ *   bench/build.sh && build-bench/bench_gemm [-r reps] [-t maxthreads] [-T tokens] [-k kernels]
+ * kernels: comma list of avx512,avx2,avx512bf16,ref,openblas (default: all but ref); -s i runs
+ * only shape i (0: 4096->12288, 1: 4096->8192, 2: 4096->4096, 3: 12288->4096). */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/cpu_features.h"
+#include "base/threads.h"
+#include "compute/cpu/gemm.h"
+#include "peak.h"
+
+#ifdef HAVE_OPENBLAS
+#include <cblas.h>
+void openblas_set_num_threads(int);
+#endif
+
+static uint64_t rng = 88172645463325252ull;
+static float frand(void) {
+    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+    return (float)((double)(rng >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+}
+
+static int has(const char *list, const char *name) {
+    size_t n = strlen(name);
+    for (const char *p = list; (p = strstr(p, name)) != NULL; p += n)
+        if ((p == list || p[-1] == ',') && (p[n] == 0 || p[n] == ',')) return 1;
+    return 0;
+}
+
+static void report(const char *shape, const char *kname, int th, double flop, double *v, double *c,
+                   int reps, double pk, double pkc, const char *instr) {
+    qsort(v, (size_t)reps, sizeof v[0], dcmp);
+    qsort(c, (size_t)reps, sizeof c[0], dcmp);
+    double g = flop / v[reps / 2] * 1e-9, gc = flop / c[reps / 2] * 1e-9;
+    printf("%-20s %-10s %3d %8.1f %8.1f %5.1f%% %8.1f %5.1f%%  %s\n", shape, kname, th,
+           v[reps / 2] * 1e3, g, pk > 0 ? 100 * g / pk : 0, gc, pkc > 0 ? 100 * gc / pkc : 0, instr);
+    fflush(stdout);
+}
+
+int main(int argc, char **argv) {
+    int reps = 5, maxth = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    size_t T = 512;
+    int only = -1; /* -s i: only shape i */
+    const char *kl = "avx512,avx2,avx512bf16,openblas";
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "-r")) reps = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "-t")) maxth = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "-T")) T = (size_t)atol(argv[i + 1]);
+        else if (!strcmp(argv[i], "-k")) kl = argv[i + 1];
+        else if (!strcmp(argv[i], "-s")) only = atoi(argv[i + 1]);
+    }
+    if (reps < 1 || reps > 64) reps = 5;
+    if (maxth < 1) maxth = 1;
+    static const size_t shapes[][2] = {{4096, 12288}, {4096, 8192}, {4096, 4096}, {12288, 4096}};
+    int ths[2] = {1, maxth};
+    int nths = maxth > 1 ? 2 : 1;
+
+    char feat[256];
+    printf("cpu features: %s\n", clef_cpu_feature_string(feat, sizeof feat));
+    /* peaks of the instructions used, in this run */
+    double pk[2][PEAK_N] = {{0}}, pkc[2][PEAK_N] = {{0}};
+    unsigned need[PEAK_N] = {CLEF_CPU_AVX512F | CLEF_CPU_FMA, CLEF_CPU_AVX2 | CLEF_CPU_FMA,
+                             CLEF_CPU_AVX512BF16, CLEF_CPU_AVX512VNNI};
+    for (int ti = 0; ti < nths; ti++)
+        for (int k = 0; k < PEAK_DPBUSD_ZMM; k++)
+            if (clef_cpu_has(need[k])) {
+                pk[ti][k] = peak_median((peak_kind)k, ths[ti], reps, 0.2, &pkc[ti][k]);
+                printf("peak %-16s %d thread(s): %7.1f GFLOP/s wall, %7.1f cpu\n", peak_names[k],
+                       ths[ti], pk[ti][k], pkc[ti][k]);
+            }
+
+    clef_pool *pools[2] = {NULL, NULL};
+    clef_err err;
+    for (int ti = 0; ti < nths; ti++) pools[ti] = clef_pool_create(ths[ti], &err);
+
+    printf("\nwall: GFLOP/s of the run (median) and %% of the instruction's wall peak; cpu: flop per\n"
+           "CPU-second x threads (median) and %% of the instruction's cpu peak\n");
+    printf("%-20s %-10s %3s %8s %8s %6s %8s %6s  %s\n", "shape T x K -> N", "kernel", "thr",
+           "ms", "wall", "%pk", "cpu", "%pk", "instruction");
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        if (only >= 0 && (size_t)only != s) continue;
+        size_t K = shapes[s][0], N = shapes[s][1];
+        float *x = malloc(T * K * sizeof *x), *y = malloc(T * N * sizeof *y);
+        uint16_t *W = malloc(N * K * sizeof *W);
+        if (!x || !y || !W) { fprintf(stderr, "out of memory\n"); return 1; }
+        for (size_t i = 0; i < T * K; i++) x[i] = frand();
+        for (size_t i = 0; i < N * K; i++) {
+            float f = frand() * 0.05f;
+            uint32_t u;
+            memcpy(&u, &f, sizeof u);
+            W[i] = (uint16_t)(u >> 16);
+        }
+        double flop = 2.0 * (double)T * (double)K * (double)N;
+        char shape[64];
+        snprintf(shape, sizeof shape, "%zux%zu->%zu", T, K, N);
+        struct { const char *name; clef_gemm_kernel k; peak_kind p; } ks[] = {
+            {"avx512", CLEF_GEMM_AVX512, PEAK_FMA_ZMM},
+            {"avx2", CLEF_GEMM_AVX2, PEAK_FMA_YMM},
+            {"avx512bf16", CLEF_GEMM_AVX512_BF16, PEAK_DPBF16_ZMM},
+            {"ref", CLEF_GEMM_REF, PEAK_FMA_YMM},
+        };
+        for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++) {
+            if (!has(kl, ks[ki].name)) continue;
+            const char *why;
+            if (!clef_gemm_available(ks[ki].k, &why)) {
+                printf("%-22s %-11s skipped: %s\n", shape, ks[ki].name, why);
+                continue;
+            }
+            for (int ti = 0; ti < nths; ti++) {
+                double v[64], c[64];
+                clef_gemm_bf16_with(ks[ki].k, pools[ti], y, N, x, K, T, K, W, K, N, NULL); /* warm */
+                for (int r = 0; r < reps; r++) {
+                    double t0 = now_s(), c0 = cpu_s();
+                    if (clef_gemm_bf16_with(ks[ki].k, pools[ti], y, N, x, K, T, K, W, K, N, NULL)) {
+                        fprintf(stderr, "gemm failed\n");
+                        return 1;
+                    }
+                    v[r] = now_s() - t0;
+                    c[r] = (cpu_s() - c0) / ths[ti];
+                }
+                report(shape, ks[ki].name, ths[ti], flop, v, c, reps, pk[ti][ks[ki].p],
+                       pkc[ti][ks[ki].p], peak_names[ks[ki].p]);
+                fflush(stdout);
+            }
+        }
+#ifdef HAVE_OPENBLAS
+        if (has(kl, "openblas")) {
+            float *Wf = malloc(N * K * sizeof *Wf);
+            if (!Wf) { fprintf(stderr, "out of memory\n"); return 1; }
+            for (size_t i = 0; i < N * K; i++) {
+                uint32_t u = (uint32_t)W[i] << 16;
+                memcpy(&Wf[i], &u, sizeof u);
+            }
+            for (int ti = 0; ti < nths; ti++) {
+                openblas_set_num_threads(ths[ti]);
+                double v[64], c[64];
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)T, (int)N, (int)K, 1.0f, x,
+                            (int)K, Wf, (int)K, 0.0f, y, (int)N);
+                for (int r = 0; r < reps; r++) {
+                    double t0 = now_s(), c0 = cpu_s();
+                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)T, (int)N, (int)K, 1.0f,
+                                x, (int)K, Wf, (int)K, 0.0f, y, (int)N);
+                    v[r] = now_s() - t0;
+                    c[r] = (cpu_s() - c0) / ths[ti];
+                }
+                report(shape, "openblas", ths[ti], flop, v, c, reps, pk[ti][PEAK_FMA_ZMM],
+                       pkc[ti][PEAK_FMA_ZMM], "vfmadd231ps zmm (fp32 weights)");
+                fflush(stdout);
+            }
+            free(Wf);
+        }
+#endif
+        free(x); free(y); free(W);
+    }
+    for (int ti = 0; ti < nths; ti++) clef_pool_destroy(pools[ti]);
+    return 0;
+}
