@@ -1,0 +1,151 @@
+/* Internals shared by the CUDA backend's translation units (not for the C side). */
+#ifndef CLEF_COMPUTE_CUDA_INTERNAL_CUH
+#define CLEF_COMPUTE_CUDA_INTERNAL_CUH
+
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <map>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "compute/cuda/cuda_ops.h"
+
+namespace clefcu {
+
+/* ---- arena ---- */
+struct Chunk {
+    char *base;
+    size_t size;
+    std::map<size_t, size_t> free_blocks; /* offset -> size, coalesced */
+};
+struct Live {
+    int chunk;
+    size_t off, size;
+};
+
+/* ---- weight cache ---- */
+struct Weight {
+    void *raw = nullptr;  /* as stored: bf16 (raw_dtype CLEF_ST_BF16) or fp32 (CLEF_ST_F32) */
+    int raw_dtype = 0;
+    float *f32 = nullptr; /* fp32 copy (== raw when raw is fp32) */
+    size_t numel = 0;
+    bool owned = true;    /* raw allocated by us (synthetic weights too) */
+};
+
+enum OpId {
+    OP_UPLOAD, OP_DOWNLOAD, OP_COPY2D, OP_EMBED, OP_ROW_MEAN, OP_LINEAR, OP_RMSNORM, OP_LAYERNORM,
+    OP_L2NORM, OP_GATED_RMSNORM, OP_ROPE, OP_CONV1D_SILU, OP_GDN_GATES, OP_DELTA_RULE, OP_ATTENTION,
+    OP_SILU_MUL, OP_GELU, OP_SIGMOID_MUL, OP_ADD, OP_COUNT
+};
+extern const char *const op_names[OP_COUNT];
+
+struct GemmKey {
+    int n, t, k;
+    uint32_t align; /* the operands' alignments, packed */
+    bool operator<(const GemmKey &o) const {
+        if (n != o.n) return n < o.n;
+        if (t != o.t) return t < o.t;
+        if (k != o.k) return k < o.k;
+        return align < o.align;
+    }
+};
+struct GemmPlan {
+    bool ok = false;
+    cublasLtMatmulAlgo_t algo;
+};
+
+struct Impl {
+    int device = 0, precision = CLEF_CUDA_FP32;
+    cudaStream_t stream = nullptr;
+    cublasHandle_t blas = nullptr;
+    cublasLtHandle_t lt = nullptr;
+    void *lt_ws = nullptr;
+    size_t lt_ws_size = 0;
+    std::map<GemmKey, GemmPlan> plans;
+    int max_smem_optin = 48 * 1024;
+    int sm_count = 0;
+    char name[256] = {0};
+    std::string last_error;
+
+    std::vector<Chunk> chunks;
+    std::unordered_map<char *, Live> live;
+    size_t grow_bytes = (size_t)1 << 30;
+    std::map<std::pair<const void *, size_t>, Weight> weights;
+    size_t weight_bytes = 0;
+
+    bool prof_on = false;
+    std::vector<cudaEvent_t> ev_pool;     /* pairs: 2i start, 2i+1 end */
+    std::vector<int> ev_op;               /* op of pair i */
+    size_t ev_used = 0;
+    double prof_ms[OP_COUNT] = {0};
+    uint64_t prof_calls[OP_COUNT] = {0};
+};
+
+static inline Impl *IM(clef_ops *ops) { return static_cast<Impl *>(ops->impl); }
+
+/* Records a failure (sticky ops->failed) with a message; returns false. */
+bool fail(clef_ops *ops, const char *what, const char *detail);
+bool cuda_ok(clef_ops *ops, cudaError_t e, const char *what);
+/* Checks the last launch. */
+bool launch_ok(clef_ops *ops, const char *what);
+
+/* Arena scratch inside an op (bytes). NULL (and ops->failed) when out of memory. */
+void *scratch_alloc(clef_ops *ops, size_t bytes);
+void scratch_free(clef_ops *ops, void *p);
+
+/* Device copies of a weight tensor: as stored (bf16 or fp32; *dtype says which) or widened to fp32.
+ * NULL (and ops->failed) on failure. */
+const void *weight_raw(clef_ops *ops, const clef_tensor *t, int *dtype);
+const float *weight_f32(clef_ops *ops, const clef_tensor *t);
+
+/* Per-op CUDA event timing (RAII). */
+struct ProfScope {
+    clef_ops *ops;
+    int pair = -1;
+    ProfScope(clef_ops *o, int op);
+    ~ProfScope();
+};
+
+static inline unsigned grid1d(size_t n, unsigned block) {
+    size_t g = (n + block - 1) / block;
+    return (unsigned)(g > 0x7fffffffu ? 0x7fffffffu : (g ? g : 1));
+}
+
+__device__ __forceinline__ float bf16_bits_to_f32(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
+__device__ __forceinline__ float dev_siluf(float x) { return x / (1.0f + expf(-x)); }
+__device__ __forceinline__ float dev_sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+/* Op entry points, one per table slot (defined in the family files). */
+void op_embed(clef_ops *, float *, const clef_tensor *, const int32_t *, size_t);
+void op_row_mean(clef_ops *, float *, const float *, size_t, size_t, size_t, size_t);
+void op_linear(clef_ops *, float *, const float *, size_t, const clef_tensor *, size_t, size_t, const clef_tensor *);
+void op_rmsnorm(clef_ops *, float *, size_t, const float *, size_t, size_t, size_t, const clef_tensor *, int, float);
+void op_layernorm(clef_ops *, float *, const float *, size_t, size_t, const clef_tensor *, const clef_tensor *, float);
+void op_l2norm(clef_ops *, float *, size_t, size_t, size_t, float, float);
+void op_gated_rmsnorm(clef_ops *, float *, const float *, const float *, size_t, size_t, const clef_tensor *, float);
+void op_rope(clef_ops *, float *, size_t, size_t, size_t, size_t, size_t, const float *, const float *);
+void op_conv1d_silu(clef_ops *, float *, const float *, size_t, size_t, const clef_tensor *);
+void op_gdn_gates(clef_ops *, float *, float *, const float *, const float *, size_t, size_t, const clef_tensor *,
+                  const clef_tensor *);
+void op_delta_rule(clef_ops *, float *, const float *, const float *, const float *, const float *, const float *,
+                   size_t, size_t, size_t, size_t, size_t, size_t);
+void op_attention(clef_ops *, float *, size_t, const float *, size_t, const float *, size_t, const float *, size_t,
+                  size_t, size_t, size_t, size_t, size_t, float, int);
+void op_copy2d(clef_ops *, float *, size_t, const float *, size_t, size_t, size_t);
+void op_silu_mul(clef_ops *, float *, const float *, const float *, size_t);
+void op_gelu(clef_ops *, float *, size_t, int);
+void op_sigmoid_mul(clef_ops *, float *, const float *, size_t);
+void op_add(clef_ops *, float *, const float *, const float *, size_t);
+
+/* Linear-algebra state (cuda_linear.cu). */
+bool linear_init(clef_ops *ops);
+void linear_destroy(clef_ops *ops);
+
+} // namespace clefcu
+
+#endif

@@ -1,0 +1,177 @@
+/* linear: y[T, N] = x[T, K] W[row0 .. row0+N, K]^T (+ b).
+ *
+ * Column-major view (cuBLAS): y^T (N x T, ld N) = op(A) B with A = W rows as a K x N column-major
+ * matrix (ld K, op = T) and B = x^T (K x T, ld K).
+ *  - CLEF_CUDA_FP32 (parity): the weight widened to fp32 once (cached), cublasGemmEx in
+ *    CUBLAS_COMPUTE_32F_PEDANTIC (plain fp32 FMA, no TF32, no split into lower precision).
+ *  - CLEF_CUDA_FAST: x rounded to bf16 into scratch, the bf16 weight as stored, cuBLASLt with fp32
+ *    accumulation and fp32 output (tensor cores); cublasGemmEx in bf16 as the fallback when
+ *    cuBLASLt offers no algorithm. F32 weights take the parity path in either mode.
+ * The bias is added by a separate kernel. No atomics anywhere (cuBLAS's default atomics mode is
+ * "not allowed"; cuBLASLt's reduction schemes are sequential), so the bits repeat. */
+#include "compute/cuda/cuda_internal.cuh"
+
+namespace clefcu {
+
+static const size_t LT_WORKSPACE = (size_t)32 << 20;
+
+static bool blas_ok(clef_ops *ops, cublasStatus_t s, const char *what) {
+    if (s == CUBLAS_STATUS_SUCCESS) return true;
+    char buf[64];
+    snprintf(buf, sizeof buf, "cuBLAS status %d", (int)s);
+    return fail(ops, what, buf);
+}
+
+bool linear_init(clef_ops *ops) {
+    Impl *im = IM(ops);
+    if (!blas_ok(ops, cublasCreate(&im->blas), "cublasCreate")) return false;
+    if (!blas_ok(ops, cublasSetStream(im->blas, im->stream), "cublasSetStream")) return false;
+    if (!blas_ok(ops, cublasSetAtomicsMode(im->blas, CUBLAS_ATOMICS_NOT_ALLOWED), "cublasSetAtomicsMode")) return false;
+    if (!blas_ok(ops, cublasLtCreate(&im->lt), "cublasLtCreate")) return false;
+    if (!cuda_ok(ops, cudaMalloc(&im->lt_ws, LT_WORKSPACE), "cudaMalloc (cuBLASLt workspace)")) return false;
+    im->lt_ws_size = LT_WORKSPACE;
+    /* cuBLAS's own workspace: fixed, so its choice of kernels does not depend on what is free */
+    if (!blas_ok(ops, cublasSetWorkspace(im->blas, im->lt_ws, im->lt_ws_size), "cublasSetWorkspace")) return false;
+    return true;
+}
+
+void linear_destroy(clef_ops *ops) {
+    Impl *im = IM(ops);
+    if (im->blas) cublasDestroy(im->blas);
+    if (im->lt) cublasLtDestroy(im->lt);
+    if (im->lt_ws) cudaFree(im->lt_ws);
+    im->blas = nullptr;
+    im->lt = nullptr;
+    im->lt_ws = nullptr;
+}
+
+__global__ void k_to_bf16(__nv_bfloat16 *y, const float *x, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        y[i] = __float2bfloat16_rn(x[i]);
+}
+
+__global__ void k_add_bias(float *y, const float *b, size_t T, size_t N) {
+    size_t n = T * N;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        y[i] = y[i] + b[i % N];
+}
+
+static unsigned cap_grid(size_t n) {
+    unsigned g = grid1d(n, 256);
+    return g > 8192 ? 8192 : g;
+}
+
+static uint32_t ptr_align(const void *p) {
+    uintptr_t a = (uintptr_t)p;
+    uint32_t al = 256;
+    while (al > 1 && (a % al) != 0) al >>= 1;
+    return al;
+}
+
+/* One bf16 x bf16 -> fp32 product through cuBLASLt; false when cuBLASLt has no algorithm for it. */
+static bool lt_bf16(clef_ops *ops, float *y, const __nv_bfloat16 *xb, const __nv_bfloat16 *wb, int N, int T, int K) {
+    Impl *im = IM(ops);
+    cublasLtMatmulDesc_t op = nullptr;
+    cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
+    cublasLtMatmulPreference_t pref = nullptr;
+    bool ok = false;
+    cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    float alpha = 1.0f, beta = 0.0f;
+    uint32_t aa = ptr_align(wb), ab = ptr_align(xb), ac = ptr_align(y);
+    GemmKey key{N, T, K, aa | (ab << 10) | (ac << 20)}; /* alignments select the admissible algorithms */
+    if (cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F) != CUBLAS_STATUS_SUCCESS) goto out;
+    if (cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta) != CUBLAS_STATUS_SUCCESS ||
+        cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb) != CUBLAS_STATUS_SUCCESS)
+        goto out;
+    if (cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, (uint64_t)K, (uint64_t)N, (int64_t)K) != CUBLAS_STATUS_SUCCESS ||
+        cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, (uint64_t)K, (uint64_t)T, (int64_t)K) != CUBLAS_STATUS_SUCCESS ||
+        cublasLtMatrixLayoutCreate(&lc, CUDA_R_32F, (uint64_t)N, (uint64_t)T, (int64_t)N) != CUBLAS_STATUS_SUCCESS)
+        goto out;
+    {
+        auto it = im->plans.find(key);
+        if (it == im->plans.end()) {
+            GemmPlan plan;
+            if (cublasLtMatmulPreferenceCreate(&pref) == CUBLAS_STATUS_SUCCESS) {
+                size_t ws = im->lt_ws_size;
+                cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+                cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &aa, sizeof aa);
+                cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &ab, sizeof ab);
+                cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ac, sizeof ac);
+                cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ac, sizeof ac);
+                cublasLtMatmulHeuristicResult_t res;
+                int count = 0;
+                memset(&res, 0, sizeof res);
+                if (cublasLtMatmulAlgoGetHeuristic(im->lt, op, la, lb, lc, lc, pref, 1, &res, &count) ==
+                        CUBLAS_STATUS_SUCCESS &&
+                    count > 0 && res.state == CUBLAS_STATUS_SUCCESS) {
+                    plan.ok = true;
+                    plan.algo = res.algo;
+                }
+            }
+            try {
+                it = im->plans.emplace(key, plan).first;
+            } catch (...) {
+                goto out;
+            }
+        }
+        if (!it->second.ok) goto out;
+        ok = cublasLtMatmul(im->lt, op, &alpha, wb, la, xb, lb, &beta, y, lc, y, lc, &it->second.algo, im->lt_ws,
+                            im->lt_ws_size, im->stream) == CUBLAS_STATUS_SUCCESS;
+    }
+out:
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    if (la) cublasLtMatrixLayoutDestroy(la);
+    if (lb) cublasLtMatrixLayoutDestroy(lb);
+    if (lc) cublasLtMatrixLayoutDestroy(lc);
+    if (op) cublasLtMatmulDescDestroy(op);
+    return ok;
+}
+
+void op_linear(clef_ops *ops, float *y, const float *x, size_t T, const clef_tensor *w, size_t row0, size_t N,
+               const clef_tensor *b) {
+    ProfScope ps(ops, OP_LINEAR);
+    if (T == 0 || N == 0) return;
+    Impl *im = IM(ops);
+    size_t K = (size_t)(w->numel / w->shape[0]);
+    if (K > 0x7fffffff || N > 0x7fffffff || T > 0x7fffffff) {
+        fail(ops, "linear", "dimension over 2^31");
+        return;
+    }
+    const float one = 1.0f, zero = 0.0f;
+    bool done = false;
+    if (im->precision == CLEF_CUDA_FAST && w->dtype == CLEF_ST_BF16) {
+        int dt = 0;
+        const uint16_t *wr = (const uint16_t *)weight_raw(ops, w, &dt);
+        if (!wr) return;
+        __nv_bfloat16 *xb = (__nv_bfloat16 *)scratch_alloc(ops, T * K * sizeof(__nv_bfloat16));
+        if (!xb) return;
+        k_to_bf16<<<cap_grid(T * K), 256, 0, im->stream>>>(xb, x, T * K);
+        const __nv_bfloat16 *wb = (const __nv_bfloat16 *)(wr + row0 * K);
+        done = lt_bf16(ops, y, xb, wb, (int)N, (int)T, (int)K);
+        if (!done)
+            done = blas_ok(ops,
+                           cublasGemmEx(im->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)N, (int)T, (int)K, &one, wb, CUDA_R_16BF,
+                                        (int)K, xb, CUDA_R_16BF, (int)K, &zero, y, CUDA_R_32F, (int)N,
+                                        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                           "cublasGemmEx (bf16)");
+        scratch_free(ops, xb);
+        if (!done) return;
+    } else {
+        const float *wf = weight_f32(ops, w);
+        if (!wf) return;
+        if (!blas_ok(ops,
+                     cublasGemmEx(im->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)N, (int)T, (int)K, &one, wf + row0 * K,
+                                  CUDA_R_32F, (int)K, x, CUDA_R_32F, (int)K, &zero, y, CUDA_R_32F, (int)N,
+                                  CUBLAS_COMPUTE_32F_PEDANTIC, CUBLAS_GEMM_DEFAULT),
+                     "cublasGemmEx (fp32)"))
+            return;
+    }
+    if (b) {
+        const float *bf = weight_f32(ops, b);
+        if (!bf) return;
+        k_add_bias<<<cap_grid(T * N), 256, 0, im->stream>>>(y, bf + row0, T, N);
+    }
+    launch_ok(ops, "linear");
+}
+
+} // namespace clefcu

@@ -1,0 +1,71 @@
+/* The CUDA backend (docs/cuda.md): the clef_ops table (compute/ops.h) on one NVIDIA GPU. Plain C
+ * header: the engine, tests and benchmarks include it; the implementation is in cuda_*.cu, built
+ * only with `make CUDA=1` (which defines CLEF_HAVE_CUDA for the C side).
+ *
+ * - Activations are fp32 device buffers from one arena (a big cudaMalloc'd block made at create,
+ *   grown by further blocks only when a request needs more; blocks are kept, so a steady stream of
+ *   requests allocates nothing).
+ * - Weights are uploaded on first use and cached, keyed by the tensor's host data pointer (the
+ *   mapped checkpoint): bf16 as stored, plus an fp32 copy where an op needs one.
+ * - Precision: CLEF_CUDA_FP32 is the parity path (fp32 activations and weights, fp32 GEMMs with TF32
+ *   off, double sums in the reductions); CLEF_CUDA_FAST feeds bf16 activations and bf16 weights to
+ *   the tensor cores (cuBLASLt, fp32 accumulation) and keeps everything else as in FP32.
+ * - Deterministic: one stream, no atomics, fixed reduction trees; the same request gives the same
+ *   bits on the same GPU model and library versions.
+ * - Ops never fail on valid arguments; a CUDA or cuBLAS error or an exhausted arena sets
+ *   ops->failed (sticky), and clef_cuda_last_error says what happened. */
+#ifndef CLEF_COMPUTE_CUDA_OPS_H
+#define CLEF_COMPUTE_CUDA_OPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/err.h"
+#include "compute/ops.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum { CLEF_CUDA_FP32 = 0, CLEF_CUDA_FAST = 1 };
+
+/* Number of CUDA devices usable by this process (0 when there is no driver or no GPU). */
+int clef_cuda_device_count(void);
+
+/* The backend on GPU `device` (0-based) with precision CLEF_CUDA_FP32 or CLEF_CUDA_FAST. The
+ * arena starts at $CLEF_CUDA_POOL_MB MiB (default 1024). NULL with err set (BadModel when there is
+ * no usable GPU, OutOfMemory) on failure. Free with ops->destroy(ops). */
+clef_ops *clef_cuda_ops_create(int device, int precision, clef_err *err);
+
+/* The last CUDA / cuBLAS error message recorded by an op ("" when none). */
+const char *clef_cuda_last_error(const clef_ops *ops);
+/* The device's name ("NVIDIA H200", ...). */
+const char *clef_cuda_device_name(const clef_ops *ops);
+/* Waits for all queued work; returns 0, or -1 when an error was recorded (ops->failed set). */
+int clef_cuda_sync(clef_ops *ops);
+/* Bytes held on the device: the arena blocks and the cached weights. */
+void clef_cuda_memory(const clef_ops *ops, size_t *arena_bytes, size_t *weight_bytes);
+
+/* Synthetic weights for benchmarks (no file): allocates a tensor of `shape` (dtype CLEF_ST_BF16 or
+ * CLEF_ST_F32) on the device, fills it with center + scale * u, u uniform in [-1, 1) from a
+ * counter hash of (seed, index), and registers it in the weight cache. t->data is set to a unique
+ * key that must never be dereferenced on the host (it is the device address). Returns 0 or -1
+ * with err set. */
+int clef_cuda_synthetic_weight(clef_ops *ops, clef_tensor *t, int dtype, const int64_t *shape, int ndim,
+                               uint64_t seed, float center, float scale, clef_err *err);
+
+/* Per-op timing with CUDA events (off by default; on costs a little launch overhead). */
+typedef struct clef_cuda_op_time {
+    const char *op;  /* "linear", "attention", ... */
+    uint64_t calls;
+    double ms;       /* summed kernel time between the op's start and end events */
+} clef_cuda_op_time;
+void clef_cuda_profile(clef_ops *ops, int on);
+/* Syncs, then fills out[0..n) (n <= max) with the totals since the last reset; returns n. */
+size_t clef_cuda_profile_read(clef_ops *ops, clef_cuda_op_time *out, size_t max);
+void clef_cuda_profile_reset(clef_ops *ops);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
