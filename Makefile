@@ -35,6 +35,39 @@ TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 TOOL_BIN := $(TOOL_SRC:tests/tools/%.c=$(BUILD)/tests/%)
 LIB      := $(BUILD)/libclef.a
 
+# ---- CUDA backend (docs/cuda.md): `make CUDA=1 BUILD=build-cuda`. Compiles src/compute/cuda/*.cu
+# with nvcc into libclef.a, defines CLEF_HAVE_CUDA for the C side, links cudart + cuBLAS(Lt), and
+# builds tests/unit/test_cuda_ops and bench/bench_cuda. Without CUDA=1 none of this exists.
+#   CUDA_HOME=/usr/local/cuda   CUDA_ARCHS="80 89 90" (one arch while iterating: CUDA_ARCHS=90)
+CUDA_TEST := tests/unit/test_cuda_ops.c
+ifeq ($(CUDA),1)
+  CUDA_HOME  ?= /usr/local/cuda
+  NVCC       ?= $(CUDA_HOME)/bin/nvcc
+  CUDA_ARCHS ?= 80 89 90
+  NVCC_GENCODE := $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a))
+  NVCC_OPT   ?= -O3 -g -lineinfo
+  NVCCFLAGS  := -std=c++17 $(NVCC_OPT) -fmad=false $(NVCC_GENCODE) -Iinclude -Isrc \
+                -Xcompiler -Wall,-Wextra,-Wno-unused-parameter,-Werror $(EXTRA_NVCCFLAGS)
+  CUDA_SRC   := $(sort $(wildcard src/compute/cuda/*.cu))
+  CUDA_OBJ   := $(CUDA_SRC:%.cu=$(BUILD)/obj/%.o)
+  LIB_OBJ    += $(CUDA_OBJ)
+  CFLAGS_ALL += -DCLEF_HAVE_CUDA
+  LDLIBS_ALL += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart -lstdc++ -ldl -lrt
+all: $(BUILD)/bench/bench_cuda
+
+$(BUILD)/obj/%.o: %.cu $(wildcard src/compute/cuda/*.cuh) src/compute/cuda/cuda_ops.h src/compute/ops.h
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+
+$(BUILD)/bench/bench_cuda: bench/bench_cuda.c $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) $< $(LIB) -o $@ $(LDLIBS_ALL)
+else
+  TEST_SRC := $(filter-out $(CUDA_TEST),$(TEST_SRC))
+  TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
+endif
+
+
 .PHONY: all asan test check tiny clean
 all: $(LIB) $(BUILD)/clef $(TEST_BIN) $(TOOL_BIN)
 

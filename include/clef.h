@@ -36,12 +36,26 @@ typedef struct clef_options {
     size_t max_image_bytes;    /* 0 = default (16 MiB) */
     int64_t max_image_pixels;  /* decoded width*height cap; 0 = default (64 Mpx) */
     int text_only;             /* do not bind the vision tower */
+    /* Compute backend: CLEF_DEVICE_AUTO (0: the CUDA backend when this build has it and a GPU is
+     * present, else the CPU; $CLEF_DEVICE = cpu|cuda overrides auto), CLEF_DEVICE_CPU, or
+     * CLEF_DEVICE_CUDA (an error when the build or the machine has none). docs/cuda.md. */
+    int device;
+    /* CLEF_PRECISION_FP32 (0: the parity path) or CLEF_PRECISION_FAST (bf16 tensor-core GEMMs on
+     * CUDA; the CPU backend ignores it). $CLEF_PRECISION = fp32|fast applies when device is auto. */
+    int precision;
+    int gpu;                   /* CUDA device index (0 = the first) */
     /* Called while weights are bound / touched: done and total in arbitrary units. */
     void (*progress)(void *ctx, uint64_t done, uint64_t total);
     void *progress_ctx;
 } clef_options;
 
+enum { CLEF_DEVICE_AUTO = 0, CLEF_DEVICE_CPU = 1, CLEF_DEVICE_CUDA = 2 };
+enum { CLEF_PRECISION_FP32 = 0, CLEF_PRECISION_FAST = 1 };
+
 void clef_options_default(clef_options *o);
+
+/* The backend an open engine computes with: "cpu", "cuda" (fp32) or "cuda-fast". */
+const char *clef_engine_backend(const clef_engine *e);
 
 /* Opens the model folder. On failure returns NULL and writes one clear line into err. */
 clef_engine *clef_open(const clef_options *o, char *err, size_t err_len);

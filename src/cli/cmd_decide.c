@@ -14,7 +14,8 @@ static void usage(void) {
     fprintf(stderr,
             "usage: clef decide --model DIR [--request F|-] [--threads N] [--max-length N]\n"
             "                   [--split file|qwen2|qwen35] [--tile 0|256|448] [--allow-image-paths]\n"
-            "                   [--dump-layers DIR]\n");
+            "                   [--dump-layers DIR] [--device auto|cpu|cuda] [--precision fp32|fast]\n"
+            "                   [--gpu N]\n");
 }
 
 int cmd_decide(int argc, char **argv) {
@@ -33,7 +34,17 @@ int cmd_decide(int argc, char **argv) {
         else if (!strcmp(a, "--max-length")) o.max_length = atoi(v);
         else if (!strcmp(a, "--tile")) o.image_tile = atoi(v);
         else if (!strcmp(a, "--dump-layers")) dump = v;
-        else if (!strcmp(a, "--split")) {
+        else if (!strcmp(a, "--gpu")) o.gpu = atoi(v);
+        else if (!strcmp(a, "--device")) {
+            if (!strcmp(v, "auto")) o.device = CLEF_DEVICE_AUTO;
+            else if (!strcmp(v, "cpu")) o.device = CLEF_DEVICE_CPU;
+            else if (!strcmp(v, "cuda")) o.device = CLEF_DEVICE_CUDA;
+            else { usage(); return 2; }
+        } else if (!strcmp(a, "--precision")) {
+            if (!strcmp(v, "fp32")) o.precision = CLEF_PRECISION_FP32;
+            else if (!strcmp(v, "fast")) o.precision = CLEF_PRECISION_FAST;
+            else { usage(); return 2; }
+        } else if (!strcmp(a, "--split")) {
             if (!strcmp(v, "file")) o.split_variant = 0;
             else if (!strcmp(v, "qwen2")) o.split_variant = 1;
             else if (!strcmp(v, "qwen35")) o.split_variant = 2;
@@ -41,7 +52,7 @@ int cmd_decide(int argc, char **argv) {
         } else { usage(); return 2; }
     }
     if (!o.model_dir) { usage(); return 2; }
-    if (o.threads < 0 || o.max_length < 0 || (o.image_tile != 0 && o.image_tile != 256 && o.image_tile != 448)) {
+    if (o.threads < 0 || o.max_length < 0 || o.gpu < 0 || (o.image_tile != 0 && o.image_tile != 256 && o.image_tile != 448)) {
         usage();
         return 2;
     }

@@ -11,6 +11,9 @@
 #include "base/buf.h"
 #include "base/err.h"
 #include "compute/cpu/cpu_ops.h"
+#ifdef CLEF_HAVE_CUDA
+#include "compute/cuda/cuda_ops.h"
+#endif
 #include "compute/ops.h"
 #include "decision/encode.h"
 #include "decision/request.h"
@@ -67,6 +70,48 @@ static int open_progress(void *user, const char *stage, size_t done, size_t tota
     return 0;
 }
 
+/* The compute backend the options (or, for CLEF_DEVICE_AUTO, $CLEF_DEVICE / $CLEF_PRECISION and
+ * the machine) ask for; docs/cuda.md. */
+static clef_ops *create_ops(const clef_options *o, clef_err *err) {
+    int dev = o->device, prec = o->precision;
+    if (dev == CLEF_DEVICE_AUTO) {
+        const char *d = getenv("CLEF_DEVICE"), *p = getenv("CLEF_PRECISION");
+        if (d && !strcmp(d, "cpu")) dev = CLEF_DEVICE_CPU;
+        else if (d && !strcmp(d, "cuda")) dev = CLEF_DEVICE_CUDA;
+        else if (d && *d) {
+            clef_err_set(err, CLEF_E_BAD_MODEL, "CLEF_DEVICE=%s: expected cpu or cuda", d);
+            return NULL;
+        }
+        if (p && !strcmp(p, "fast")) prec = CLEF_PRECISION_FAST;
+        else if (p && !strcmp(p, "fp32")) prec = CLEF_PRECISION_FP32;
+        else if (p && *p) {
+            clef_err_set(err, CLEF_E_BAD_MODEL, "CLEF_PRECISION=%s: expected fp32 or fast", p);
+            return NULL;
+        }
+    }
+    if (prec != CLEF_PRECISION_FP32 && prec != CLEF_PRECISION_FAST) {
+        clef_err_set(err, CLEF_E_BAD_MODEL, "unknown precision %d", prec);
+        return NULL;
+    }
+#ifdef CLEF_HAVE_CUDA
+    if (dev == CLEF_DEVICE_AUTO) dev = clef_cuda_device_count() > 0 ? CLEF_DEVICE_CUDA : CLEF_DEVICE_CPU;
+    if (dev == CLEF_DEVICE_CUDA)
+        return clef_cuda_ops_create(o->gpu, prec == CLEF_PRECISION_FAST ? CLEF_CUDA_FAST : CLEF_CUDA_FP32, err);
+#else
+    if (dev == CLEF_DEVICE_CUDA) {
+        clef_err_set(err, CLEF_E_BAD_MODEL, "this build has no CUDA backend (build with make CUDA=1)");
+        return NULL;
+    }
+#endif
+    if (dev != CLEF_DEVICE_AUTO && dev != CLEF_DEVICE_CPU) {
+        clef_err_set(err, CLEF_E_BAD_MODEL, "unknown device %d", dev);
+        return NULL;
+    }
+    return clef_cpu_ops_create(o->threads, err);
+}
+
+const char *clef_engine_backend(const clef_engine *e) { return e && e->ops ? e->ops->name : "none"; }
+
 clef_engine *clef_open(const clef_options *o, char *errbuf, size_t err_len) {
     clef_err err;
     clef_err_clear(&err);
@@ -99,7 +144,7 @@ clef_engine *clef_open(const clef_options *o, char *errbuf, size_t err_len) {
     clef_buf_free(&path);
     if (!e->tok) goto fail;
 
-    e->ops = clef_cpu_ops_create(e->opts.threads, &err);
+    e->ops = create_ops(&e->opts, &err);
     if (!e->ops) goto fail;
 
     clef_image_opts_default(&e->image_opts);
