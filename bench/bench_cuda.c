@@ -1,0 +1,303 @@
+/* Prefill benchmark of the CUDA backend on synthetic weights with the real Qwen3.5-9B text config
+ * (32 layers: 24 Gated DeltaNet + 8 gated attention, hidden 4096, MLP 12288), created directly in
+ * GPU memory (no checkpoint file). Built by `make CUDA=1` as $(BUILD)/bench/bench_cuda.
+ *
+ *   bench_cuda [--precision fast|fp32|both] [--tokens 436,2048,16384] [--reps N] [--records N]
+ *              [--layers N]
+ *
+ * One JSON object per line on stdout:
+ *   {"kind":"prefill", precision, tokens, seconds (median of reps), tflop, tflops, peak_pct, ...}
+ *   {"kind":"kernel", precision, tokens, op, calls, ms, pct}   per-op time from CUDA events (one run)
+ *   {"kind":"throughput", precision, records, tokens_each, seconds, records_per_s, tokens_per_s}
+ *   {"kind":"device", name, arena_bytes, weight_bytes}
+ * FLOPs are counted analytically (GEMMs 2*M*N*K, causal attention 2*T^2*hd*heads per layer, the
+ * chunked delta rule's matrix products); peak_pct is against the H200's dense bf16 peak of
+ * 989 TFLOP/s (for fp32, against 67 TFLOP/s, the FP32 non-tensor peak). The head is not run. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "compute/cuda/cuda_ops.h"
+#include "model/config.h"
+#include "model/text.h"
+#include "model/weights.h"
+
+#define PEAK_BF16 989.0
+#define PEAK_FP32 67.0
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void real_config(clef_config *cfg, int layers) {
+    memset(cfg, 0, sizeof *cfg);
+    clef_text_config *t = &cfg->text;
+    t->hidden_size = 4096;
+    t->num_hidden_layers = layers;
+    for (int i = 0; i < layers; i++) t->layer_types[i] = (i % 4 == 3) ? CLEF_LAYER_FULL : CLEF_LAYER_LINEAR;
+    t->vocab_size = 248320;
+    t->intermediate_size = 12288;
+    t->num_attention_heads = 16;
+    t->num_key_value_heads = 4;
+    t->head_dim = 256;
+    t->linear_num_key_heads = 16;
+    t->linear_num_value_heads = 32;
+    t->linear_key_head_dim = 128;
+    t->linear_value_head_dim = 128;
+    t->linear_conv_kernel_dim = 4;
+    t->rms_norm_eps = 1e-6;
+    t->rope_theta = 1e7;
+    t->partial_rotary_factor = 0.25;
+    t->rotary_dim = 64;
+    t->mrope_section[0] = 11;
+    t->mrope_section[1] = 11;
+    t->mrope_section[2] = 10;
+    t->eos_token_id = -1;
+    t->q_dim = 16 * 256;
+    t->kv_dim = 4 * 256;
+    t->linear_key_dim = 2048;
+    t->linear_value_dim = 4096;
+    t->linear_conv_dim = 8192;
+    for (int i = 0; i < layers; i++) {
+        if (t->layer_types[i] == CLEF_LAYER_FULL) t->n_full_layers++;
+        else t->n_linear_layers++;
+    }
+}
+
+static uint64_t seed_ctr = 1;
+static int mk(clef_ops *ops, clef_tensor *t, int dtype, int64_t d0, int64_t d1, int64_t d2, float center,
+              float scale) {
+    int64_t shape[3] = {d0, d1, d2};
+    int nd = d2 ? 3 : d1 ? 2 : 1;
+    clef_err err;
+    clef_err_clear(&err);
+    if (clef_cuda_synthetic_weight(ops, t, dtype, shape, nd, 0x9e3779b97f4a7c15ull * seed_ctr++, center, scale, &err)) {
+        fprintf(stderr, "bench_cuda: %s\n", err.msg);
+        return -1;
+    }
+    return 0;
+}
+
+static int make_weights(clef_ops *ops, const clef_config *cfg, clef_text_weights *w) {
+    const clef_text_config *t = &cfg->text;
+    const int64_t H = t->hidden_size, I = t->intermediate_size, CD = t->linear_conv_dim, Vd = t->linear_value_dim;
+    const int64_t Hv = t->linear_num_value_heads, dv = t->linear_value_head_dim, hd = t->head_dim;
+    const float sH = 1.0f / sqrtf((float)H), sI = 1.0f / sqrtf((float)I);
+    memset(w, 0, sizeof *w);
+    w->n_layers = t->num_hidden_layers;
+    w->layers = calloc((size_t)w->n_layers, sizeof *w->layers);
+    if (!w->layers) return -1;
+    int bad = 0;
+    bad |= mk(ops, &w->embed_tokens, CLEF_ST_BF16, t->vocab_size, H, 0, 0.0f, 0.05f);
+    bad |= mk(ops, &w->final_norm, CLEF_ST_BF16, H, 0, 0, 0.0f, 0.1f);
+    for (int i = 0; i < w->n_layers && !bad; i++) {
+        clef_text_layer *L = &w->layers[i];
+        L->type = t->layer_types[i];
+        bad |= mk(ops, &L->input_norm, CLEF_ST_BF16, H, 0, 0, 0.0f, 0.1f);
+        bad |= mk(ops, &L->post_norm, CLEF_ST_BF16, H, 0, 0, 0.0f, 0.1f);
+        bad |= mk(ops, &L->mlp_gate, CLEF_ST_BF16, I, H, 0, 0.0f, sH);
+        bad |= mk(ops, &L->mlp_up, CLEF_ST_BF16, I, H, 0, 0.0f, sH);
+        bad |= mk(ops, &L->mlp_down, CLEF_ST_BF16, H, I, 0, 0.0f, sI);
+        if (L->type == CLEF_LAYER_LINEAR) {
+            bad |= mk(ops, &L->gdn.in_proj_qkv, CLEF_ST_BF16, CD, H, 0, 0.0f, sH);
+            bad |= mk(ops, &L->gdn.in_proj_z, CLEF_ST_BF16, Vd, H, 0, 0.0f, sH);
+            bad |= mk(ops, &L->gdn.in_proj_b, CLEF_ST_BF16, Hv, H, 0, 0.0f, sH);
+            bad |= mk(ops, &L->gdn.in_proj_a, CLEF_ST_BF16, Hv, H, 0, 0.0f, sH);
+            bad |= mk(ops, &L->gdn.conv1d, CLEF_ST_BF16, CD, 1, t->linear_conv_kernel_dim, 0.0f, 0.5f);
+            bad |= mk(ops, &L->gdn.dt_bias, CLEF_ST_BF16, Hv, 0, 0, 0.0f, 1.0f);
+            bad |= mk(ops, &L->gdn.A_log, CLEF_ST_F32, Hv, 0, 0, 0.0f, 1.0f);
+            bad |= mk(ops, &L->gdn.norm, CLEF_ST_F32, dv, 0, 0, 1.0f, 0.1f);
+            bad |= mk(ops, &L->gdn.out_proj, CLEF_ST_BF16, H, Vd, 0, 0.0f, 1.0f / sqrtf((float)Vd));
+        } else {
+            bad |= mk(ops, &L->attn.q_proj, CLEF_ST_BF16, 2 * t->q_dim, H, 0, 0.0f, sH);
+            bad |= mk(ops, &L->attn.k_proj, CLEF_ST_BF16, t->kv_dim, H, 0, 0.0f, sH);
+            bad |= mk(ops, &L->attn.v_proj, CLEF_ST_BF16, t->kv_dim, H, 0, 0.0f, sH);
+            bad |= mk(ops, &L->attn.o_proj, CLEF_ST_BF16, H, t->q_dim, 0, 0.0f, 1.0f / sqrtf((float)t->q_dim));
+            bad |= mk(ops, &L->attn.q_norm, CLEF_ST_BF16, hd, 0, 0, 0.0f, 0.1f);
+            bad |= mk(ops, &L->attn.k_norm, CLEF_ST_BF16, hd, 0, 0, 0.0f, 0.1f);
+        }
+    }
+    return bad ? -1 : 0;
+}
+
+/* Analytic FLOPs of one prefill of T tokens. */
+static double flops(const clef_config *cfg, double T) {
+    const clef_text_config *t = &cfg->text;
+    double H = t->hidden_size, I = t->intermediate_size, CD = t->linear_conv_dim, Vd = t->linear_value_dim;
+    double Hv = t->linear_num_value_heads, dk = t->linear_key_head_dim, dv = t->linear_value_head_dim;
+    double qd = t->q_dim, kvd = t->kv_dim, hd = t->head_dim, nh = t->num_attention_heads, C = 64;
+    double mlp = 2 * T * H * I * 3, total = 0;
+    for (int i = 0; i < t->num_hidden_layers; i++) {
+        total += mlp;
+        if (t->layer_types[i] == CLEF_LAYER_FULL) {
+            total += 2 * T * H * (2 * qd + 2 * kvd) + 2 * T * qd * H; /* projections */
+            total += 2 * T * T * hd * nh;                               /* causal QK^T + PV */
+        } else {
+            total += 2 * T * H * (CD + Vd + 2 * Hv) + 2 * T * Vd * H;
+            double chunks = ceil(T / C);
+            double per = 4 * C * C * dk + C * C * (dk + dv) + 6 * C * dk * dv + C * C * dv;
+            total += chunks * Hv * per;
+        }
+    }
+    return total;
+}
+
+static int cmp_d(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static int forward(clef_ops *ops, const clef_config *cfg, const clef_text_weights *w, const int32_t *ids, size_t T,
+                   float *hidden, double *secs) {
+    clef_forward_in in;
+    memset(&in, 0, sizeof in);
+    in.ids = ids;
+    in.n = T;
+    clef_err err;
+    clef_err_clear(&err);
+    double t0 = now();
+    int rc = clef_text_forward(ops, cfg, w, &in, hidden, &err);
+    if (rc == 0) rc = clef_cuda_sync(ops);
+    *secs = now() - t0;
+    if (rc) fprintf(stderr, "bench_cuda: forward of %zu tokens failed: %s %s\n", T, err.msg, clef_cuda_last_error(ops));
+    return rc;
+}
+
+static int run_precision(int precision, const size_t *Ts, int nT, int reps, int records, int layers) {
+    const char *pname = precision == CLEF_CUDA_FAST ? "fast" : "fp32";
+    double peak = precision == CLEF_CUDA_FAST ? PEAK_BF16 : PEAK_FP32;
+    clef_err err;
+    clef_err_clear(&err);
+    clef_ops *ops = clef_cuda_ops_create(0, precision, &err);
+    if (!ops) {
+        fprintf(stderr, "bench_cuda: %s\n", err.msg);
+        return 1;
+    }
+    clef_config cfg;
+    real_config(&cfg, layers);
+    clef_text_weights w;
+    double t0 = now();
+    if (make_weights(ops, &cfg, &w) || clef_cuda_sync(ops)) {
+        fprintf(stderr, "bench_cuda: could not create the synthetic weights\n");
+        ops->destroy(ops);
+        return 1;
+    }
+    double tw = now() - t0;
+    size_t maxT = 0;
+    for (int i = 0; i < nT; i++) maxT = Ts[i] > maxT ? Ts[i] : maxT;
+    int32_t *ids = malloc(maxT * sizeof(int32_t));
+    float *hidden = ops->alloc(ops, maxT * (size_t)cfg.text.hidden_size);
+    float probe[4];
+    if (!ids || !hidden) {
+        fprintf(stderr, "bench_cuda: out of memory\n");
+        return 1;
+    }
+    for (size_t i = 0; i < maxT; i++) ids[i] = (int32_t)((i * 2654435761u) % (uint32_t)cfg.text.vocab_size);
+    int rc = 0;
+    for (int ti = 0; ti < nT && !rc; ti++) {
+        size_t T = Ts[ti];
+        double s, times[64];
+        int n = reps < 64 ? reps : 64;
+        if (forward(ops, &cfg, &w, ids, T, hidden, &s)) { rc = 1; break; } /* warm-up: weights, plans, arena */
+        double first = s;
+        for (int r = 0; r < n && !rc; r++) rc = forward(ops, &cfg, &w, ids, T, hidden, &times[r]);
+        if (rc) break;
+        qsort(times, (size_t)n, sizeof times[0], cmp_d);
+        double med = times[n / 2], fl = flops(&cfg, (double)T);
+        ops->download(ops, probe, hidden + (T - 1) * (size_t)cfg.text.hidden_size, 4);
+        int finite = isfinite(probe[0]) && isfinite(probe[1]) && isfinite(probe[2]) && isfinite(probe[3]);
+        printf("{\"kind\":\"prefill\",\"precision\":\"%s\",\"layers\":%d,\"tokens\":%zu,\"reps\":%d,\"seconds\":%.6f,"
+               "\"seconds_min\":%.6f,\"seconds_first\":%.6f,\"tokens_per_s\":%.1f,\"tflop\":%.4f,\"tflops\":%.2f,"
+               "\"peak_tflops\":%.0f,\"peak_pct\":%.2f,\"last_row_finite\":%s}\n",
+               pname, layers, T, n, med, times[0], first, (double)T / med, fl * 1e-12, fl * 1e-12 / med, peak,
+               100.0 * fl * 1e-12 / med / peak, finite ? "true" : "false");
+        fflush(stdout);
+        /* one profiled run: per-op kernel time */
+        clef_cuda_profile_reset(ops);
+        clef_cuda_profile(ops, 1);
+        rc = forward(ops, &cfg, &w, ids, T, hidden, &s);
+        clef_cuda_op_time ot[32];
+        size_t no = clef_cuda_profile_read(ops, ot, 32);
+        clef_cuda_profile(ops, 0);
+        double tot = 0;
+        for (size_t i = 0; i < no; i++) tot += ot[i].ms;
+        for (size_t i = 0; i < no; i++)
+            printf("{\"kind\":\"kernel\",\"precision\":\"%s\",\"tokens\":%zu,\"op\":\"%s\",\"calls\":%llu,\"ms\":%.3f,"
+                   "\"pct\":%.2f}\n",
+                   pname, T, ot[i].op, (unsigned long long)ot[i].calls, ot[i].ms, tot > 0 ? 100.0 * ot[i].ms / tot : 0.0);
+        printf("{\"kind\":\"kernel_total\",\"precision\":\"%s\",\"tokens\":%zu,\"ms\":%.3f,\"wall_ms\":%.3f}\n", pname, T,
+               tot, s * 1e3);
+        fflush(stdout);
+    }
+    /* throughput: many records of 436 tokens back to back (one forward each, as the engine runs them) */
+    if (!rc && records > 0) {
+        size_t T = 436 <= maxT ? 436 : maxT;
+        double s, tot = 0;
+        for (int r = 0; r < records && !rc; r++) {
+            rc = forward(ops, &cfg, &w, ids, T, hidden, &s);
+            tot += s;
+        }
+        if (!rc)
+            printf("{\"kind\":\"throughput\",\"precision\":\"%s\",\"records\":%d,\"tokens_each\":%zu,\"seconds\":%.4f,"
+                   "\"records_per_s\":%.2f,\"tokens_per_s\":%.1f,\"tflops\":%.2f}\n",
+                   pname, records, T, tot, records / tot, (double)records * (double)T / tot,
+                   records * flops(&cfg, (double)T) * 1e-12 / tot);
+    }
+    size_t ab = 0, wb = 0;
+    clef_cuda_memory(ops, &ab, &wb);
+    printf("{\"kind\":\"device\",\"precision\":\"%s\",\"name\":\"%s\",\"arena_bytes\":%zu,\"weight_bytes\":%zu,"
+           "\"weights_seconds\":%.3f%s%s%s}\n",
+           pname, clef_cuda_device_name(ops), ab, wb, tw, rc ? ",\"error\":\"" : "", rc ? clef_cuda_last_error(ops) : "",
+           rc ? "\"" : "");
+    fflush(stdout);
+    ops->free(ops, hidden);
+    free(ids);
+    free(w.layers);
+    ops->destroy(ops);
+    return rc;
+}
+
+int main(int argc, char **argv) {
+    const char *prec = "fast";
+    size_t Ts[16] = {436, 2048, 16384};
+    int nT = 3, reps = 3, records = 32, layers = 32;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        const char *a = argv[i], *v = argv[i + 1];
+        if (!strcmp(a, "--precision")) prec = v;
+        else if (!strcmp(a, "--reps")) reps = atoi(v);
+        else if (!strcmp(a, "--records")) records = atoi(v);
+        else if (!strcmp(a, "--layers")) layers = atoi(v);
+        else if (!strcmp(a, "--tokens")) {
+            nT = 0;
+            for (const char *p = v; *p && nT < 16;) {
+                long x = strtol(p, NULL, 10);
+                if (x >= 3) Ts[nT++] = (size_t)x;
+                p = strchr(p, ',');
+                if (!p) break;
+                p++;
+            }
+        } else {
+            fprintf(stderr, "usage: bench_cuda [--precision fast|fp32|both] [--tokens a,b,c] [--reps N] [--records N] "
+                            "[--layers N]\n");
+            return 2;
+        }
+    }
+    if (argc % 2 == 0 || nT == 0 || reps < 1 || layers < 1 || layers > 32) {
+        fprintf(stderr, "usage: bench_cuda [--precision fast|fp32|both] [--tokens a,b,c] [--reps N] [--records N] "
+                        "[--layers 1..32]\n");
+        return 2;
+    }
+    if (clef_cuda_device_count() <= 0) {
+        printf("{\"kind\":\"skip\",\"reason\":\"no CUDA device\"}\n");
+        return 77;
+    }
+    int rc = 0;
+    if (!strcmp(prec, "fast") || !strcmp(prec, "both")) rc |= run_precision(CLEF_CUDA_FAST, Ts, nT, reps, records, layers);
+    if (!strcmp(prec, "fp32") || !strcmp(prec, "both")) rc |= run_precision(CLEF_CUDA_FP32, Ts, nT, reps, records, layers);
+    return rc;
+}
