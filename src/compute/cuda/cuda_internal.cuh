@@ -13,6 +13,14 @@
 #include <utility>
 #include <vector>
 
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+extern "C" { /* the C headers declare C functions (clef_err_set, ...) */
+#include "base/err.h"
+#include "compute/ops.h"
+}
 #include "compute/cuda/cuda_ops.h"
 
 namespace clefcu {
