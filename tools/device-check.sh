@@ -258,14 +258,20 @@ EOF
 # ---- 4. benchmark (synthetic 9B)
 timeout 240 "$BIN_BENCH" --precision both --tokens 436,2048,16384 --reps 3 --records 32 > "$OUT/bench.jsonl" 2>> "$LOG"
 say "bench_cuda: exit $? ($((SECONDS - T0))s)"
-grep -E '"kind":"(prefill|throughput)"' "$OUT/bench.jsonl" | python3 -c '
+python3 - "$OUT/bench.jsonl" <<'EOF' | tee -a "$SUM"
 import json, sys
-for l in sys.stdin:
-    d = json.loads(l)
-    if d["kind"] == "prefill":
-        print(f"  prefill {d[\"precision\"]:4} {d[\"tokens\"]:6} tok: {d[\"seconds\"]*1e3:9.1f} ms  {d[\"tokens_per_s\"]:9.0f} tok/s  {d[\"tflops\"]:7.1f} TFLOP/s ({d[\"peak_pct\"]:.1f}% of peak)  finite={d[\"last_row_finite\"]}")
-    else:
-        print(f"  throughput {d[\"precision\"]:4} {d[\"records\"]} x {d[\"tokens_each\"]} tok: {d[\"records_per_s\"]:.1f} records/s, {d[\"tokens_per_s\"]:.0f} tok/s")
-' | tee -a "$SUM"
+for line in open(sys.argv[1]):
+    try:
+        d = json.loads(line)
+    except Exception:
+        continue
+    if d.get("kind") == "prefill":
+        print("  prefill %-4s %6d tok: %9.1f ms %9.0f tok/s %7.1f TFLOP/s (%.1f%% of peak) finite=%s" % (
+            d["precision"], d["tokens"], d["seconds"] * 1e3, d["tokens_per_s"], d["tflops"], d["peak_pct"],
+            d["last_row_finite"]))
+    elif d.get("kind") == "throughput":
+        print("  throughput %-4s %d x %d tok: %.1f records/s, %.0f tok/s" % (
+            d["precision"], d["records"], d["tokens_each"], d["records_per_s"], d["tokens_per_s"]))
+EOF
 say "total $((SECONDS - T0))s"
 cat "$SUM"
