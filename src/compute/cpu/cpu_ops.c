@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "base/threads.h"
+#include "compute/cpu/cpu_mixers.h"
 
 typedef struct cpu_impl {
     clef_pool *pool;
@@ -227,17 +228,12 @@ static void cpu_layernorm(clef_ops *ops, float *y, const float *x, size_t rows, 
 }
 
 static void cpu_l2norm(clef_ops *ops, float *x, size_t ld, size_t rows, size_t D, float eps, float scale) {
-    norm_ctx c = {x, x, NULL, ld, ld, D, NULL, 0, eps, scale, K_L2};
-    clef_pool_for(POOL(ops), rows, 1, norm_fn, &c);
+    clef_cpu_l2norm(POOL(ops), x, ld, rows, D, eps, scale);
 }
 
 static void cpu_gated_rmsnorm(clef_ops *ops, float *y, const float *x, const float *z, size_t rows,
                               size_t D, const clef_tensor *w, float eps) {
-    float *wv = vec_f32(ops, w, D);
-    if (!wv) return;
-    norm_ctx c = {y, x, z, D, D, D, wv, 0, eps, 1.0f, K_GATED};
-    clef_pool_for(POOL(ops), rows, 1, norm_fn, &c);
-    free(wv);
+    if (clef_cpu_gated_rmsnorm(POOL(ops), y, x, z, rows, D, w, eps)) ops->failed = 1;
 }
 
 /* ---------------------------------------------------------------- rope */
@@ -269,31 +265,8 @@ static void cpu_rope(clef_ops *ops, float *x, size_t ld, size_t T, size_t nh, si
 
 /* ---------------------------------------------------------------- GDN pieces */
 
-typedef struct { float *y; const float *x; size_t T, C, K; const float *w; } conv_ctx;
-static void conv_fn(void *c_, size_t b, size_t e, int worker) {
-    (void)worker;
-    conv_ctx *c = c_;
-    size_t K = c->K;
-    for (size_t ch = b; ch < e; ch++) {
-        const float *w = c->w + ch * K;
-        for (size_t t = 0; t < c->T; t++) {
-            double s = 0;
-            for (size_t k = 0; k < K; k++) {
-                /* tap k reads position t - (K-1) + k */
-                if (t + k + 1 < K) continue;
-                s += (double)w[k] * c->x[(t + k + 1 - K) * c->C + ch];
-            }
-            c->y[t * c->C + ch] = siluf_((float)s);
-        }
-    }
-}
 static void cpu_conv1d_silu(clef_ops *ops, float *y, const float *x, size_t T, size_t C, const clef_tensor *w) {
-    size_t K = (size_t)(w->numel / w->shape[0]);
-    float *wv = vec_f32(ops, w, C * K);
-    if (!wv) return;
-    conv_ctx c = {y, x, T, C, K, wv};
-    clef_pool_for(POOL(ops), C, 16, conv_fn, &c);
-    free(wv);
+    if (clef_cpu_conv1d_silu(POOL(ops), y, x, T, C, w)) ops->failed = 1;
 }
 
 static void cpu_gdn_gates(clef_ops *ops, float *beta, float *g, const float *b, const float *a, size_t T,
@@ -311,203 +284,21 @@ static void cpu_gdn_gates(clef_ops *ops, float *beta, float *g, const float *b, 
     }
 }
 
-/* Chunked gated delta rule, one v-head per work item. Float storage, double sums. */
-typedef struct {
-    float *o; const float *q, *k, *v, *beta, *g;
-    size_t T, Hk, Hv, dk, dv, C;
-    float *scratch; size_t per_worker;
-} delta_ctx;
-
-static void delta_head(const delta_ctx *c, size_t h, float *s) {
-    const size_t C = c->C, dk = c->dk, dv = c->dv, T = c->T;
-    const size_t kh = h / (c->Hv / c->Hk);
-    float *R = s;               s += dk * dv;   /* state [dk, dv] */
-    float *Q = s;               s += C * dk;    /* q~ chunk, later Qd */
-    float *Kc = s;              s += C * dk;    /* k^ chunk, later Kd */
-    float *Kb = s;              s += C * dk;    /* k^ * beta, later decayed (W rhs), then W */
-    float *Vb = s;              s += C * dv;    /* v * beta, then U */
-    float *Vn = s;              s += C * dv;
-    float *Mm = s;              s += C * C;     /* (Kb k^T) . D, strictly lower used */
-    float *In = s;              s += C * C;     /* (q~ k^T) . D, lower incl. diagonal */
-    float *G = s;               s += C;         /* cumsum of g */
-    float *Kt = s;              s += dk * C;    /* Kd transposed [dk, C] */
-    memset(R, 0, dk * dv * sizeof(float));
-    const size_t ldq = c->Hk * dk, ldv = c->Hv * dv, ldg = c->Hv;
-    for (size_t t0 = 0; t0 < T; t0 += C) {
-        size_t n = T - t0 < C ? T - t0 : C;
-        /* load */
-        double run = 0;
-        for (size_t r = 0; r < n; r++) {
-            size_t t = t0 + r;
-            memcpy(Q + r * dk, c->q + t * ldq + kh * dk, dk * sizeof(float));
-            memcpy(Kc + r * dk, c->k + t * ldq + kh * dk, dk * sizeof(float));
-            float be = c->beta[t * ldg + h];
-            for (size_t i = 0; i < dk; i++) Kb[r * dk + i] = Kc[r * dk + i] * be;
-            const float *vr = c->v + t * ldv + h * dv;
-            for (size_t j = 0; j < dv; j++) Vb[r * dv + j] = vr[j] * be;
-            run += c->g[t * ldg + h];
-            G[r] = (float)run;
-        }
-        /* intra-chunk matrices with the pairwise decay */
-        for (size_t r = 0; r < n; r++) {
-            for (size_t s2 = 0; s2 <= r; s2++) {
-                float d = expf(G[r] - G[s2]);
-                Mm[r * C + s2] = (float)dot_d(Kb + r * dk, Kc + s2 * dk, dk) * d;
-                In[r * C + s2] = (float)dot_d(Q + r * dk, Kc + s2 * dk, dk) * d;
-            }
-        }
-        /* rhs of the second solve: Kb * exp(G) (in place in Kb) */
-        for (size_t r = 0; r < n; r++) {
-            float eg = expf(G[r]);
-            for (size_t i = 0; i < dk; i++) Kb[r * dk + i] *= eg;
-        }
-        /* unit lower-triangular forward substitution: (I + L) U = Vb, (I + L) W = Kb */
-        for (size_t r = 1; r < n; r++) {
-            for (size_t j = 0; j < dv; j++) {
-                double acc = Vb[r * dv + j];
-                for (size_t s2 = 0; s2 < r; s2++) acc -= (double)Mm[r * C + s2] * Vb[s2 * dv + j];
-                Vb[r * dv + j] = (float)acc;
-            }
-            for (size_t i = 0; i < dk; i++) {
-                double acc = Kb[r * dk + i];
-                for (size_t s2 = 0; s2 < r; s2++) acc -= (double)Mm[r * C + s2] * Kb[s2 * dk + i];
-                Kb[r * dk + i] = (float)acc;
-            }
-        }
-        /* Qd = q~ * exp(G), Kd = k^ * exp(G_last - G), lambda = exp(G_last); G_last is the last
-         * row of the zero-padded chunk, which equals the last real row. */
-        float Gl = G[n - 1];
-        float lam = expf(Gl);
-        for (size_t r = 0; r < n; r++) {
-            float eq = expf(G[r]), ek = expf(Gl - G[r]);
-            for (size_t i = 0; i < dk; i++) {
-                Q[r * dk + i] *= eq;
-                Kt[i * C + r] = Kc[r * dk + i] * ek;
-            }
-        }
-        /* Vn = U - W R */
-        for (size_t r = 0; r < n; r++) {
-            for (size_t j = 0; j < dv; j++) {
-                double acc = 0;
-                for (size_t i = 0; i < dk; i++) acc += (double)Kb[r * dk + i] * R[i * dv + j];
-                Vn[r * dv + j] = Vb[r * dv + j] - (float)acc;
-            }
-        }
-        /* O = Qd R + Intra Vn */
-        for (size_t r = 0; r < n; r++) {
-            float *orow = c->o + (t0 + r) * ldv + h * dv;
-            for (size_t j = 0; j < dv; j++) {
-                double a1 = 0, a2 = 0;
-                for (size_t i = 0; i < dk; i++) a1 += (double)Q[r * dk + i] * R[i * dv + j];
-                for (size_t s2 = 0; s2 <= r; s2++) a2 += (double)In[r * C + s2] * Vn[s2 * dv + j];
-                orow[j] = (float)a1 + (float)a2;
-            }
-        }
-        /* R = lambda R + Kd^T Vn */
-        if (t0 + n < T) {
-            for (size_t i = 0; i < dk; i++) {
-                for (size_t j = 0; j < dv; j++) {
-                    double acc = 0;
-                    for (size_t r = 0; r < n; r++) acc += (double)Kt[i * C + r] * Vn[r * dv + j];
-                    R[i * dv + j] = R[i * dv + j] * lam + (float)acc;
-                }
-            }
-        }
-    }
-}
-
-static void delta_fn(void *c_, size_t b, size_t e, int worker) {
-    delta_ctx *c = c_;
-    float *s = c->scratch + (size_t)worker * c->per_worker;
-    for (size_t h = b; h < e; h++) delta_head(c, h, s);
-}
-
+/* The delta rule, conv1d_silu, l2norm and gated_rmsnorm live in cpu_gdn.c, attention in
+ * cpu_attention.c (cpu_mixers.h). */
 static void cpu_delta_rule(clef_ops *ops, float *o, const float *q, const float *k, const float *v,
                            const float *beta, const float *g, size_t T, size_t Hk, size_t Hv, size_t dk,
                            size_t dv, size_t chunk) {
-    if (T == 0) return;
-    if (chunk == 0) chunk = 64;
-    size_t C = chunk;
-    size_t per = dk * dv + 3 * C * dk + 2 * C * dv + 2 * C * C + C + dk * C;
-    int nw = NW(ops);
-    float *scratch = malloc((size_t)nw * per * sizeof(float));
-    if (!scratch) { ops->failed = 1; return; }
-    delta_ctx c = {o, q, k, v, beta, g, T, Hk, Hv, dk, dv, C, scratch, per};
-    clef_pool_for(POOL(ops), Hv, 1, delta_fn, &c);
-    free(scratch);
+    if (clef_cpu_delta_rule(POOL(ops), o, q, k, v, beta, g, T, Hk, Hv, dk, dv, chunk)) ops->failed = 1;
 }
 
 /* ---------------------------------------------------------------- attention */
 
-#define ATT_QB 16 /* query rows per pass over K and V (each K/V row is loaded once per block) */
-
-typedef struct {
-    float *o; const float *q, *k, *v;
-    size_t ldo, ldq, ldk, ldv, Tq, Tk, nh, nkv, hd, nblk;
-    float scale; int causal;
-    double *scratch; size_t per_worker;
-} attn_ctx;
-
-/* One work item = (head h, block of up to ATT_QB query rows). Each row's result is computed with
- * exactly the same operations in the same order as a row-at-a-time loop (scores in key order, max,
- * exp and sum in key order, the weighted sum of V in key order), so the blocking changes neither
- * the bits nor their independence of the thread count. */
-static void attn_fn(void *c_, size_t b, size_t e, int worker) {
-    attn_ctx *c = c_;
-    double *sc = c->scratch + (size_t)worker * c->per_worker; /* [ATT_QB, Tk] */
-    double *acc = sc + ATT_QB * c->Tk;                          /* [ATT_QB, hd] */
-    size_t group = c->nh / c->nkv, hd = c->hd, Tk = c->Tk;
-    for (size_t it = b; it < e; it++) {
-        size_t h = it / c->nblk, i0 = (it % c->nblk) * ATT_QB, j = h / group;
-        size_t nq = c->Tq - i0 < ATT_QB ? c->Tq - i0 : ATT_QB;
-        size_t nmax = c->causal ? i0 + nq : Tk; /* keys any row of the block reads */
-        double m[ATT_QB], sum[ATT_QB];
-        for (size_t r = 0; r < nq; r++) { m[r] = -INFINITY; sum[r] = 0; }
-        /* scores: one pass over K */
-        for (size_t t = 0; t < nmax; t++) {
-            const float *kv = c->k + t * c->ldk + j * hd;
-            for (size_t r = 0; r < nq; r++) {
-                if (c->causal && t > i0 + r) continue;
-                double s = dot_d(c->q + (i0 + r) * c->ldq + h * hd, kv, hd) * (double)c->scale;
-                sc[r * Tk + t] = s;
-                if (s > m[r]) m[r] = s;
-            }
-        }
-        for (size_t r = 0; r < nq; r++) {
-            size_t n = c->causal ? i0 + r + 1 : Tk;
-            double *sr = sc + r * Tk;
-            for (size_t t = 0; t < n; t++) { sr[t] = exp(sr[t] - m[r]); sum[r] += sr[t]; }
-            for (size_t d = 0; d < hd; d++) acc[r * hd + d] = 0;
-        }
-        /* weighted sum: one pass over V */
-        for (size_t t = 0; t < nmax; t++) {
-            const float *vv = c->v + t * c->ldv + j * hd;
-            for (size_t r = 0; r < nq; r++) {
-                if (c->causal && t > i0 + r) continue;
-                double p = sc[r * Tk + t];
-                double *ar = acc + r * hd;
-                for (size_t d = 0; d < hd; d++) ar[d] += p * vv[d];
-            }
-        }
-        for (size_t r = 0; r < nq; r++) {
-            float *ov = c->o + (i0 + r) * c->ldo + h * hd;
-            for (size_t d = 0; d < hd; d++) ov[d] = (float)(acc[r * hd + d] / sum[r]);
-        }
-    }
-}
-
 static void cpu_attention(clef_ops *ops, float *o, size_t ldo, const float *q, size_t ldq, const float *k,
                           size_t ldk, const float *v, size_t ldv, size_t Tq, size_t Tk, size_t nh, size_t nkv,
                           size_t hd, float scale, int causal) {
-    if (Tq == 0 || nh == 0) return;
-    size_t per = ATT_QB * (Tk + hd);
-    int nw = NW(ops);
-    double *scratch = malloc((size_t)nw * per * sizeof(double));
-    if (!scratch) { ops->failed = 1; return; }
-    size_t nblk = (Tq + ATT_QB - 1) / ATT_QB;
-    attn_ctx c = {o, q, k, v, ldo, ldq, ldk, ldv, Tq, Tk, nh, nkv, hd, nblk, scale, causal, scratch, per};
-    clef_pool_for(POOL(ops), nh * nblk, 1, attn_fn, &c);
-    free(scratch);
+    if (clef_cpu_attention(POOL(ops), o, ldo, q, ldq, k, ldk, v, ldv, Tq, Tk, nh, nkv, hd, scale, causal))
+        ops->failed = 1;
 }
 
 /* ---------------------------------------------------------------- elementwise */

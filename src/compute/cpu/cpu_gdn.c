@@ -1,0 +1,504 @@
+/* Gated DeltaNet ops of the CPU backend (see cpu_mixers.h): conv1d_silu, l2norm, gated_rmsnorm,
+ * the chunked gated delta rule (model.md §4.4.6), and the double-accumulation kernel
+ * clef_mix_gemm that the delta rule and attention share. */
+/* Products of two fp32 values are exact in double, so fusing them into the additions (FMA) does not
+ * change a bit there; the only fused products of a double are attention's p * v. */
+#pragma GCC optimize("fp-contract=fast")
+
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/cpu_features.h"
+#include "compute/cpu/cpu_mixers.h"
+
+static int nworkers(clef_pool *p) { return p ? clef_pool_size(p) : 1; }
+static inline float siluf_(float x) { return x / (1.0f + expf(-x)); }
+
+static void load_f32(const clef_tensor *t, size_t off, size_t n, float *dst) {
+    if (t->dtype == CLEF_ST_F32) {
+        memcpy(dst, (const float *)t->data + off, n * sizeof(float));
+        return;
+    }
+    for (size_t i = 0; i < n; i++) dst[i] = clef_tensor_f32_at(t, (int64_t)(off + i));
+}
+
+/* ================================================================ the shared kernel */
+
+typedef double vd8 __attribute__((vector_size(64)));
+typedef double vd8u __attribute__((vector_size(64), aligned(8), may_alias)); /* unaligned access */
+
+static inline size_t rup(size_t x, size_t m) { return (x + m - 1) / m * m; }
+
+/* Register tiles of MR rows x NV vectors of 8 doubles, written out variable by variable (an array
+ * of 24 vectors would live on the stack). Both operands are double in memory, so the inner loop is
+ * NV vector loads of B, MR broadcast loads of A and MR * NV FMAs. */
+#define LD(p) (*(const vd8u *)(p))
+#define ST(p, x) (*(vd8u *)(p) = (x))
+
+/* per-row pieces for NV = 4 */
+#define R4_DECL(r) vd8 c##r##0, c##r##1, c##r##2, c##r##3;
+#define R4_INIT(r) if (accum && r0 + r < m) { const double *cr = C + (r0 + r) * ldc + c0; \
+    c##r##0 = LD(cr); c##r##1 = LD(cr + 8); c##r##2 = LD(cr + 16); c##r##3 = LD(cr + 24); } \
+    else { c##r##0 = c##r##1 = c##r##2 = c##r##3 = z; }
+#define R4_FMA(r) { double a = ab[r * lda + p]; c##r##0 += b0 * a; c##r##1 += b1 * a; \
+    c##r##2 += b2 * a; c##r##3 += b3 * a; }
+#define R4_STORE(r) if (r0 + r < m) { double *cr = C + (r0 + r) * ldc + c0; \
+    ST(cr, c##r##0); ST(cr + 8, c##r##1); ST(cr + 16, c##r##2); ST(cr + 24, c##r##3); }
+/* per-row pieces for NV = 2 */
+#define R2_DECL(r) vd8 c##r##0, c##r##1;
+#define R2_INIT(r) if (accum && r0 + r < m) { const double *cr = C + (r0 + r) * ldc + c0; \
+    c##r##0 = LD(cr); c##r##1 = LD(cr + 8); } else { c##r##0 = c##r##1 = z; }
+#define R2_FMA(r) { double a = ab[r * lda + p]; c##r##0 += b0 * a; c##r##1 += b1 * a; }
+#define R2_STORE(r) if (r0 + r < m) { double *cr = C + (r0 + r) * ldc + c0; \
+    ST(cr, c##r##0); ST(cr + 8, c##r##1); }
+
+#define ROWS6(X) X(0) X(1) X(2) X(3) X(4) X(5)
+#define ROWS2(X) X(0) X(1)
+
+/* The loop nest shared by both tiles: ROWS is the row list, NV the vectors per row. */
+#define GEMM_NEST(MR, NV, ROWS, DECL, INIT, FMA, STORE, LOADB)                                    \
+    const vd8 z = {0, 0, 0, 0, 0, 0, 0, 0};                                                        \
+    for (size_t r0 = 0; r0 < m; r0 += MR) {                                                        \
+        size_t rlast = rbase + (r0 + MR < m ? r0 + MR : m) - 1;                                    \
+        size_t pend = P, cend = ncols;                                                             \
+        if (trip >= 0 && rlast + (size_t)trip < pend) pend = rlast + (size_t)trip;                 \
+        if (tric >= 0) {                                                                           \
+            size_t cc = rup(rlast + (size_t)tric, CLEF_MIX_NCOL);                                  \
+            if (cc < cend) cend = cc;                                                              \
+        }                                                                                          \
+        const double *ab = A + r0 * lda;                                                           \
+        for (size_t c0 = 0; c0 < cend; c0 += NV * 8) {                                             \
+            ROWS(DECL)                                                                             \
+            ROWS(INIT)                                                                             \
+            const double *bp = B + c0 / CLEF_MIX_NCOL * bpanel + c0 % CLEF_MIX_NCOL;               \
+            for (size_t p = 0; p < pend; p++, bp += ldb) {                                         \
+                LOADB                                                                              \
+                ROWS(FMA)                                                                          \
+            }                                                                                      \
+            ROWS(STORE)                                                                            \
+        }                                                                                          \
+    }
+
+#define GEMM_ARGS double *C, size_t ldc, const double *A, size_t lda, const double *B, size_t ldb, \
+    size_t bpanel, size_t m, size_t P, size_t ncols, long trip, long tric, size_t rbase, int accum
+#define GEMM_PASS C, ldc, A, lda, B, ldb, bpanel, m, P, ncols, trip, tric, rbase, accum
+
+/* 6 x 32: 24 accumulators, 4 B vectors, broadcasts from memory (AVX-512: 32 registers) */
+__attribute__((target("avx512f,avx512vl,avx512dq,avx2,fma"))) static void gemm_avx512(GEMM_ARGS) {
+    GEMM_NEST((size_t)6, (size_t)4, ROWS6, R4_DECL, R4_INIT, R4_FMA, R4_STORE,
+              vd8 b0 = LD(bp); vd8 b1 = LD(bp + 8); vd8 b2 = LD(bp + 16); vd8 b3 = LD(bp + 24);)
+}
+/* 2 x 16 (a vd8 is two ymm registers here) */
+__attribute__((target("avx2,fma"))) static void gemm_avx2(GEMM_ARGS) {
+    GEMM_NEST((size_t)2, (size_t)2, ROWS2, R2_DECL, R2_INIT, R2_FMA, R2_STORE,
+              vd8 b0 = LD(bp); vd8 b1 = LD(bp + 8);)
+}
+static void gemm_generic(GEMM_ARGS) {
+    GEMM_NEST((size_t)2, (size_t)2, ROWS2, R2_DECL, R2_INIT, R2_FMA, R2_STORE,
+              vd8 b0 = LD(bp); vd8 b1 = LD(bp + 8);)
+}
+
+typedef void (*gemm_fn)(GEMM_ARGS);
+static gemm_fn g_gemm;
+static const char *g_isa;
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+static void pick(void) {
+    if (clef_cpu_has(CLEF_CPU_AVX512F | CLEF_CPU_AVX512VL | CLEF_CPU_AVX512DQ | CLEF_CPU_AVX2 |
+                     CLEF_CPU_FMA)) {
+        g_gemm = gemm_avx512;
+        g_isa = "avx512";
+    } else if (clef_cpu_has(CLEF_CPU_AVX2 | CLEF_CPU_FMA)) {
+        g_gemm = gemm_avx2;
+        g_isa = "avx2";
+    } else {
+        g_gemm = gemm_generic;
+        g_isa = "generic";
+    }
+}
+const char *clef_mix_isa(void) {
+    pthread_once(&g_once, pick);
+    return g_isa;
+}
+void clef_mix_gemm(GEMM_ARGS) {
+    pthread_once(&g_once, pick);
+    if (m == 0) return;
+    g_gemm(GEMM_PASS);
+}
+
+/* ================================================================ conv1d + SiLU */
+
+typedef struct { float *y; const float *x; size_t T, C, K; const float *wt; } conv_ctx;
+
+/* Rows of tokens; each output sums its K taps in tap order in double (as the reference). */
+static void conv_fn(void *c_, size_t b, size_t e, int worker) {
+    (void)worker;
+    conv_ctx *c = c_;
+    const size_t K = c->K, C = c->C;
+    for (size_t t = b; t < e; t++) {
+        float *yr = c->y + t * C;
+        size_t k0 = t + 1 >= K ? 0 : K - 1 - t; /* first tap inside the sequence */
+        for (size_t ch = 0; ch < C; ch++) {
+            double s = 0;
+            for (size_t k = k0; k < K; k++)
+                s += (double)c->wt[k * C + ch] * c->x[(t + k + 1 - K) * C + ch];
+            yr[ch] = siluf_((float)s);
+        }
+    }
+}
+
+int clef_cpu_conv1d_silu(clef_pool *pool, float *y, const float *x, size_t T, size_t C,
+                         const clef_tensor *w) {
+    size_t K = (size_t)(w->numel / w->shape[0]);
+    size_t nwt = C * K > 0 ? C * K : 1;
+    float *wv = malloc(nwt * sizeof(float)), *wt = malloc(nwt * sizeof(float));
+    if (!wv || !wt) { free(wv); free(wt); return -1; }
+    load_f32(w, 0, C * K, wv);
+    for (size_t ch = 0; ch < C; ch++)
+        for (size_t k = 0; k < K; k++) wt[k * C + ch] = wv[ch * K + k];
+    conv_ctx c = {y, x, T, C, K, wt};
+    clef_pool_for(pool, T, 4, conv_fn, &c);
+    free(wv);
+    free(wt);
+    return 0;
+}
+
+/* ================================================================ norms */
+
+typedef struct { float *y; const float *x, *z, *w; size_t ld, D; float eps, scale; } nrm_ctx;
+
+static void l2_fn(void *c_, size_t b, size_t e, int worker) {
+    (void)worker;
+    nrm_ctx *c = c_;
+    for (size_t r = b; r < e; r++) {
+        float *x = c->y + r * c->ld;
+        double ss = 0;
+        for (size_t d = 0; d < c->D; d++) ss += (double)x[d] * x[d];
+        float inv = (float)(1.0 / sqrt(ss + (double)c->eps));
+        for (size_t d = 0; d < c->D; d++) {
+            float t = x[d] * inv;
+            x[d] = c->scale != 1.0f ? t * c->scale : t;
+        }
+    }
+}
+
+void clef_cpu_l2norm(clef_pool *pool, float *x, size_t ld, size_t rows, size_t D, float eps,
+                     float scale) {
+    nrm_ctx c = {x, x, NULL, NULL, ld, D, eps, scale};
+    clef_pool_for(pool, rows, 16, l2_fn, &c);
+}
+
+static void gated_fn(void *c_, size_t b, size_t e, int worker) {
+    (void)worker;
+    nrm_ctx *c = c_;
+    const size_t D = c->D;
+    for (size_t r = b; r < e; r++) {
+        const float *x = c->x + r * D, *z = c->z + r * D;
+        float *y = c->y + r * D;
+        double ss = 0;
+        for (size_t d = 0; d < D; d++) ss += (double)x[d] * x[d];
+        float inv = (float)(1.0 / sqrt(ss / (double)D + (double)c->eps));
+        for (size_t d = 0; d < D; d++) {
+            float n = c->w[d] * (x[d] * inv);
+            y[d] = n * siluf_(z[d]);
+        }
+    }
+}
+
+int clef_cpu_gated_rmsnorm(clef_pool *pool, float *y, const float *x, const float *z, size_t rows,
+                           size_t D, const clef_tensor *w, float eps) {
+    float *wv = malloc((D ? D : 1) * sizeof(float));
+    if (!wv) return -1;
+    load_f32(w, 0, D, wv);
+    nrm_ctx c = {y, x, z, wv, D, D, eps, 1.0f};
+    clef_pool_for(pool, rows, 16, gated_fn, &c);
+    free(wv);
+    return 0;
+}
+
+/* ================================================================ delta rule (fast) */
+
+/* One v-head per work item; per chunk of n <= C rows (model.md §4.4.6, the same roundings as the
+ * reference below: fp32 values of Kβ, Vβ, M, Intra, U, W, Qd, Kd, Vn, R, double sums):
+ *   M = (Kβ k̂ᵀ) ⊙ D (strict lower, stored negated), Intra = (q̃ k̂ᵀ) ⊙ D (lower incl. diagonal);
+ *   [U | W] = (I + L)⁻¹ [Vβ | Kβ ⊙ e^Γ]  (blocked forward substitution: rows before the block by
+ *   the kernel, rows inside it one by one; every row still sums its terms in index order);
+ *   Vn = U − W·R;  O = Qd·R + Intra·Vn;  R = λR + Kdᵀ·Vn.
+ * The fp32 values are held in double arrays (exactly) so the kernel reads both operands without
+ * conversions; rows are padded to CLEF_MIX_NCOL columns with zeros. */
+typedef struct {
+    float *o; const float *q, *k, *v, *beta, *g;
+    size_t T, Hk, Hv, dk, dv, C;
+    size_t dkp, dvp, cp, w2, rows, d1; /* padded sizes */
+    double *ds; float *fs; size_t dper, fper;
+} dfast_ctx;
+
+static void dfast_head(const dfast_ctx *c, size_t h, double *ds, float *G) {
+    const size_t C = c->C, dk = c->dk, dv = c->dv, T = c->T;
+    const size_t dkp = c->dkp, dvp = c->dvp, cp = c->cp, w2 = c->w2, rows = c->rows;
+    const size_t kh = h / (c->Hv / c->Hk);
+    double *R = ds;          ds += dkp * dvp;  /* state [dk, dv] (fp32 values) */
+    double *Q = ds;          ds += rows * dkp; /* q~, later Qd */
+    double *Kb = ds;         ds += rows * dkp; /* k^ * beta */
+    double *KT = ds;         ds += dkp * cp;   /* k^ transposed [dk, C] */
+    double *KdT = ds;        ds += rup(dkp, CLEF_MIX_MR) * cp; /* Kd transposed (an A: row slack) */
+    double *UW = ds;         ds += rows * w2;  /* [Vb | Kb e^G] -> [U | W] */
+    double *Vn = ds;         ds += rows * dvp;
+    double *Mn = ds;         ds += rows * cp;  /* -M, zero on and above the diagonal */
+    double *In = ds;         ds += rows * cp;  /* Intra, zero above the diagonal */
+    double *D1 = ds;         ds += c->d1;
+    double *D2 = ds;
+    memset(R, 0, dkp * dvp * sizeof(double));
+    memset(Q, 0, rows * dkp * sizeof(double));
+    memset(Kb, 0, rows * dkp * sizeof(double));
+    memset(KT, 0, dkp * cp * sizeof(double));
+    memset(KdT, 0, rup(dkp, CLEF_MIX_MR) * cp * sizeof(double));
+    memset(UW, 0, rows * w2 * sizeof(double));
+    memset(Vn, 0, rows * dvp * sizeof(double));
+    const size_t ldq = c->Hk * dk, ldv = c->Hv * dv, ldg = c->Hv;
+    for (size_t t0 = 0; t0 < T; t0 += C) {
+        size_t n = T - t0 < C ? T - t0 : C;
+        double run = 0;
+        for (size_t r = 0; r < n; r++) {
+            size_t t = t0 + r;
+            const float *qr = c->q + t * ldq + kh * dk, *kr = c->k + t * ldq + kh * dk;
+            const float *vr = c->v + t * ldv + h * dv;
+            float be = c->beta[t * ldg + h];
+            for (size_t i = 0; i < dk; i++) {
+                Q[r * dkp + i] = qr[i];
+                Kb[r * dkp + i] = kr[i] * be;
+                KT[i * cp + r] = kr[i];
+            }
+            for (size_t j = 0; j < dv; j++) UW[r * w2 + j] = vr[j] * be;
+            run += c->g[t * ldg + h];
+            G[r] = (float)run;
+        }
+        for (size_t r = n; r < C; r++) /* columns of a short chunk */
+            for (size_t i = 0; i < dk; i++) KT[i * cp + r] = 0.0;
+        /* M and Intra (lower triangles of C x C) */
+        clef_mix_gemm(D1, cp, Kb, dkp, KT, cp, CLEF_MIX_NCOL, n, dk, cp, -1, 1, 0, 0);
+        clef_mix_gemm(D2, cp, Q, dkp, KT, cp, CLEF_MIX_NCOL, n, dk, cp, -1, 1, 0, 0);
+        for (size_t r = 0; r < n; r++) {
+            for (size_t s = 0; s <= r; s++) {
+                float d = expf(G[r] - G[s]);
+                Mn[r * cp + s] = s < r ? -((float)D1[r * cp + s] * d) : 0.0f;
+                In[r * cp + s] = (float)D2[r * cp + s] * d;
+            }
+            for (size_t s = r + 1; s < cp; s++) Mn[r * cp + s] = In[r * cp + s] = 0.0;
+        }
+        /* rhs of the second solve */
+        for (size_t r = 0; r < n; r++) {
+            float eg = expf(G[r]);
+            for (size_t i = 0; i < dk; i++) UW[r * w2 + dvp + i] = (float)Kb[r * dkp + i] * eg;
+        }
+        /* forward substitution on [Vb | Kb e^G], blocks of CLEF_MIX_MR rows */
+        memcpy(D1, UW, n * w2 * sizeof(double));
+        for (size_t b0 = 0; b0 < n; b0 += CLEF_MIX_MR) {
+            size_t b1 = b0 + CLEF_MIX_MR < n ? b0 + CLEF_MIX_MR : n;
+            if (b0 > 0) clef_mix_gemm(D1 + b0 * w2, w2, Mn + b0 * cp, cp, UW, w2, CLEF_MIX_NCOL, b1 - b0, b0, w2, -1, -1, 0, 1);
+            for (size_t r = b0; r < b1; r++) {
+                double *dr = D1 + r * w2;
+                for (size_t s = b0; s < r; s++) {
+                    double a = Mn[r * cp + s];
+                    const double *us = UW + s * w2;
+                    for (size_t j = 0; j < w2; j++) dr[j] += a * us[j];
+                }
+                for (size_t j = 0; j < w2; j++) UW[r * w2 + j] = (float)dr[j];
+            }
+        }
+        /* Qd, Kd^T, lambda */
+        float Gl = G[n - 1], lam = expf(Gl);
+        for (size_t r = 0; r < n; r++) {
+            float eq = expf(G[r]), ek = expf(Gl - G[r]);
+            for (size_t i = 0; i < dk; i++) {
+                Q[r * dkp + i] = (float)Q[r * dkp + i] * eq;
+                KdT[i * cp + r] = (float)KT[i * cp + r] * ek;
+            }
+        }
+        /* Vn = U - W R */
+        clef_mix_gemm(D1, dvp, UW + dvp, w2, R, dvp, CLEF_MIX_NCOL, n, dk, dvp, -1, -1, 0, 0);
+        for (size_t r = 0; r < n; r++)
+            for (size_t j = 0; j < dvp; j++) Vn[r * dvp + j] = (float)UW[r * w2 + j] - (float)D1[r * dvp + j];
+        /* O = Qd R + Intra Vn */
+        clef_mix_gemm(D1, dvp, Q, dkp, R, dvp, CLEF_MIX_NCOL, n, dk, dvp, -1, -1, 0, 0);
+        clef_mix_gemm(D2, dvp, In, cp, Vn, dvp, CLEF_MIX_NCOL, n, n, dvp, 1, -1, 0, 0);
+        for (size_t r = 0; r < n; r++) {
+            float *orow = c->o + (t0 + r) * ldv + h * dv;
+            for (size_t j = 0; j < dv; j++) orow[j] = (float)D1[r * dvp + j] + (float)D2[r * dvp + j];
+        }
+        /* R = lambda R + Kd^T Vn */
+        if (t0 + n < T) {
+            clef_mix_gemm(D1, dvp, KdT, cp, Vn, dvp, CLEF_MIX_NCOL, dk, n, dvp, -1, -1, 0, 0);
+            for (size_t i = 0; i < dk; i++)
+                for (size_t j = 0; j < dvp; j++)
+                    R[i * dvp + j] = (float)R[i * dvp + j] * lam + (float)D1[i * dvp + j];
+        }
+    }
+}
+
+static void dfast_fn(void *c_, size_t b, size_t e, int worker) {
+    dfast_ctx *c = c_;
+    for (size_t h = b; h < e; h++)
+        dfast_head(c, h, c->ds + (size_t)worker * c->dper, c->fs + (size_t)worker * c->fper);
+}
+
+int clef_cpu_delta_rule(clef_pool *pool, float *o, const float *q, const float *k, const float *v,
+                        const float *beta, const float *g, size_t T, size_t Hk, size_t Hv,
+                        size_t dk, size_t dv, size_t chunk) {
+    if (T == 0 || Hv == 0) return 0;
+    size_t C = chunk ? chunk : 64;
+    dfast_ctx c = {o, q, k, v, beta, g, T, Hk, Hv, dk, dv, C, 0, 0, 0, 0, 0, 0, NULL, NULL, 0, 0};
+    c.dkp = rup(dk ? dk : 1, CLEF_MIX_NCOL);
+    c.dvp = rup(dv ? dv : 1, CLEF_MIX_NCOL);
+    c.cp = rup(C, CLEF_MIX_NCOL);
+    c.w2 = c.dvp + c.dkp;
+    c.rows = rup(C, CLEF_MIX_MR) + CLEF_MIX_MR;
+    if (c.rows < c.cp) c.rows = c.cp;
+    size_t wmax = c.w2 > c.cp ? c.w2 : c.cp; /* w2 >= dvp */
+    c.d1 = (c.rows > c.dkp ? c.rows : c.dkp) * wmax;
+    c.dper = c.dkp * c.dvp + 2 * c.rows * c.dkp + c.dkp * c.cp + rup(c.dkp, CLEF_MIX_MR) * c.cp +
+             c.rows * c.w2 + c.rows * c.dvp + 2 * c.rows * c.cp + c.d1 +
+             c.rows * (c.cp > c.dvp ? c.cp : c.dvp) + 8;
+    c.fper = C + 16;
+    int nw = nworkers(pool);
+    c.ds = malloc((size_t)nw * c.dper * sizeof(double));
+    c.fs = malloc((size_t)nw * c.fper * sizeof(float));
+    if (!c.fs || !c.ds) { free(c.fs); free(c.ds); return -1; }
+    clef_pool_for(pool, Hv, 1, dfast_fn, &c);
+    free(c.fs);
+    free(c.ds);
+    return 0;
+}
+
+/* ================================================================ delta rule (reference) */
+
+/* The previous implementation, unchanged: scalar, float storage, double sums. */
+typedef struct {
+    float *o; const float *q, *k, *v, *beta, *g;
+    size_t T, Hk, Hv, dk, dv, C;
+    float *scratch; size_t per_worker;
+} delta_ctx;
+
+static inline double dot_d(const float *a, const float *b, size_t n) {
+    double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    size_t k = 0;
+    for (; k + 4 <= n; k += 4) {
+        s0 += (double)a[k] * b[k];
+        s1 += (double)a[k + 1] * b[k + 1];
+        s2 += (double)a[k + 2] * b[k + 2];
+        s3 += (double)a[k + 3] * b[k + 3];
+    }
+    for (; k < n; k++) s0 += (double)a[k] * b[k];
+    return (s0 + s1) + (s2 + s3);
+}
+
+static void delta_head(const delta_ctx *c, size_t h, float *s) {
+    const size_t C = c->C, dk = c->dk, dv = c->dv, T = c->T;
+    const size_t kh = h / (c->Hv / c->Hk);
+    float *R = s;               s += dk * dv;   /* state [dk, dv] */
+    float *Q = s;               s += C * dk;    /* q~ chunk, later Qd */
+    float *Kc = s;              s += C * dk;    /* k^ chunk, later Kd */
+    float *Kb = s;              s += C * dk;    /* k^ * beta, later decayed (W rhs), then W */
+    float *Vb = s;              s += C * dv;    /* v * beta, then U */
+    float *Vn = s;              s += C * dv;
+    float *Mm = s;              s += C * C;     /* (Kb k^T) . D, strictly lower used */
+    float *In = s;              s += C * C;     /* (q~ k^T) . D, lower incl. diagonal */
+    float *G = s;               s += C;         /* cumsum of g */
+    float *Kt = s;              s += dk * C;    /* Kd transposed [dk, C] */
+    memset(R, 0, dk * dv * sizeof(float));
+    const size_t ldq = c->Hk * dk, ldv = c->Hv * dv, ldg = c->Hv;
+    for (size_t t0 = 0; t0 < T; t0 += C) {
+        size_t n = T - t0 < C ? T - t0 : C;
+        double run = 0;
+        for (size_t r = 0; r < n; r++) {
+            size_t t = t0 + r;
+            memcpy(Q + r * dk, c->q + t * ldq + kh * dk, dk * sizeof(float));
+            memcpy(Kc + r * dk, c->k + t * ldq + kh * dk, dk * sizeof(float));
+            float be = c->beta[t * ldg + h];
+            for (size_t i = 0; i < dk; i++) Kb[r * dk + i] = Kc[r * dk + i] * be;
+            const float *vr = c->v + t * ldv + h * dv;
+            for (size_t j = 0; j < dv; j++) Vb[r * dv + j] = vr[j] * be;
+            run += c->g[t * ldg + h];
+            G[r] = (float)run;
+        }
+        for (size_t r = 0; r < n; r++) {
+            for (size_t s2 = 0; s2 <= r; s2++) {
+                float d = expf(G[r] - G[s2]);
+                Mm[r * C + s2] = (float)dot_d(Kb + r * dk, Kc + s2 * dk, dk) * d;
+                In[r * C + s2] = (float)dot_d(Q + r * dk, Kc + s2 * dk, dk) * d;
+            }
+        }
+        for (size_t r = 0; r < n; r++) {
+            float eg = expf(G[r]);
+            for (size_t i = 0; i < dk; i++) Kb[r * dk + i] *= eg;
+        }
+        for (size_t r = 1; r < n; r++) {
+            for (size_t j = 0; j < dv; j++) {
+                double acc = Vb[r * dv + j];
+                for (size_t s2 = 0; s2 < r; s2++) acc -= (double)Mm[r * C + s2] * Vb[s2 * dv + j];
+                Vb[r * dv + j] = (float)acc;
+            }
+            for (size_t i = 0; i < dk; i++) {
+                double acc = Kb[r * dk + i];
+                for (size_t s2 = 0; s2 < r; s2++) acc -= (double)Mm[r * C + s2] * Kb[s2 * dk + i];
+                Kb[r * dk + i] = (float)acc;
+            }
+        }
+        float Gl = G[n - 1];
+        float lam = expf(Gl);
+        for (size_t r = 0; r < n; r++) {
+            float eq = expf(G[r]), ek = expf(Gl - G[r]);
+            for (size_t i = 0; i < dk; i++) {
+                Q[r * dk + i] *= eq;
+                Kt[i * C + r] = Kc[r * dk + i] * ek;
+            }
+        }
+        for (size_t r = 0; r < n; r++) {
+            for (size_t j = 0; j < dv; j++) {
+                double acc = 0;
+                for (size_t i = 0; i < dk; i++) acc += (double)Kb[r * dk + i] * R[i * dv + j];
+                Vn[r * dv + j] = Vb[r * dv + j] - (float)acc;
+            }
+        }
+        for (size_t r = 0; r < n; r++) {
+            float *orow = c->o + (t0 + r) * ldv + h * dv;
+            for (size_t j = 0; j < dv; j++) {
+                double a1 = 0, a2 = 0;
+                for (size_t i = 0; i < dk; i++) a1 += (double)Q[r * dk + i] * R[i * dv + j];
+                for (size_t s2 = 0; s2 <= r; s2++) a2 += (double)In[r * C + s2] * Vn[s2 * dv + j];
+                orow[j] = (float)a1 + (float)a2;
+            }
+        }
+        if (t0 + n < T) {
+            for (size_t i = 0; i < dk; i++) {
+                for (size_t j = 0; j < dv; j++) {
+                    double acc = 0;
+                    for (size_t r = 0; r < n; r++) acc += (double)Kt[i * C + r] * Vn[r * dv + j];
+                    R[i * dv + j] = R[i * dv + j] * lam + (float)acc;
+                }
+            }
+        }
+    }
+}
+
+static void delta_fn(void *c_, size_t b, size_t e, int worker) {
+    delta_ctx *c = c_;
+    float *s = c->scratch + (size_t)worker * c->per_worker;
+    for (size_t h = b; h < e; h++) delta_head(c, h, s);
+}
+
+int clef_cpu_delta_rule_ref(clef_pool *pool, float *o, const float *q, const float *k,
+                            const float *v, const float *beta, const float *g, size_t T, size_t Hk,
+                            size_t Hv, size_t dk, size_t dv, size_t chunk) {
+    if (T == 0) return 0;
+    size_t C = chunk ? chunk : 64;
+    size_t per = dk * dv + 3 * C * dk + 2 * C * dv + 2 * C * C + C + dk * C;
+    int nw = nworkers(pool);
+    float *scratch = malloc((size_t)nw * per * sizeof(float));
+    if (!scratch) return -1;
+    delta_ctx c = {o, q, k, v, beta, g, T, Hk, Hv, dk, dv, C, scratch, per};
+    clef_pool_for(pool, Hv, 1, delta_fn, &c);
+    free(scratch);
+    return 0;
+}

@@ -1,0 +1,62 @@
+/* The token mixers of the CPU backend (cpu_gdn.c: conv1d_silu, l2norm, gated_rmsnorm, the chunked
+ * delta rule; cpu_attention.c: attention). cpu_ops.c wires them into the op table; each returns 0,
+ * or -1 when scratch memory could not be allocated (the caller sets ops->failed).
+ *
+ * Arithmetic (the parity path): fp32 storage at the points the reference rounds, every product of
+ * two fp32 values taken exactly in double and summed in double in a fixed sequential order, one
+ * rounding to fp32 per stored value. The fast kernels are register-blocked double-accumulation
+ * loops (AVX-512 / AVX2+FMA chosen at run time, plain C otherwise). Each output element is computed
+ * inside one work item (a v-head; a kv head x block of query rows), so the bits never depend on the
+ * thread count. The *_ref functions are the previous scalar implementations, kept as references
+ * for the tests and the benchmark. */
+#ifndef CLEF_COMPUTE_CPU_MIXERS_H
+#define CLEF_COMPUTE_CPU_MIXERS_H
+
+#include <stddef.h>
+
+#include "base/threads.h"
+#include "compute/ops.h"
+
+int clef_cpu_conv1d_silu(clef_pool *pool, float *y, const float *x, size_t T, size_t C,
+                         const clef_tensor *w);
+void clef_cpu_l2norm(clef_pool *pool, float *x, size_t ld, size_t rows, size_t D, float eps,
+                     float scale);
+int clef_cpu_gated_rmsnorm(clef_pool *pool, float *y, const float *x, const float *z, size_t rows,
+                           size_t D, const clef_tensor *w, float eps);
+
+int clef_cpu_delta_rule(clef_pool *pool, float *o, const float *q, const float *k, const float *v,
+                        const float *beta, const float *g, size_t T, size_t Hk, size_t Hv,
+                        size_t dk, size_t dv, size_t chunk);
+int clef_cpu_delta_rule_ref(clef_pool *pool, float *o, const float *q, const float *k,
+                            const float *v, const float *beta, const float *g, size_t T, size_t Hk,
+                            size_t Hv, size_t dk, size_t dv, size_t chunk);
+
+int clef_cpu_attention(clef_pool *pool, float *o, size_t ldo, const float *q, size_t ldq,
+                       const float *k, size_t ldk, const float *v, size_t ldv, size_t Tq, size_t Tk,
+                       size_t nh, size_t nkv, size_t hd, float scale, int causal);
+int clef_cpu_attention_ref(clef_pool *pool, float *o, size_t ldo, const float *q, size_t ldq,
+                           const float *k, size_t ldk, const float *v, size_t ldv, size_t Tq,
+                           size_t Tk, size_t nh, size_t nkv, size_t hd, float scale, int causal);
+
+/* ---- internal: the shared kernel (cpu_gdn.c) ----
+ * C[r, c] (+)= sum_{p < pend(r)} A[r, p] * B[p, c] for r < m, c < cend(r), all double, summed
+ * sequentially over p (one FMA per p on the SIMD paths) into C (accum: starting from C's value,
+ * else from 0). The callers hold fp32 values in double arrays, so those products are exact.
+ *   ncols must be a multiple of CLEF_MIX_NCOL. B is stored in panels of CLEF_MIX_NCOL columns:
+ *   B[p, c] at B + (c / NCOL) * bpanel + p * ldb + c % NCOL (row-major B: bpanel = NCOL;
+ *   packed panels: ldb = NCOL, bpanel = rows * NCOL, read sequentially).
+ *   Rows up to the next multiple of CLEF_MIX_MR past m are READ from A (never stored in C), so
+ *   A needs that slack.
+ *   trip >= 0: pend(r) = min(P, rbase + r + trip) (a lower-triangular A); the values of A at
+ *   p >= pend(r) inside a block of rows must be finite zeros (they may be read).
+ *   tric >= 0: only columns c < round_up(rbase + r + tric, CLEF_MIX_NCOL) need be computed
+ *   (a lower-triangular C); others may be left unwritten. */
+#define CLEF_MIX_MR 6
+#define CLEF_MIX_NCOL 32
+void clef_mix_gemm(double *C, size_t ldc, const double *A, size_t lda, const double *B,
+                   size_t ldb, size_t bpanel, size_t m, size_t P, size_t ncols, long trip, long tric,
+                   size_t rbase, int accum);
+/* "avx512", "avx2" or "generic": the kernel clef_mix_gemm runs on this CPU. */
+const char *clef_mix_isa(void);
+
+#endif
