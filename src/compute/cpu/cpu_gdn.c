@@ -1,9 +1,9 @@
 /* Gated DeltaNet ops of the CPU backend (see cpu_mixers.h): conv1d_silu, l2norm, gated_rmsnorm,
  * the chunked gated delta rule (model.md §4.4.6), and the double-accumulation kernel
  * clef_mix_gemm that the delta rule and attention share. */
-/* Products of two fp32 values are exact in double, so fusing them into the additions (FMA) does not
- * change a bit there; the only fused products of a double are attention's p * v. */
-#pragma GCC optimize("fp-contract=fast")
+/* Elementwise loops are vectorized (the cost model of -O3); no expression is contracted into an
+ * FMA except inside the kernel, which asks for it (see gemm_avx512). */
+#pragma GCC optimize("vect-cost-model=dynamic", "fp-contract=off")
 
 #include <math.h>
 #include <pthread.h>
@@ -86,12 +86,15 @@ static inline size_t rup(size_t x, size_t m) { return (x + m - 1) / m * m; }
 #define GEMM_PASS C, ldc, A, lda, B, ldb, bpanel, m, P, ncols, trip, tric, rbase, accum
 
 /* 6 x 32: 24 accumulators, 4 B vectors, broadcasts from memory (AVX-512: 32 registers) */
-__attribute__((target("avx512f,avx512vl,avx512dq,avx2,fma"))) static void gemm_avx512(GEMM_ARGS) {
+/* The kernel's products are of fp32 values held in double (exact), or attention's p * v, so fusing
+ * them into the additions changes no bit in the first case; the SIMD paths ask for FMA. */
+__attribute__((target("avx512f,avx512vl,avx512dq,avx2,fma"), optimize("fp-contract=fast")))
+static void gemm_avx512(GEMM_ARGS) {
     GEMM_NEST((size_t)6, (size_t)4, ROWS6, R4_DECL, R4_INIT, R4_FMA, R4_STORE,
               vd8 b0 = LD(bp); vd8 b1 = LD(bp + 8); vd8 b2 = LD(bp + 16); vd8 b3 = LD(bp + 24);)
 }
 /* 2 x 16 (a vd8 is two ymm registers here) */
-__attribute__((target("avx2,fma"))) static void gemm_avx2(GEMM_ARGS) {
+__attribute__((target("avx2,fma"), optimize("fp-contract=fast"))) static void gemm_avx2(GEMM_ARGS) {
     GEMM_NEST((size_t)2, (size_t)2, ROWS2, R2_DECL, R2_INIT, R2_FMA, R2_STORE,
               vd8 b0 = LD(bp); vd8 b1 = LD(bp + 8);)
 }
@@ -227,37 +230,37 @@ int clef_cpu_gated_rmsnorm(clef_pool *pool, float *y, const float *x, const floa
  *   Vn = U − W·R;  O = Qd·R + Intra·Vn;  R = λR + Kdᵀ·Vn.
  * The fp32 values are held in double arrays (exactly) so the kernel reads both operands without
  * conversions; rows are padded to CLEF_MIX_NCOL columns with zeros. */
-typedef struct {
+typedef struct dfast_ctx_ {
     float *o; const float *q, *k, *v, *beta, *g;
     size_t T, Hk, Hv, dk, dv, C;
     size_t dkp, dvp, cp, w2, rows, d1; /* padded sizes */
     double *ds; float *fs; size_t dper, fper;
+    double *Rall; /* the state of every head, [Hv][dk][dvp + 8] */
+    void (*chunk)(const struct dfast_ctx_ *c, size_t h, size_t t0, double *R, double *ds, float *G);
 } dfast_ctx;
 
-static void dfast_head(const dfast_ctx *c, size_t h, double *ds, float *G) {
-    const size_t C = c->C, dk = c->dk, dv = c->dv, T = c->T;
-    const size_t dkp = c->dkp, dvp = c->dvp, cp = c->cp, w2 = c->w2, rows = c->rows;
+/* Chunk [t0, t0 + C) of v-head h, with the head's state R (kept between chunks by the caller). */
+static inline __attribute__((always_inline)) void dfast_chunk(const dfast_ctx *c, size_t h, size_t t0,
+                                                               double *R, double *ds, float *G) {
+    const size_t C = c->C, dk = c->dk, dv = c->dv, T = c->T, rows = c->rows;
+    /* column counts for the kernel (multiples of NCOL) and leading dimensions (one cache line
+     * more, so that columns of a buffer do not all fall into the same few L1 sets) */
+    const size_t nkc = c->dkp, nvc = c->dvp, ncc = c->cp, nwc = c->w2;
+    const size_t ldR = nvc + 8, ldQ = nkc + 8, ldKT = ncc + 8, ldUW = nwc + 8, ldVn = nvc + 8,
+                 ldM = ncc + 8;
     const size_t kh = h / (c->Hv / c->Hk);
-    double *R = ds;          ds += dkp * dvp;  /* state [dk, dv] (fp32 values) */
-    double *Q = ds;          ds += rows * dkp; /* q~, later Qd */
-    double *Kb = ds;         ds += rows * dkp; /* k^ * beta */
-    double *KT = ds;         ds += dkp * cp;   /* k^ transposed [dk, C] */
-    double *KdT = ds;        ds += rup(dkp, CLEF_MIX_MR) * cp; /* Kd transposed (an A: row slack) */
-    double *UW = ds;         ds += rows * w2;  /* [Vb | Kb e^G] -> [U | W] */
-    double *Vn = ds;         ds += rows * dvp;
-    double *Mn = ds;         ds += rows * cp;  /* -M, zero on and above the diagonal */
-    double *In = ds;         ds += rows * cp;  /* Intra, zero above the diagonal */
+    double *Q = ds;          ds += rows * ldQ; /* q~, later Qd */
+    double *Kb = ds;         ds += rows * ldQ; /* k^ * beta */
+    double *KT = ds;         ds += nkc * ldKT; /* k^ transposed [dk, C] */
+    double *KdT = ds;        ds += rup(nkc, CLEF_MIX_MR) * ldKT; /* Kd transposed (an A: row slack) */
+    double *UW = ds;         ds += rows * ldUW; /* [Vb | Kb e^G] -> [U | W] */
+    double *Vn = ds;         ds += rows * ldVn;
+    double *Mn = ds;         ds += rows * ldM; /* -M, zero on and above the diagonal */
+    double *In = ds;         ds += rows * ldM; /* Intra, zero above the diagonal */
     double *D1 = ds;         ds += c->d1;
     double *D2 = ds;
-    memset(R, 0, dkp * dvp * sizeof(double));
-    memset(Q, 0, rows * dkp * sizeof(double));
-    memset(Kb, 0, rows * dkp * sizeof(double));
-    memset(KT, 0, dkp * cp * sizeof(double));
-    memset(KdT, 0, rup(dkp, CLEF_MIX_MR) * cp * sizeof(double));
-    memset(UW, 0, rows * w2 * sizeof(double));
-    memset(Vn, 0, rows * dvp * sizeof(double));
     const size_t ldq = c->Hk * dk, ldv = c->Hv * dv, ldg = c->Hv;
-    for (size_t t0 = 0; t0 < T; t0 += C) {
+    {
         size_t n = T - t0 < C ? T - t0 : C;
         double run = 0;
         for (size_t r = 0; r < n; r++) {
@@ -266,45 +269,47 @@ static void dfast_head(const dfast_ctx *c, size_t h, double *ds, float *G) {
             const float *vr = c->v + t * ldv + h * dv;
             float be = c->beta[t * ldg + h];
             for (size_t i = 0; i < dk; i++) {
-                Q[r * dkp + i] = qr[i];
-                Kb[r * dkp + i] = kr[i] * be;
-                KT[i * cp + r] = kr[i];
+                Q[r * ldQ + i] = qr[i];
+                Kb[r * ldQ + i] = kr[i] * be;
+                KT[i * ldKT + r] = kr[i];
             }
-            for (size_t j = 0; j < dv; j++) UW[r * w2 + j] = vr[j] * be;
+            for (size_t j = 0; j < dv; j++) UW[r * ldUW + j] = vr[j] * be;
             run += c->g[t * ldg + h];
             G[r] = (float)run;
         }
         for (size_t r = n; r < C; r++) /* columns of a short chunk */
-            for (size_t i = 0; i < dk; i++) KT[i * cp + r] = 0.0;
+            for (size_t i = 0; i < dk; i++) KT[i * ldKT + r] = 0.0;
         /* M and Intra (lower triangles of C x C) */
-        clef_mix_gemm(D1, cp, Kb, dkp, KT, cp, CLEF_MIX_NCOL, n, dk, cp, -1, 1, 0, 0);
-        clef_mix_gemm(D2, cp, Q, dkp, KT, cp, CLEF_MIX_NCOL, n, dk, cp, -1, 1, 0, 0);
+        clef_mix_gemm(D1, ldM, Kb, ldQ, KT, ldKT, CLEF_MIX_NCOL, n, dk, ncc, -1, 1, 0, 0);
+        clef_mix_gemm(D2, ldM, Q, ldQ, KT, ldKT, CLEF_MIX_NCOL, n, dk, ncc, -1, 1, 0, 0);
         for (size_t r = 0; r < n; r++) {
             for (size_t s = 0; s <= r; s++) {
                 float d = expf(G[r] - G[s]);
-                Mn[r * cp + s] = s < r ? -((float)D1[r * cp + s] * d) : 0.0f;
-                In[r * cp + s] = (float)D2[r * cp + s] * d;
+                Mn[r * ldM + s] = s < r ? -((float)D1[r * ldM + s] * d) : 0.0f;
+                In[r * ldM + s] = (float)D2[r * ldM + s] * d;
             }
-            for (size_t s = r + 1; s < cp; s++) Mn[r * cp + s] = In[r * cp + s] = 0.0;
+            for (size_t s = r + 1; s < ncc; s++) Mn[r * ldM + s] = In[r * ldM + s] = 0.0;
         }
         /* rhs of the second solve */
         for (size_t r = 0; r < n; r++) {
             float eg = expf(G[r]);
-            for (size_t i = 0; i < dk; i++) UW[r * w2 + dvp + i] = (float)Kb[r * dkp + i] * eg;
+            for (size_t i = 0; i < dk; i++) UW[r * ldUW + nvc + i] = (float)Kb[r * ldQ + i] * eg;
         }
         /* forward substitution on [Vb | Kb e^G], blocks of CLEF_MIX_MR rows */
-        memcpy(D1, UW, n * w2 * sizeof(double));
+        memcpy(D1, UW, n * ldUW * sizeof(double));
         for (size_t b0 = 0; b0 < n; b0 += CLEF_MIX_MR) {
             size_t b1 = b0 + CLEF_MIX_MR < n ? b0 + CLEF_MIX_MR : n;
-            if (b0 > 0) clef_mix_gemm(D1 + b0 * w2, w2, Mn + b0 * cp, cp, UW, w2, CLEF_MIX_NCOL, b1 - b0, b0, w2, -1, -1, 0, 1);
+            if (b0 > 0)
+                clef_mix_gemm(D1 + b0 * ldUW, ldUW, Mn + b0 * ldM, ldM, UW, ldUW, CLEF_MIX_NCOL, b1 - b0, b0,
+                              nwc, -1, -1, 0, 1);
             for (size_t r = b0; r < b1; r++) {
-                double *dr = D1 + r * w2;
+                double *dr = D1 + r * ldUW;
                 for (size_t s = b0; s < r; s++) {
-                    double a = Mn[r * cp + s];
-                    const double *us = UW + s * w2;
-                    for (size_t j = 0; j < w2; j++) dr[j] += a * us[j];
+                    double a = Mn[r * ldM + s];
+                    const double *us = UW + s * ldUW;
+                    for (size_t j = 0; j < nwc; j++) dr[j] += a * us[j];
                 }
-                for (size_t j = 0; j < w2; j++) UW[r * w2 + j] = (float)dr[j];
+                for (size_t j = 0; j < nwc; j++) UW[r * ldUW + j] = (float)dr[j];
             }
         }
         /* Qd, Kd^T, lambda */
@@ -312,35 +317,51 @@ static void dfast_head(const dfast_ctx *c, size_t h, double *ds, float *G) {
         for (size_t r = 0; r < n; r++) {
             float eq = expf(G[r]), ek = expf(Gl - G[r]);
             for (size_t i = 0; i < dk; i++) {
-                Q[r * dkp + i] = (float)Q[r * dkp + i] * eq;
-                KdT[i * cp + r] = (float)KT[i * cp + r] * ek;
+                Q[r * ldQ + i] = (float)Q[r * ldQ + i] * eq;
+                KdT[i * ldKT + r] = (float)KT[i * ldKT + r] * ek;
             }
         }
         /* Vn = U - W R */
-        clef_mix_gemm(D1, dvp, UW + dvp, w2, R, dvp, CLEF_MIX_NCOL, n, dk, dvp, -1, -1, 0, 0);
+        clef_mix_gemm(D1, ldVn, UW + nvc, ldUW, R, ldR, CLEF_MIX_NCOL, n, dk, nvc, -1, -1, 0, 0);
         for (size_t r = 0; r < n; r++)
-            for (size_t j = 0; j < dvp; j++) Vn[r * dvp + j] = (float)UW[r * w2 + j] - (float)D1[r * dvp + j];
+            for (size_t j = 0; j < nvc; j++) Vn[r * ldVn + j] = (float)UW[r * ldUW + j] - (float)D1[r * ldVn + j];
         /* O = Qd R + Intra Vn */
-        clef_mix_gemm(D1, dvp, Q, dkp, R, dvp, CLEF_MIX_NCOL, n, dk, dvp, -1, -1, 0, 0);
-        clef_mix_gemm(D2, dvp, In, cp, Vn, dvp, CLEF_MIX_NCOL, n, n, dvp, 1, -1, 0, 0);
+        clef_mix_gemm(D1, ldVn, Q, ldQ, R, ldR, CLEF_MIX_NCOL, n, dk, nvc, -1, -1, 0, 0);
+        clef_mix_gemm(D2, ldVn, In, ldM, Vn, ldVn, CLEF_MIX_NCOL, n, n, nvc, 1, -1, 0, 0);
         for (size_t r = 0; r < n; r++) {
             float *orow = c->o + (t0 + r) * ldv + h * dv;
-            for (size_t j = 0; j < dv; j++) orow[j] = (float)D1[r * dvp + j] + (float)D2[r * dvp + j];
+            for (size_t j = 0; j < dv; j++) orow[j] = (float)D1[r * ldVn + j] + (float)D2[r * ldVn + j];
         }
         /* R = lambda R + Kd^T Vn */
         if (t0 + n < T) {
-            clef_mix_gemm(D1, dvp, KdT, cp, Vn, dvp, CLEF_MIX_NCOL, dk, n, dvp, -1, -1, 0, 0);
+            clef_mix_gemm(D1, ldR, KdT, ldKT, Vn, ldVn, CLEF_MIX_NCOL, dk, n, nvc, -1, -1, 0, 0);
             for (size_t i = 0; i < dk; i++)
-                for (size_t j = 0; j < dvp; j++)
-                    R[i * dvp + j] = (float)R[i * dvp + j] * lam + (float)D1[i * dvp + j];
+                for (size_t j = 0; j < nvc; j++)
+                    R[i * ldR + j] = (float)R[i * ldR + j] * lam + (float)D1[i * ldR + j];
         }
     }
 }
 
+/* The chunk's elementwise work compiled for each ISA (the kernel is dispatched on its own). */
+#define CHUNK_ARGS const dfast_ctx *c, size_t h, size_t t0, double *R, double *ds, float *G
+__attribute__((target("avx512f,avx512vl,avx512dq,avx2,fma"))) static void chunk_avx512(CHUNK_ARGS) {
+    dfast_chunk(c, h, t0, R, ds, G);
+}
+__attribute__((target("avx2,fma"))) static void chunk_avx2(CHUNK_ARGS) { dfast_chunk(c, h, t0, R, ds, G); }
+static void chunk_generic(CHUNK_ARGS) { dfast_chunk(c, h, t0, R, ds, G); }
+
+/* A worker runs its heads chunk by chunk (every head of its range on chunk 0, then on chunk 1, ...):
+ * the rows of one token are contiguous across heads, so this reads q, k, v and writes o in long
+ * runs instead of one 512-byte piece per 8-16 KB; each head keeps its state R between chunks. */
 static void dfast_fn(void *c_, size_t b, size_t e, int worker) {
     dfast_ctx *c = c_;
-    for (size_t h = b; h < e; h++)
-        dfast_head(c, h, c->ds + (size_t)worker * c->dper, c->fs + (size_t)worker * c->fper);
+    double *ds = c->ds + (size_t)worker * c->dper;
+    float *G = c->fs + (size_t)worker * c->fper;
+    const size_t rsz = c->dkp * (c->dvp + 8);
+    /* the padding of the scratch rows stays zero: only real columns are ever written */
+    memset(ds, 0, c->dper * sizeof(double));
+    for (size_t t0 = 0; t0 < c->T; t0 += c->C)
+        for (size_t h = b; h < e; h++) c->chunk(c, h, t0, c->Rall + h * rsz, ds, G);
 }
 
 int clef_cpu_delta_rule(clef_pool *pool, float *o, const float *q, const float *k, const float *v,
@@ -348,26 +369,36 @@ int clef_cpu_delta_rule(clef_pool *pool, float *o, const float *q, const float *
                         size_t dk, size_t dv, size_t chunk) {
     if (T == 0 || Hv == 0) return 0;
     size_t C = chunk ? chunk : 64;
-    dfast_ctx c = {o, q, k, v, beta, g, T, Hk, Hv, dk, dv, C, 0, 0, 0, 0, 0, 0, NULL, NULL, 0, 0};
+    dfast_ctx c = {o, q, k, v, beta, g, T, Hk, Hv, dk, dv, C, 0, 0, 0, 0, 0, 0, NULL, NULL, 0, 0, NULL, NULL};
+    const char *isa = clef_mix_isa();
+    c.chunk = !strcmp(isa, "avx512") ? chunk_avx512 : !strcmp(isa, "avx2") ? chunk_avx2 : chunk_generic;
     c.dkp = rup(dk ? dk : 1, CLEF_MIX_NCOL);
     c.dvp = rup(dv ? dv : 1, CLEF_MIX_NCOL);
     c.cp = rup(C, CLEF_MIX_NCOL);
     c.w2 = c.dvp + c.dkp;
     c.rows = rup(C, CLEF_MIX_MR) + CLEF_MIX_MR;
     if (c.rows < c.cp) c.rows = c.cp;
-    size_t wmax = c.w2 > c.cp ? c.w2 : c.cp; /* w2 >= dvp */
-    c.d1 = (c.rows > c.dkp ? c.rows : c.dkp) * wmax;
-    c.dper = c.dkp * c.dvp + 2 * c.rows * c.dkp + c.dkp * c.cp + rup(c.dkp, CLEF_MIX_MR) * c.cp +
-             c.rows * c.w2 + c.rows * c.dvp + 2 * c.rows * c.cp + c.d1 +
-             c.rows * (c.cp > c.dvp ? c.cp : c.dvp) + 8;
+    {
+        const size_t ldR = c.dvp + 8, ldQ = c.dkp + 8, ldKT = c.cp + 8, ldUW = c.w2 + 8, ldVn = c.dvp + 8,
+                     ldM = c.cp + 8;
+        size_t d1 = c.rows * ldUW;
+        if (c.rows * ldM > d1) d1 = c.rows * ldM;
+        if (c.dkp * ldR > d1) d1 = c.dkp * ldR;
+        c.d1 = d1;
+        c.dper = 2 * c.rows * ldQ + c.dkp * ldKT + rup(c.dkp, CLEF_MIX_MR) * ldKT +
+                 c.rows * ldUW + c.rows * ldVn + 2 * c.rows * ldM + c.d1 +
+                 c.rows * (ldM > ldVn ? ldM : ldVn) + 8;
+    }
     c.fper = C + 16;
     int nw = nworkers(pool);
     c.ds = malloc((size_t)nw * c.dper * sizeof(double));
     c.fs = malloc((size_t)nw * c.fper * sizeof(float));
-    if (!c.fs || !c.ds) { free(c.fs); free(c.ds); return -1; }
+    c.Rall = calloc(Hv * c.dkp * (c.dvp + 8), sizeof(double));
+    if (!c.fs || !c.ds || !c.Rall) { free(c.fs); free(c.ds); free(c.Rall); return -1; }
     clef_pool_for(pool, Hv, 1, dfast_fn, &c);
     free(c.fs);
     free(c.ds);
+    free(c.Rall);
     return 0;
 }
 
