@@ -53,7 +53,7 @@ if [ "$mode" = prep ]; then
   gzip -9 -c models/tiny/tokenizer.json > "$DC/tokenizer.json.gz"
   cp models/tiny/tokenizer_config.json models/tiny/manifest.sha256 "$DC/"
   for b in "$DC"/bin/*; do objdump -T "$b" | grep -o 'GLIBC_[0-9.]*' ; done | sort -uV | tail -1 > "$DC/glibc-needed.txt"
-  git rev-parse HEAD > "$DC/commit.txt"
+  git rev-parse HEAD > "$DC/commit.txt" 2>/dev/null || echo "(no git)" > "$DC/commit.txt"
   du -sh "$DC"
   echo "prep done: now run(command=\"bash tools/device-check.sh\", carry=[\"$DC\"], timeout_s=540)"
   exit 0
