@@ -60,9 +60,11 @@ static unsigned detect(void) {
         if ((c7 >> 11) & 1) f |= CLEF_CPU_AVX512VNNI;
         if ((d7 >> 23) & 1) f |= CLEF_CPU_AVX512FP16;
     }
-    if ((d7 >> 24) & 1) f |= CLEF_CPU_AMX_TILE;
-    if ((d7 >> 22) & 1) f |= CLEF_CPU_AMX_BF16;
-    if ((d7 >> 25) & 1) f |= CLEF_CPU_AMX_INT8;
+    if (((xcr0 >> 17) & 3) == 3) { /* XTILECFG + XTILEDATA enabled by the OS */
+        if ((d7 >> 24) & 1) f |= CLEF_CPU_AMX_TILE;
+        if ((d7 >> 22) & 1) f |= CLEF_CPU_AMX_BF16;
+        if ((d7 >> 25) & 1) f |= CLEF_CPU_AMX_INT8;
+    }
     __cpuid_count(7, 1, a, b, c, d);
     if ((a >> 4) & 1) f |= CLEF_CPU_AVXVNNI;
     if (zmm_ok && ((a >> 5) & 1)) f |= CLEF_CPU_AVX512BF16;

@@ -23,7 +23,8 @@ enum {
     CLEF_CPU_AVX512FP16 = 1u << 8,
     CLEF_CPU_AVX512VNNI = 1u << 9,
     CLEF_CPU_AVXVNNI = 1u << 10,
-    CLEF_CPU_AMX_TILE = 1u << 11, /* cpuid only: AMX also needs arch_prctl(ARCH_REQ_XCOMP_PERM) */
+    CLEF_CPU_AMX_TILE = 1u << 11, /* cpuid + XCR0 tile state; a process still has to ask
+                                   * arch_prctl(ARCH_REQ_XCOMP_PERM) before using AMX */
     CLEF_CPU_AMX_BF16 = 1u << 12,
     CLEF_CPU_AMX_INT8 = 1u << 13,
 };
