@@ -51,6 +51,7 @@ typedef struct req {
     char outcome[48];
     double t0, t_queued, t_run, t_ran, compute_s;
     int batch_n;
+    int receiving; /* counted in srv->receiving: accepted, not yet queued or answered */
 } req;
 
 struct clef_server {
@@ -66,6 +67,7 @@ struct clef_server {
     atomic_int ready;
     atomic_int shutting;
     atomic_long live; /* request structs alive */
+    atomic_long receiving; /* requests past their headers, not yet queued or answered */
     atomic_ullong next_id;
 };
 
@@ -196,6 +198,13 @@ static enum MHD_Result send_result(req *r) {
     return send_bytes(r, status, "application/json", res->body, res->body_len);
 }
 
+static void uncount(req *r) {
+    if (r->receiving) {
+        r->receiving = 0;
+        atomic_fetch_sub(&r->srv->receiving, 1);
+    }
+}
+
 /* ---------- the worker's callbacks ---------- */
 
 static void run_batch(void *ctx, clef_sched_item **items, size_t n) {
@@ -276,7 +285,9 @@ static enum MHD_Result answer_get(clef_server *s, req *r, const char *url) {
         snprintf(r->outcome, sizeof r->outcome, "%s", st);
         rc = send_bytes(r, ready && !shutting ? 200 : 503, "application/json", b.data, b.len);
     } else if (!strcmp(url, "/metrics")) {
+        pthread_rwlock_rdlock(&s->gate);
         size_t depth = s->sched ? clef_sched_depth(s->sched) : 0;
+        pthread_rwlock_unlock(&s->gate);
         clef_metrics_render(s->metrics, &b, depth, s->cfg.queue_len, (long)atomic_load(&s->live) - 1,
                             atomic_load(&s->ready) && !atomic_load(&s->shutting));
         snprintf(r->outcome, sizeof r->outcome, "ok");
@@ -303,11 +314,29 @@ static const char *known_route(const char *url) {
     return NULL;
 }
 
-/* First call for a POST /v1/systemone: checks that need only the headers. */
+static enum MHD_Result decide_checks(clef_server *s, req *r);
+
+/* First call for a POST /v1/systemone: checks that need only the headers. A request that gets
+ * past them is counted until it is queued or answered, and shutdown waits for those. */
 static enum MHD_Result decide_headers(clef_server *s, req *r) {
+    /* count first, then look: shutdown either sees this request or this request sees shutdown */
+    r->receiving = 1;
+    atomic_fetch_add(&s->receiving, 1);
+    if (atomic_load(&s->shutting)) {
+        uncount(r);
+        return send_error(r, 503, "ShuttingDown", "the server is shutting down");
+    }
+    if (!atomic_load(&s->ready)) {
+        uncount(r);
+        return send_error(r, 503, "NotReady", "the model is still loading");
+    }
+    enum MHD_Result rc = decide_checks(s, r);
+    if (atomic_load(&r->state) == R_ANSWERED) uncount(r);
+    return rc;
+}
+
+static enum MHD_Result decide_checks(clef_server *s, req *r) {
     struct MHD_Connection *c = r->conn;
-    if (atomic_load(&s->shutting)) return send_error(r, 503, "ShuttingDown", "the server is shutting down");
-    if (!atomic_load(&s->ready)) return send_error(r, 503, "NotReady", "the model is still loading");
     const char *ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
     if (!json_content_type(ct))
         return send_error(r, 415, "UnsupportedMediaType", "Content-Type must be application/json, not %s",
@@ -332,12 +361,20 @@ static enum MHD_Result decide_headers(clef_server *s, req *r) {
     return MHD_YES;
 }
 
-/* The body is complete: prepare, then queue (suspending the connection). */
+static enum MHD_Result decide_body2(clef_server *s, req *r);
+
+/* The body is complete: prepare, then queue (suspending the connection). Requests whose headers
+ * came before a shutdown still run. */
 static enum MHD_Result decide_body(clef_server *s, req *r) {
+    enum MHD_Result rc = decide_body2(s, r);
+    uncount(r);
+    return rc;
+}
+
+static enum MHD_Result decide_body2(clef_server *s, req *r) {
     if (r->too_big)
         return send_error(r, 413, "RequestTooLong", "body is over %zu bytes; the limit is %zu bytes",
                           s->cfg.max_body, s->cfg.max_body);
-    if (atomic_load(&s->shutting)) return send_error(r, 503, "ShuttingDown", "the server is shutting down");
     clef_job *job = clef_job_prepare(s->engine, r->body.data ? r->body.data : "", r->body.len, &r->res);
     clef_buf_free(&r->body);
     if (!job) {
@@ -358,7 +395,7 @@ static enum MHD_Result decide_body(clef_server *s, req *r) {
     atomic_store(&r->state, R_QUEUED);
     MHD_suspend_connection(r->conn);
     pthread_rwlock_rdlock(&s->gate);
-    int rc = atomic_load(&s->shutting) ? -2 : clef_sched_submit(s->sched, &r->item);
+    int rc = s->sched ? clef_sched_submit(s->sched, &r->item) : -2;
     pthread_rwlock_unlock(&s->gate);
     if (rc != 0) {
         clef_job_free(r->job);
@@ -447,6 +484,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     if (!r) return;
     *con_cls = NULL;
     if (r->job) clef_job_free(r->job);
+    uncount(r);
     double t_end = clef_now();
     double queue_s = r->t_queued > 0 && r->t_run > 0 ? r->t_run - r->t_queued : -1;
     const char *outcome = r->outcome[0] ? r->outcome : "closed";
@@ -575,11 +613,19 @@ void clef_server_shutdown(clef_server *s) {
     int fd = MHD_quiesce_daemon(s->d); /* no new connections */
     if (fd >= 0) close(fd);
     size_t queued = s->sched ? clef_sched_depth(s->sched) : 0;
-    clef_log_line("\"event\":\"shutdown\",\"queued\":%zu,\"in_flight\":%ld", queued, (long)atomic_load(&s->live));
-    clef_sched_stop(s->sched); /* runs what is queued; every suspended connection is resumed */
-    s->sched = NULL;
-    /* let the answers go out (bounded: a client that never reads does not hold us forever) */
+    clef_log_line("\"event\":\"shutdown\",\"queued\":%zu,\"receiving\":%ld,\"in_flight\":%ld", queued,
+                  (long)atomic_load(&s->receiving), (long)atomic_load(&s->live));
+    /* requests already being received or prepared join the queue (bounded by the I/O timeout:
+     * their bodies still have to arrive) */
     double until = clef_now() + (s->cfg.io_timeout_s ? s->cfg.io_timeout_s : 30);
+    while (atomic_load(&s->receiving) > 0 && clef_now() < until) nanosleep(&(struct timespec){0, 2000000}, NULL);
+    pthread_rwlock_wrlock(&s->gate);
+    clef_sched *sched = s->sched;
+    s->sched = NULL; /* later submits are refused with 503 */
+    pthread_rwlock_unlock(&s->gate);
+    clef_sched_stop(sched); /* runs what is queued; every suspended connection is resumed */
+    /* let the answers go out (bounded: a client that never reads does not hold us forever) */
+    until = clef_now() + (s->cfg.io_timeout_s ? s->cfg.io_timeout_s : 30);
     while (atomic_load(&s->live) > 0 && clef_now() < until) nanosleep(&(struct timespec){0, 5000000}, NULL);
     MHD_stop_daemon(s->d);
     clef_log_line("\"event\":\"stopped\",\"unanswered\":%ld", (long)atomic_load(&s->live));
