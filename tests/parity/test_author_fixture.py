@@ -26,6 +26,11 @@ TYPES = {"noul": 0, "choice": 1, "score": 2}
 
 
 def skip(why):
+    # In CI (CI=true) shared/ lies beside the clone and everything is built: a missing input there is
+    # a failure, not a skip, so this test can never silently not run.
+    if os.environ.get("CI") == "true":
+        print(f"FAIL (CI): {why}")
+        sys.exit(1)
     print(f"skip: {why}")
     sys.exit(77)
 
