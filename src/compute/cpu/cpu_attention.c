@@ -22,7 +22,7 @@ static int nworkers(clef_pool *p) { return p ? clef_pool_size(p) : 1; }
 static inline size_t rup(size_t x, size_t m) { return (x + m - 1) / m * m; }
 
 #define ATT_KB 64    /* keys per tile (a multiple of CLEF_MIX_NCOL and of 8) */
-#define ATT_ROWS 64  /* target query rows per work item (all heads of the group together) */
+#define ATT_ROWS 256 /* target query rows per work item (all heads of the group together) */
 
 typedef double vd8 __attribute__((vector_size(64)));
 typedef double vd8u __attribute__((vector_size(64), aligned(8), may_alias));
@@ -79,11 +79,26 @@ static inline __attribute__((always_inline)) void vexp(vd8 *xp) {
 static inline __attribute__((always_inline)) void row_step_body(double *sr, size_t nv, double scale,
                                                                 double *m, double *l, double *orow,
                                                                 size_t hdp) {
-    double mt = -INFINITY;
-    for (size_t tt = 0; tt < nv; tt++) {
-        sr[tt] *= scale;
-        mt = sr[tt] > mt ? sr[tt] : mt;
+    /* scale the valid scores, their max (exact in any order) */
+    const vl8 lane = {0, 1, 2, 3, 4, 5, 6, 7};
+    vd8 vmax = (vd8){0} - INFINITY;
+    for (size_t t0 = 0; t0 < nv; t0 += 8) {
+        vd8 x = *(const vd8u *)(sr + t0) * scale;
+        *(vd8u *)(sr + t0) = x;
+        vl8 valid = (lane + (long long)t0) < (long long)nv, xb, mb;
+        vd8 neg = (vd8){0} - INFINITY;
+        memcpy(&xb, &x, sizeof xb);
+        memcpy(&mb, &neg, sizeof mb);
+        xb = (xb & valid) | (mb & ~valid);
+        memcpy(&x, &xb, sizeof x);
+        vl8 gt = x > vmax;
+        vl8 vb;
+        memcpy(&vb, &vmax, sizeof vb);
+        vb = (xb & gt) | (vb & ~gt);
+        memcpy(&vmax, &vb, sizeof vmax);
     }
+    double mt = -INFINITY;
+    for (int i = 0; i < 8; i++) mt = vmax[i] > mt ? vmax[i] : mt;
     double mn = *m > mt ? *m : mt;
     if (nv == 0 || mn == -INFINITY) {
         for (size_t tt = 0; tt < ATT_KB; tt++) sr[tt] = 0.0;
@@ -97,8 +112,11 @@ static inline __attribute__((always_inline)) void row_step_body(double *sr, size
         *m = mn;
     }
     vd8 acc = {0};
-    const vl8 lane = {0, 1, 2, 3, 4, 5, 6, 7};
     for (size_t t0 = 0; t0 < ATT_KB; t0 += 8) {
+        if (t0 >= nv) { /* a vector of masked keys */
+            *(vd8u *)(sr + t0) = (vd8){0};
+            continue;
+        }
         vd8 x = *(const vd8u *)(sr + t0) - mn;
         vd8 e = x;
         vexp(&e);
