@@ -5,13 +5,15 @@
 # (never both at once: the fp32 reference needs ~9 GB for models/real4). Medians over rounds x repeats.
 #
 #   bench/bench_prefill.sh [--model models/real4] [--tokens 512,2048] [--threads 2] [--rounds 2]
-#                          [--repeat 1] [--out DIR] [--no-torch]
+#                          [--repeat 1] [--out DIR] [--no-torch] [--clef-tokens 512]
+#
+# --clef-tokens: the counts our engine runs, when it should run fewer than the reference (default: --tokens).
 #
 # Env: CLEF_BUILD (default build/) for the clef binary. Writes DIR/results.jsonl (every run line,
 # tagged with engine and round) and DIR/table.md, and prints the machine, load and the table.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-model="$root/models/real4" tokens="512,2048" threads=2 rounds=2 repeat=1 out="" torch=1
+model="$root/models/real4" tokens="512,2048" threads=2 rounds=2 repeat=1 out="" torch=1 ctokens=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --model) model="$2"; shift 2 ;;
@@ -21,9 +23,11 @@ while [ $# -gt 0 ]; do
         --repeat) repeat="$2"; shift 2 ;;
         --out) out="$2"; shift 2 ;;
         --no-torch) torch=0; shift ;;
-        *) echo "usage: $0 [--model DIR] [--tokens N,N] [--threads N] [--rounds R] [--repeat R] [--out DIR] [--no-torch]" >&2; exit 2 ;;
+        --clef-tokens) ctokens="$2"; shift 2 ;;
+        *) echo "usage: $0 [--model DIR] [--tokens N,N] [--threads N] [--rounds R] [--repeat R] [--out DIR] [--no-torch] [--clef-tokens N,N]" >&2; exit 2 ;;
     esac
 done
+[ -n "$ctokens" ] || ctokens="$tokens"
 clef="${CLEF_BUILD:-$root/build}/clef"
 refpy="$root/.venv-ref/bin/python"
 testpy="$root/.venv-test/bin/python"
@@ -51,20 +55,20 @@ tag() { # engine round: prefix each JSON line with engine and round
 {
     echo "machine: $(lscpu | grep 'Model name' | sed 's/ \+/ /g'), $(nproc) CPUs online, $(free -g | awk '/Mem:/ {print $2}') GiB RAM"
     echo "clef: $clef ($(git -C "$root" rev-parse --short HEAD)$(git -C "$root" diff --quiet -- src include || echo ', dirty'))"
-    echo "model: $model; tokens $tokens; threads $threads; rounds $rounds x repeat $repeat"
+    echo "model: $model; tokens $tokens (clef: $ctokens); threads $threads; rounds $rounds x repeat $repeat"
     echo "load before: $(uptime | sed 's/.*load average/load average/')"
 } | tee "$out/header.txt"
 
 for r in $(seq 1 "$rounds"); do
     wait_mem 8
     echo "round $r: clef bench ($(uptime | sed 's/.*load average: //'))" >&2
-    "$clef" bench --model "$model" --tokens "$tokens" --threads "$threads" --repeat "$repeat" \
-        | grep '"kind"' | tag clef "$r" | tee -a "$res"
+    "$clef" bench --model "$model" --tokens "$ctokens" --threads "$threads" --repeat "$repeat" \
+        | grep --line-buffered '"kind"' | tag clef "$r" | tee -a "$res"
     if [ "$torch" = 1 ]; then
         wait_mem 11
         echo "round $r: torch ($(uptime | sed 's/.*load average: //'))" >&2
         "$refpy" "$root/bench/torch_prefill.py" --model "$model" --tokens "$tokens" --threads "$threads" \
-            --repeat "$repeat" | grep '"kind"' | sed 's/"engine":"torch",//' | tag torch "$r" | tee -a "$res"
+            --repeat "$repeat" | grep --line-buffered '"kind"' | sed -u 's/"engine":"torch",//' | tag torch "$r" | tee -a "$res"
     fi
 done
 echo "load after: $(uptime | sed 's/.*load average/load average/')" | tee -a "$out/header.txt"
