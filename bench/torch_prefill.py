@@ -93,13 +93,13 @@ def main():
             secs.append(s)
             print(json.dumps({"kind": "run", "engine": "torch", "tokens": n, "threads": args.threads, "rep": r,
                               "seconds_text": round(s, 4), "tokens_per_s": round(n / s, 2),
-                              "peak_rss_mb": round(peak_rss_mb())}), flush=True)
+                              "peak_rss_mb": round(peak_rss_mb())}, separators=(",", ":")), flush=True)
         med = statistics.median(secs)
         print(json.dumps({"kind": "summary", "engine": "torch", "tokens": n, "threads": args.threads,
                           "repeat": args.repeat, "median_seconds_text": round(med, 4),
                           "median_tokens_per_s": round(statistics.median(n / s for s in secs), 2),
                           "open_seconds": round(open_s, 3), "peak_rss_mb": round(peak_rss_mb()),
-                          "torch": torch.__version__, "cpu_capability": torch.backends.cpu.get_cpu_capability()}),
+                          "torch": torch.__version__, "cpu_capability": torch.backends.cpu.get_cpu_capability()}, separators=(",", ":")),
               flush=True)
     return 0
 
