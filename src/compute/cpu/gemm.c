@@ -135,7 +135,8 @@ int clef_gemm_bf16_with(clef_gemm_kernel kern, clef_pool *pool, float *y, size_t
     size_t units = nbt * j.nbn;
     size_t nw = nth < units ? nth : units;
 
-    j.scratch = aligned_alloc(64, nw * CLEF_GEMM_SCRATCH * sizeof(float));
+    size_t bytes = (nw * CLEF_GEMM_SCRATCH * sizeof(float) + 63) / 64 * 64;
+    j.scratch = aligned_alloc(64, bytes);
     if (!j.scratch) return -1;
     uint16_t *xb = NULL;
     if (kern == CLEF_GEMM_AVX512_BF16 && K > 0) {

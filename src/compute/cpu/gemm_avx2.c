@@ -140,9 +140,9 @@ static void prefetch_w(const clef_gemm_args *a, size_t jn, size_t nn, size_t pn,
     }
 }
 
-/* Loops as in gemm_avx512.c: per column block and K block, pack the weights; per row block,
- * copy the activations at a padded stride; each 6-row micro-panel of x stays in L1 while the
- * packed block streams from L2. */
+/* Loops as in gemm_avx512.c: K blocks outermost (x copied once per K block at a padded
+ * stride), then per column block the weights are packed (the next block prefetched meanwhile)
+ * and each 6-row micro-panel of x stays in L1 while the packed block streams from L2. */
 TGT void clef_gemm_avx2_tile(const clef_gemm_args *a, size_t t0, size_t t1, size_t n0, size_t n1,
                              float *scratch) {
     const size_t K = a->K;
@@ -152,26 +152,26 @@ TGT void clef_gemm_avx2_tile(const clef_gemm_args *a, size_t t0, size_t t1, size
         return;
     }
     float *abuf = scratch + (size_t)CLEF_GEMM_KC * CLEF_GEMM_NC;
-    for (size_t jc = n0; jc < n1; jc += CLEF_GEMM_NC) {
-        size_t nc = n1 - jc < CLEF_GEMM_NC ? n1 - jc : CLEF_GEMM_NC;
-        for (size_t pc = 0; pc < K; pc += CLEF_GEMM_KC) {
-            size_t kc = K - pc < CLEF_GEMM_KC ? K - pc : CLEF_GEMM_KC;
-            pack_f32(scratch, a->W + jc * a->ldw + pc, a->ldw, nc, kc);
-            int first = pc == 0;
-            int last = pc + kc >= K;
-            size_t pn = pc + kc, jn = jc, nn = nc;
-            if (pn >= K) { pn = 0; jn = jc + nc; nn = n1 - jn < CLEF_GEMM_NC ? n1 - jn : CLEF_GEMM_NC; }
-            if (jn >= n1) nn = 0;
-            size_t kn = K - pn < CLEF_GEMM_KC ? K - pn : CLEF_GEMM_KC;
-            size_t pf_row = 0;
-            for (size_t ic = t0; ic < t1; ic += MC) {
-                size_t ie = t1 - ic < MC ? t1 : ic + MC;
-                for (size_t t = ic; t < ie; t++)
-                    memcpy(abuf + (t - ic) * CLEF_GEMM_LDA, a->x + t * a->ldx + pc, kc * sizeof(float));
+    for (size_t pc = 0; pc < K; pc += CLEF_GEMM_KC) {
+        size_t kc = K - pc < CLEF_GEMM_KC ? K - pc : CLEF_GEMM_KC;
+        int first = pc == 0;
+        int last = pc + kc >= K;
+        for (size_t ic = t0; ic < t1; ic += MC) {
+            size_t ie = t1 - ic < MC ? t1 : ic + MC;
+            for (size_t t = ic; t < ie; t++)
+                memcpy(abuf + (t - ic) * CLEF_GEMM_LDA, a->x + t * a->ldx + pc, kc * sizeof(float));
+            for (size_t jc = n0; jc < n1; jc += CLEF_GEMM_NC) {
+                size_t nc = n1 - jc < CLEF_GEMM_NC ? n1 - jc : CLEF_GEMM_NC;
+                pack_f32(scratch, a->W + jc * a->ldw + pc, a->ldw, nc, kc);
+                size_t pn = pc, jn = jc + nc, nn = n1 - jn < CLEF_GEMM_NC ? n1 - jn : CLEF_GEMM_NC;
+                if (jn >= n1) { jn = n0; pn = pc + kc; nn = n1 - n0 < CLEF_GEMM_NC ? n1 - n0 : CLEF_GEMM_NC; }
+                if (pn >= K) nn = 0;
+                size_t kn = K - pn < CLEF_GEMM_KC ? K - pn : CLEF_GEMM_KC;
+                size_t pf_row = 0;
                 for (size_t t = ic; t < ie; t += MR) {
                     int mr = ie - t < MR ? (int)(ie - t) : MR;
                     prefetch_w(a, jn, nn, pn, kn, &pf_row,
-                               ic == t0 ? (nn * (t + MR - ic) + (ie - ic) - 1) / (ie - ic) : nn);
+                               (nn * (t + MR - ic) + (ie - ic) - 1) / (ie - ic));
                     for (size_t jr = 0; jr < nc; jr += NR) {
                         size_t ncols = nc - jr < NR ? nc - jr : NR;
                         int full = ncols == NR;

@@ -1,8 +1,8 @@
 /* AVX-512 GEMM kernels (fp32 x bf16 -> fp32), compiled for AVX-512 per function so the rest of the
  * build stays portable; gemm.c calls them only when the CPU has the features.
  *
- * Exact kernel (clef_gemm_avx512_tile): BLIS-style. Per K block of KC and column block of NC, the
- * bf16 weights are packed once per call into fp32 panels [KC][NR = 32] (widening is exact; the
+ * Exact kernel (clef_gemm_avx512_tile): BLIS-style (loop order at the function). Per K block of KC
+ * and column block of NC, the bf16 weights are packed per call into fp32 panels [KC][NR = 32] (widening is exact; the
  * packing transposes 16 x 16 dword blocks, each dword a (k, k+1) bf16 pair, then splits each pair
  * with a shift and a mask). The micro-kernel keeps a 12 x 32 tile of y in 24 zmm accumulators,
  * broadcasts x[t, k] from the activation rows and issues one FMA per (row, 16 columns) per k: k
@@ -10,8 +10,9 @@
  * blocks and reloaded. Tails: fewer rows use the same kernel with mr < 12; fewer columns are
  * zero-padded in the panel and stored with masks.
  *
- * BF16 kernel (clef_gemm_avx512bf16_tile): the same loops over a bf16-pair panel [KC/2][32 dwords]
- * and a bf16 copy of x, with vdpbf16ps (two products per lane per instruction). */
+ * BF16 kernel (clef_gemm_avx512bf16_tile; for measuring only): bf16-pair panels [KC/2][32 dwords]
+ * and a bf16 copy of x, vdpbf16ps (two products per lane per instruction), column blocks
+ * outermost. */
 #include <immintrin.h>
 #include <string.h>
 
