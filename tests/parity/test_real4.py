@@ -17,8 +17,9 @@ and compare
 Prints the worst values and the per-request wall time; the last line is the summary.
 
 Run with .venv-test/bin/python; binary $CLEF_BUILD/clef (default build/clef); checkpoint $CLEF_REAL4 (default
-models/real4); threads $CLEF_THREADS (default 0 = all cores); $CLEF_REAL4_ONLY=name,name runs only those
-recorded requests (with today's scalar fp32 linear op a request takes ~1.3 s per token on 2 busy cores).
+models/real4); threads $CLEF_THREADS (default 0 = all cores); $CLEF_REAL4_ONLY=name,name runs only those recorded
+requests; $CLEF_REAL4_FIX reads another fixture folder (negative controls). With the scalar fp32 linear op a
+request takes ~0.6-1.3 s per token on 2 busy cores.
 Exit 0 pass, 1 fail, 77 skip.
 """
 import hashlib
@@ -34,7 +35,7 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUILD = os.environ.get("CLEF_BUILD", os.path.join(ROOT, "build"))
 MODEL = os.environ.get("CLEF_REAL4", os.path.join(ROOT, "models", "real4"))
-FIX = os.path.join(ROOT, "tests", "fixtures", "real4")
+FIX = os.environ.get("CLEF_REAL4_FIX", os.path.join(ROOT, "tests", "fixtures", "real4"))
 CORPUS = os.path.join(ROOT, "tests", "corpus")
 THREADS = os.environ.get("CLEF_THREADS", "0")
 ONLY = [x for x in os.environ.get("CLEF_REAL4_ONLY", "").split(",") if x]
