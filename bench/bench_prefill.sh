@@ -2,7 +2,7 @@
 # Prefill tokens/s on a release-layout checkpoint: our engine (clef bench) and the reference stack
 # (transformers 5.17.0 + torch 2.9.0, fp32, bench/torch_prefill.py) side by side, same synthetic ids,
 # same thread count. Paired: each round runs clef bench, then torch_prefill, as separate processes
-# (never both at once: the fp32 reference needs ~9 GB for models/real4). Medians over rounds x repeats.
+# (never both at once: the fp32 reference peaks at ~12-14 GB RSS for models/real4). Medians over rounds x repeats.
 #
 #   bench/bench_prefill.sh [--model models/real4] [--tokens 512,2048] [--threads 2] [--rounds 2]
 #                          [--repeat 1] [--out DIR] [--no-torch] [--clef-tokens 512]
