@@ -14,7 +14,8 @@ count (1 unless --threads). For each request (text only): raw bytes → json.loa
 as json.dumps(resp, ensure_ascii=False, separators=(",", ":")). Hooks capture encode_record's result, each decoder
 layer's output, the final norm (last_hidden_state) and the head's logits; probs = logits.float().softmax(-1).
 
-Memory: the fp32 model takes ~13 GB of RAM (3.34 G parameters). The load check of make_fixtures.py (a second
+Memory: the fp32 model holds ~12.4 GB (3.10 G parameters; mtp.* is not loaded) and the load peaked at 18.3 GB RSS
+here: check `free -g` first. The load check of make_fixtures.py (a second
 from_pretrained) is replaced by a key check that costs nothing: the loaded backbone's state_dict keys against the
 checkpoint's weight_map (no missing, no unexpected except mtp.*), and the head loads with strict=True.
 
