@@ -57,19 +57,18 @@ static inline size_t rup(size_t x, size_t m) { return (x + m - 1) / m * m; }
 #define ROWS6(X) X(0) X(1) X(2) X(3) X(4) X(5)
 #define ROWS2(X) X(0) X(1)
 
-/* The loop nest shared by both tiles: ROWS is the row list, NV the vectors per row. */
+/* The loop nest shared by both tiles: ROWS is the row list, NV the vectors per row. Column panels
+ * outermost: one panel of B (P rows x NV*8 columns) stays in L1 while every block of rows passes
+ * over it; A is read by broadcasts, 8 consecutive p per cache line. */
 #define GEMM_NEST(MR, NV, ROWS, DECL, INIT, FMA, STORE, LOADB)                                    \
     const vd8 z = {0, 0, 0, 0, 0, 0, 0, 0};                                                        \
-    for (size_t r0 = 0; r0 < m; r0 += MR) {                                                        \
-        size_t rlast = rbase + (r0 + MR < m ? r0 + MR : m) - 1;                                    \
-        size_t pend = P, cend = ncols;                                                             \
-        if (trip >= 0 && rlast + (size_t)trip < pend) pend = rlast + (size_t)trip;                 \
-        if (tric >= 0) {                                                                           \
-            size_t cc = rup(rlast + (size_t)tric, CLEF_MIX_NCOL);                                  \
-            if (cc < cend) cend = cc;                                                              \
-        }                                                                                          \
-        const double *ab = A + r0 * lda;                                                           \
-        for (size_t c0 = 0; c0 < cend; c0 += NV * 8) {                                             \
+    for (size_t c0 = 0; c0 < ncols; c0 += NV * 8) {                                                \
+        for (size_t r0 = 0; r0 < m; r0 += MR) {                                                    \
+            size_t rlast = rbase + (r0 + MR < m ? r0 + MR : m) - 1;                                \
+            size_t pend = P;                                                                       \
+            if (trip >= 0 && rlast + (size_t)trip < pend) pend = rlast + (size_t)trip;             \
+            if (tric >= 0 && c0 >= rup(rlast + (size_t)tric, CLEF_MIX_NCOL)) continue;             \
+            const double *ab = A + r0 * lda;                                                       \
             ROWS(DECL)                                                                             \
             ROWS(INIT)                                                                             \
             const double *bp = B + c0 / CLEF_MIX_NCOL * bpanel + c0 % CLEF_MIX_NCOL;               \
