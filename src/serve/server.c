@@ -345,6 +345,8 @@ static enum MHD_Result decide_checks(clef_server *s, req *r) {
     MHD_get_connection_values(c, MHD_HEADER_KIND, count_cl, &hc);
     if (hc.n > 1) return send_error(r, 400, "BadRequest", "more than one Content-Length header");
     const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    if (cl && MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING))
+        return send_error(r, 400, "BadRequest", "both Content-Length and Transfer-Encoding");
     if (cl) {
         char *end;
         errno = 0;

@@ -85,12 +85,12 @@ def pick_bodies():
     rnd = random.Random(7)
     # small text requests (the expensive one, t056 at 16k tokens, only outside ASan)
     small_t = sorted((n for n in want_t if len(by[n]) < 4000), key=lambda n: n)
-    chosen = rnd.sample(small_t, min(len(small_t), 6 if ASAN else 14))
+    chosen = rnd.sample(small_t, min(len(small_t), 6 if ASAN else 10))
     must_e = ["e001_missing_model.json", "e039_schema_too_long.json", "e046_top_level_list.json",
               "e050_bad_json_trailing_comma.json", "e052_invalid_utf8.json", "e040_lone_surrogate_state.json",
               "e054_empty_body.json", "e013_type_list.json", "e025_choice_criteria_list.json"]
     chosen += [n for n in must_e if n in by]
-    chosen += rnd.sample(want_m, min(len(want_m), 1 if ASAN else 3))
+    chosen += rnd.sample(want_m, min(len(want_m), 1 if ASAN else 2))
     bodies = {n: by[n] for n in chosen}
     bodies["x_not_json"] = b"{\"model\": "
     bodies["x_bad_utf8"] = b"{\"model\":\"clef-flash\",\"state\":\"caf\xe9\",\"questions\":{}}"
@@ -289,13 +289,17 @@ def test_statuses(srv, expected, max_body):
             b"Content-Length: 5\r\nConnection: close\r\n\r\n" % len(body)) + body
     resp = raw(srv.port, dup2)
     check(status_of(resp) == 400, "conflicting Content-Length refused with 400 (got %r)" % resp[:40])
+    both = (b"POST /v1/systemone HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
+            b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n" % len(body)) + chunked(body)
+    resp = raw(srv.port, both)
+    check(status_of(resp) == 400 and b"Transfer-Encoding" in resp, "Content-Length + Transfer-Encoding refused with 400 (got %r)" % resp[:40])
 
 
 def test_malformed(srv, timeout_s):
     resp = raw(srv.port, b"GARBAGE\r\n\r\n")
     check(resp == b"" or status_of(resp) in (400, 405, 505), "bad request line: 400 or closed (%r)" % resp[:40])
     resp = raw(srv.port, b"GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 40000 + b"\r\n\r\n")
-    check(resp == b"" or status_of(resp) in (400, 413, 414, 431), "huge headers: 4xx or closed (%r)" % resp[:40])
+    check(status_of(resp) == 431, "huge headers: 431 (%r)" % resp[:40])
     # slow client: half a body, then silence past the timeout -> the server closes the connection
     s = socket.create_connection(("127.0.0.1", srv.port), timeout=timeout_s + 20)
     s.sendall(b"POST /v1/systemone HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"mod")
@@ -440,12 +444,17 @@ def main():
         ths = [threading.Thread(target=one) for _ in range(nq)]
         for t in ths:
             t.start()
-        t_end = time.time() + 30
+        # signal once every request reached the server (received, queued or answered) and some wait
+        t_end = time.time() + 60
         while time.time() < t_end:
             st, _, data = request(srv.port, "GET", "/metrics")
-            if (metric(data.decode(), "clef_queue_depth") or 0) > 0 and len(results) < nq // 2:
+            text = data.decode()
+            inflight = metric(text, "clef_requests_in_flight") or 0
+            with lock:
+                done = len(results)
+            if inflight + done >= nq and (metric(text, "clef_queue_depth") or 0) > 0:
                 break
-            time.sleep(0.01)
+            time.sleep(0.005)
         rc = srv.stop(signal.SIGTERM)
         for t in ths:
             t.join()
