@@ -6,7 +6,10 @@
  *  - the head on our hidden rows (end to end), per option, against the fp32 reference p32 and the
  *    float64 oracle p64 (tests/fixtures/tiny64, tools/reference/make_fixtures64.py: the same
  *    reference code run in float64): |p - p32| <= 1e-6 + |p32 - p64| (equal to the reference within
- *    the reference's own fp32 rounding) and |p - p64| <= 1e-6; logits reported. With images the
+ *    the reference's own fp32 rounding) and, on the parity path (CLEF_LINEAR=double: every Linear
+ *    accumulated in double; tests/parity/test_tiny_parity_double.sh runs it), |p - p64| <= 1e-6.
+ *    The default path (fp32 FMA GEMM, src/compute/cpu/gemm.c) is a faster path in issue 8's sense:
+ *    its |p - p64| is reported and bounded by 1e-4; logits reported. With images the
  *    forward above is fed the fp32 reference's merger rows, so |p - p64| is checked on a second
  *    forward fed the float64 oracle's merger rows (both runs then share their inputs). The float64
  *    fixture is committed: missing, it fails the test;
@@ -30,6 +33,13 @@
 #include "model/weights.h"
 #include "test.h"
 #include "text/json.h"
+
+/* |p - p64| bound: 1e-6 on the parity path (CLEF_LINEAR=double), 1e-4 on the default fp32-GEMM path
+ * (issue 8's bound for faster paths; the measured value is printed). */
+static double p64_bound(void) {
+    const char *e = getenv("CLEF_LINEAR");
+    return e && !strcmp(e, "double") ? 1e-6 : 1e-4;
+}
 
 static char *slurp(const char *path, size_t *len) {
     FILE *f = fopen(path, "rb");
@@ -350,7 +360,7 @@ int main(void) {
                             if (dp64 > req_dp64_r32) req_dp64_r32 = dp64;
                             continue;
                         }
-                        CHECK_MSG(dp64 <= 1e-6, "%s q%d opt %d: |p - p64| %.3g", name, i, j, dp64);
+                        CHECK_MSG(dp64 <= p64_bound(), "%s q%d opt %d: |p - p64| %.3g > %g", name, i, j, dp64, p64_bound());
                         if (dp64 > req_dp64) req_dp64 = dp64;
                         if (!(dp64 <= worst_dp64)) { worst_dp64 = dp64; snprintf(worst_dp64_name, sizeof worst_dp64_name, "%s q%d", name, i); }
                     }
@@ -397,7 +407,7 @@ int main(void) {
                     for (int j = 0; j < qs[i].n_options; j++) {
                         if (isnan(pa64.p[j])) continue;
                         double dp64 = fabs((double)pr[o + j] - pa64.p[j]);
-                        CHECK_MSG(dp64 <= 1e-6, "%s q%d opt %d (float64 merger rows): |p - p64| %.3g", name, i, j, dp64);
+                        CHECK_MSG(dp64 <= p64_bound(), "%s q%d opt %d (float64 merger rows): |p - p64| %.3g > %g", name, i, j, dp64, p64_bound());
                         if (dp64 > req_dp64) req_dp64 = dp64;
                         if (!(dp64 <= worst_dp64)) { worst_dp64 = dp64; snprintf(worst_dp64_name, sizeof worst_dp64_name, "%s q%d", name, i); }
                     }

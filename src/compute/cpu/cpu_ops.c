@@ -9,6 +9,7 @@
 
 #include "base/threads.h"
 #include "compute/cpu/cpu_mixers.h"
+#include "compute/cpu/gemm.h"
 
 typedef struct cpu_impl {
     clef_pool *pool;
@@ -136,10 +137,36 @@ static void linear_fn(void *c_, size_t b, size_t e, int worker) {
     }
 }
 
+/* The double-accumulation loop above is the reference for the GEMM kernels (tests) and runs for
+ * non-BF16 weights; BF16 weights (every Linear of the checkpoint) go to src/compute/cpu/gemm.c:
+ * fp32 activations, bf16 widened exactly, one fp32 FMA per k in k order — exact inputs, fp32
+ * accumulation, the same bits for any thread count and batch size. CLEF_LINEAR=double forces
+ * the double loop everywhere (for measuring the difference; see docs/fidelity.md). */
+static int linear_force_double(void) {
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("CLEF_LINEAR");
+        v = e && !strcmp(e, "double");
+    }
+    return v;
+}
+
 static void cpu_linear(clef_ops *ops, float *y, const float *x, size_t T, const clef_tensor *w,
                        size_t row0, size_t N, const clef_tensor *b) {
     if (T == 0 || N == 0) return;
     size_t K = (size_t)(w->numel / w->shape[0]);
+    if (w->dtype == CLEF_ST_BF16 && !linear_force_double()) {
+        float *bias = NULL;
+        if (b) {
+            bias = malloc(N * sizeof *bias);
+            if (!bias) { ops->failed = 1; return; }
+            for (size_t n = 0; n < N; n++) bias[n] = wat(b, row0 + n);
+        }
+        const uint16_t *W = (const uint16_t *)w->data + row0 * K;
+        if (clef_gemm_bf16(POOL(ops), y, N, x, K, T, K, W, K, N, bias)) ops->failed = 1;
+        free(bias);
+        return;
+    }
     int nw = NW(ops);
     float *scratch = malloc((size_t)nw * LIN_NB * K * sizeof(float));
     if (!scratch) { ops->failed = 1; return; }
