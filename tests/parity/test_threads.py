@@ -1,0 +1,72 @@
+#!/usr/bin/env python3
+"""1 thread vs N threads: identical bytes on every corpus request of the tiny checkpoint.
+
+Every answered request of tests/corpus is sent with "raw": true inserted (our extension: the
+unrounded fp32 probabilities are printed, so any difference in any bit of a probability shows), once
+through `clef batch --threads 1` and once through `clef batch --threads 3` (more threads than this
+machine's cores: the static partition still differs), on the default path and on the parity path
+(CLEF_LINEAR=double; under ASan the default path only, for time). The outputs must be
+byte-identical; the 16,384-token request is left out (minutes of CPU). Exit 0 pass, 1 fail, 77 skip.
+Binary: $CLEF_BUILD/clef (default build/clef); checkpoint $CLEF_TINY (default models/tiny)."""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BUILD = os.environ.get("CLEF_BUILD", os.path.join(ROOT, "build"))
+MODEL = os.environ.get("CLEF_TINY", os.path.join(ROOT, "models", "tiny"))
+CORPUS = os.path.join(ROOT, "tests", "corpus")
+
+
+def main():
+    clef = os.path.join(BUILD, "clef")
+    if not os.path.exists(clef) or not os.path.exists(os.path.join(MODEL, "config.json")):
+        print("skip: build/clef or models/tiny missing (make; make tiny)")
+        return 77
+    corpus = json.load(open(os.path.join(CORPUS, "corpus.json"), encoding="utf-8"))
+    entries = corpus["requests"] if isinstance(corpus, dict) else corpus
+    lines = []
+    for e in entries:
+        raw = open(os.path.join(CORPUS, e["file"]), "rb").read()
+        i = raw.find(b"{")
+        if i < 0 or b"\n" in raw.strip():
+            continue  # not an object, or not one line of JSONL
+        if "truncate_16384" in e["file"]:
+            continue  # 16k tokens: minutes on the CPU attention; covered by CLEF_PARITY_LONG in test_tiny_parity
+        lines.append(raw[:i + 1] + b'"raw":true,' + raw[i + 1:])
+    fails = []
+    with tempfile.TemporaryDirectory(prefix="clef_threads_") as tmp:
+        inp = os.path.join(tmp, "in.jsonl")
+        open(inp, "wb").write(b"\n".join(lines) + b"\n")
+        modes = [("default", {k: v for k, v in os.environ.items() if k != "CLEF_LINEAR"}),
+                 ("parity", dict(os.environ, CLEF_LINEAR="double"))]
+        if BUILD.rstrip("/").endswith("asan"):
+            modes = modes[:1]
+        for mode, env in modes:
+            outs = []
+            for threads in (1, 3):
+                out = os.path.join(tmp, f"out_{mode}_{threads}.jsonl")
+                p = subprocess.run([clef, "batch", "--model", MODEL, "--threads", str(threads), inp, out],
+                                   capture_output=True, env=env)
+                if p.returncode != 0:
+                    fails.append(f"{mode}: clef batch --threads {threads} exited {p.returncode}: {p.stderr[-300:]!r}")
+                    continue
+                outs.append(open(out, "rb").read().split(b"\n"))
+            if len(outs) == 2:
+                a, b = outs
+                n_ok = sum(1 for x, y in zip(a, b) if x == y)
+                answered = sum(1 for x in a if x.startswith(b'{"model"'))
+                if a != b:
+                    fails.append(f"{mode}: {len(a) - n_ok} of {len(a)} lines differ between 1 and 3 threads")
+                print(f"{mode}: {len(lines)} requests ({answered} answered with raw probabilities): "
+                      f"{n_ok}/{len(a)} lines byte-identical, 1 vs 3 threads")
+    for f in fails:
+        print("FAIL", f)
+    print(f"{'PASS' if not fails else 'FAIL'}: 1 vs 3 threads on {len(lines)} corpus requests, default and parity paths")
+    return 0 if not fails else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
