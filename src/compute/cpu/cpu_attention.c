@@ -243,7 +243,12 @@ int clef_cpu_attention(clef_pool *pool, float *o, size_t ldo, const float *q, si
     c.hdp = rup(hd ? hd : 1, CLEF_MIX_NCOL);
     c.tkp = rup(Tk ? Tk : 1, ATT_KB);
     c.group = nh / nkv;
+    int nw = nworkers(pool);
     c.qb = c.group >= ATT_ROWS ? 1 : ATT_ROWS / c.group;
+    /* at least two blocks per worker when Tq allows (the kv heads run one after another); a row's
+     * bits do not depend on its block, so this thread-count-dependent choice changes none */
+    size_t share = (Tq + 2 * (size_t)nw - 1) / (2 * (size_t)nw);
+    if (share < c.qb) c.qb = share > 0 ? share : 1;
     if (c.qb > Tq) c.qb = Tq;
     c.nblk = (Tq + c.qb - 1) / c.qb;
     c.nr = c.group * c.qb;
@@ -253,7 +258,6 @@ int clef_cpu_attention(clef_pool *pool, float *o, size_t ldo, const float *q, si
     const char *isa = clef_mix_isa();
     c.row = !strcmp(isa, "avx512") ? row_avx512 : !strcmp(isa, "avx2") ? row_avx2 : row_generic;
     c.dper = c.rows * c.hdp + c.rows * ATT_KB + c.rows * c.hdp + 2 * c.rows + 8;
-    int nw = nworkers(pool);
     c.ds = calloc((size_t)nw * c.dper, sizeof(double)); /* A slack rows stay finite */
     c.KT = malloc(c.hdp * c.tkp * sizeof(double));
     c.V = malloc(c.tkp * c.hdp * sizeof(double));
