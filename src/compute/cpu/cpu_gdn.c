@@ -410,18 +410,6 @@ typedef struct {
     float *scratch; size_t per_worker;
 } delta_ctx;
 
-static inline double dot_d(const float *a, const float *b, size_t n) {
-    double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-    size_t k = 0;
-    for (; k + 4 <= n; k += 4) {
-        s0 += (double)a[k] * b[k];
-        s1 += (double)a[k + 1] * b[k + 1];
-        s2 += (double)a[k + 2] * b[k + 2];
-        s3 += (double)a[k + 3] * b[k + 3];
-    }
-    for (; k < n; k++) s0 += (double)a[k] * b[k];
-    return (s0 + s1) + (s2 + s3);
-}
 
 static void delta_head(const delta_ctx *c, size_t h, float *s) {
     const size_t C = c->C, dk = c->dk, dv = c->dv, T = c->T;

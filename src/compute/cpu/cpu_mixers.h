@@ -59,4 +59,19 @@ void clef_mix_gemm(double *C, size_t ldc, const double *A, size_t lda, const dou
 /* "avx512", "avx2" or "generic": the kernel clef_mix_gemm runs on this CPU. */
 const char *clef_mix_isa(void);
 
+/* Dot product of two fp32 vectors, accumulated in double (products of floats are exact in
+ * double) with four interleaved partial sums in a fixed order (the CPU backend's reference sums). */
+static inline double dot_d(const float *a, const float *b, size_t n) {
+    double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    size_t k = 0;
+    for (; k + 4 <= n; k += 4) {
+        s0 += (double)a[k] * b[k];
+        s1 += (double)a[k + 1] * b[k + 1];
+        s2 += (double)a[k + 2] * b[k + 2];
+        s3 += (double)a[k + 3] * b[k + 3];
+    }
+    for (; k < n; k++) s0 += (double)a[k] * b[k];
+    return (s0 + s1) + (s2 + s3);
+}
+
 #endif

@@ -38,20 +38,6 @@ static void load_f32(const clef_tensor *t, size_t off, size_t n, float *dst) {
 
 static inline float wat(const clef_tensor *t, size_t i) { return clef_tensor_f32_at(t, (int64_t)i); }
 
-/* Dot product of two fp32 vectors, accumulated in double (products of floats are exact in
- * double) with four interleaved partial sums in a fixed order. */
-static inline double dot_d(const float *a, const float *b, size_t n) {
-    double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-    size_t k = 0;
-    for (; k + 4 <= n; k += 4) {
-        s0 += (double)a[k] * b[k];
-        s1 += (double)a[k + 1] * b[k + 1];
-        s2 += (double)a[k + 2] * b[k + 2];
-        s3 += (double)a[k + 3] * b[k + 3];
-    }
-    for (; k < n; k++) s0 += (double)a[k] * b[k];
-    return (s0 + s1) + (s2 + s3);
-}
 
 static inline float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
 static inline float siluf_(float x) { return x / (1.0f + expf(-x)); }
