@@ -8,8 +8,6 @@
 #include "cli/cmds.h"
 #include "cli/read_input.h"
 
-#define MAX_REQUEST_BYTES ((size_t)256 << 20)
-
 static void usage(void) {
     fprintf(stderr,
             "usage: clef decide --model DIR [--request F|-] [--threads N] [--max-length N]\n"
@@ -58,7 +56,7 @@ int cmd_decide(int argc, char **argv) {
     }
 
     size_t len = 0;
-    char *body = cli_read_all(request, MAX_REQUEST_BYTES, &len);
+    char *body = cli_read_all(request, CLI_MAX_INPUT_BYTES, &len);
     if (!body) return 2;
     char err[1200];
     clef_engine *e = clef_open(&o, err, sizeof err);

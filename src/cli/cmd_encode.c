@@ -8,29 +8,12 @@
 
 #include "base/buf.h"
 #include "cli/cmds.h"
+#include "cli/read_input.h"
 #include "decision/encode.h"
 #include "decision/request.h"
 #include "decision/response.h"
 #include "text/json.h"
 #include "text/tokenizer.h"
-
-static char *slurp(const char *path, size_t *len) {
-    FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
-    if (!f) return NULL;
-    clef_buf b;
-    clef_buf_init(&b);
-    char tmp[65536];
-    size_t n;
-    while ((n = fread(tmp, 1, sizeof tmp, f)) > 0) clef_buf_put(&b, tmp, n);
-    int bad = ferror(f) || b.oom;
-    if (f != stdin) fclose(f);
-    if (bad) {
-        clef_buf_free(&b);
-        return NULL;
-    }
-    if (!b.data) clef_buf_put(&b, "", 0);
-    return clef_buf_take(&b, len);
-}
 
 static int fail(const clef_err *e) {
     clef_buf b;
@@ -60,7 +43,7 @@ int cmd_encode(int argc, char **argv) {
     clef_err err;
     clef_err_clear(&err);
     size_t len;
-    char *text = slurp(request, &len);
+    char *text = cli_read_all(request, CLI_MAX_INPUT_BYTES, &len);
     if (!text) {
         clef_err_set(&err, CLEF_E_IO, "cannot read %s", request);
         return fail(&err);

@@ -10,30 +10,13 @@
 
 #include "base/buf.h"
 #include "cli/cmds.h"
+#include "cli/read_input.h"
 #include "decision/encode.h"
 #include "decision/request.h"
 #include "decision/response.h"
 #include "text/json.h"
 #include "text/pyfmt.h"
 #include "text/tokenizer.h"
-
-static char *slurp(const char *path, size_t *len) {
-    FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
-    if (!f) return NULL;
-    clef_buf b;
-    clef_buf_init(&b);
-    char tmp[65536];
-    size_t n;
-    while ((n = fread(tmp, 1, sizeof tmp, f)) > 0) clef_buf_put(&b, tmp, n);
-    int bad = ferror(f) || b.oom;
-    if (f != stdin) fclose(f);
-    if (bad) {
-        clef_buf_free(&b);
-        return NULL;
-    }
-    if (!b.data) clef_buf_put(&b, "", 0);
-    return clef_buf_take(&b, len);
-}
 
 static int fail(const clef_err *e) {
     clef_buf b;
@@ -100,7 +83,7 @@ int cmd_respond(int argc, char **argv) {
     clef_err err;
     clef_err_clear(&err);
     size_t rlen = 0, llen = 0;
-    char *rtext = slurp(request, &rlen), *ltext = NULL;
+    char *rtext = cli_read_all(request, CLI_MAX_INPUT_BYTES, &rlen), *ltext = NULL;
     json_doc *rdoc = NULL, *ldoc = NULL;
     clef_tokenizer *tok = NULL;
     clef_request req;
@@ -130,7 +113,7 @@ int cmd_respond(int argc, char **argv) {
     } else if (clef_request_check_criteria(&req, &err)) {
         goto out;
     }
-    ltext = slurp(logits, &llen);
+    ltext = cli_read_all(logits, CLI_MAX_INPUT_BYTES, &llen);
     if (!ltext) {
         clef_err_set(&err, CLEF_E_IO, "cannot read %s", logits);
         goto out;
