@@ -247,17 +247,28 @@ static int parse_vision(cctx *c, const json_value *v, clef_vision_config *x, int
     return 0;
 }
 
-int clef_config_parse(clef_config *cfg, const char *text, size_t len, const char *label, clef_err *err) {
-    memset(cfg, 0, sizeof *cfg);
-    cctx cc = {label ? label : "config.json", "", err}, *c = &cc;
-    if (len > CFG_MAX_FILE) FAIL("%s: file is too large (%zu bytes)", c->label, len);
-    json_limits lim = {.max_bytes = CFG_MAX_FILE, .max_depth = 32};
+/* Parses a config file's text with our size and depth limits; NULL with c->err set (BadModel naming
+ * the file, or OutOfMemory). */
+static json_doc *parse_doc(cctx *c, const char *text, size_t len, int max_depth) {
+    if (len > CFG_MAX_FILE) {
+        clef_err_set(c->err, CLEF_E_BAD_MODEL, "%s: file is too large (%zu bytes)", c->label, len);
+        return NULL;
+    }
+    json_limits lim = {.max_bytes = CFG_MAX_FILE, .max_depth = max_depth};
     clef_err jerr = {0};
     json_doc *doc = json_parse(text, len, &lim, &jerr);
     if (!doc) {
-        if (jerr.type && strcmp(jerr.type, CLEF_E_OOM) == 0) return clef_err_set(err, CLEF_E_OOM, "%s", jerr.msg);
-        FAIL("%s: not valid JSON: %s", c->label, jerr.msg);
+        if (jerr.type && strcmp(jerr.type, CLEF_E_OOM) == 0) clef_err_set(c->err, CLEF_E_OOM, "%s", jerr.msg);
+        else clef_err_set(c->err, CLEF_E_BAD_MODEL, "%s: not valid JSON: %s", c->label, jerr.msg);
     }
+    return doc;
+}
+
+int clef_config_parse(clef_config *cfg, const char *text, size_t len, const char *label, clef_err *err) {
+    memset(cfg, 0, sizeof *cfg);
+    cctx cc = {label ? label : "config.json", "", err}, *c = &cc;
+    json_doc *doc = parse_doc(c, text, len, 32);
+    if (!doc) return -1;
     int rc = -1;
     const json_value *root = json_doc_root(doc);
     if (!root || root->kind != JSON_OBJECT) {
@@ -357,14 +368,8 @@ int clef_head_config_load(clef_head_config *h, const char *path, clef_err *err) 
 int clef_head_config_parse(clef_head_config *h, const char *text, size_t len, const char *label, clef_err *err) {
     memset(h, 0, sizeof *h);
     cctx cc = {label ? label : "joint_head_config.json", "", err}, *c = &cc;
-    if (len > CFG_MAX_FILE) FAIL("%s: file is too large (%zu bytes)", c->label, len);
-    json_limits lim = {.max_bytes = CFG_MAX_FILE, .max_depth = 8};
-    clef_err jerr = {0};
-    json_doc *doc = json_parse(text, len, &lim, &jerr);
-    if (!doc) {
-        if (jerr.type && strcmp(jerr.type, CLEF_E_OOM) == 0) return clef_err_set(err, CLEF_E_OOM, "%s", jerr.msg);
-        FAIL("%s: not valid JSON: %s", c->label, jerr.msg);
-    }
+    json_doc *doc = parse_doc(c, text, len, 8);
+    if (!doc) return -1;
     int rc = -1;
     const json_value *r = json_doc_root(doc);
     static const char *const keys[] = {"hidden_size", "width", "routing_layers", "layers", "heads", "feedforward",
