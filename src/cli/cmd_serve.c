@@ -108,6 +108,14 @@ int cmd_serve(int argc, char **argv) {
     }
     clef_log_line("\"event\":\"listening\",\"host\":\"%s\",\"port\":%d", sc.host, clef_server_port(srv));
 
+    /* Test hook: hold the loading phase open so tests can see the 503 NotReady answers a real
+     * 18 GB load gives for tens of seconds (the tiny test model loads in milliseconds). */
+    const char *hold = getenv("CLEF_SERVE_TEST_LOAD_DELAY_MS");
+    if (hold) {
+        long ms = strtol(hold, NULL, 10);
+        if (ms > 0 && ms <= 60000) usleep((useconds_t)ms * 1000);
+    }
+
     cli_progress bar;
     cli_progress_init(&bar, "loading weights");
     o.progress = cli_progress_cb;

@@ -9,7 +9,9 @@
 - load: C clients x N mixed requests, every answer byte-equal to `clef decide` on the same body,
   right status, no crash, RSS after the run within a few MB of RSS after a warm-up round, and
   batches of more than one request seen in /metrics;
-- SIGTERM with requests queued: all of them answered byte-equal, exit 0.
+- SIGTERM with requests queued (own server, --max-batch 1): all answered byte-equal, exit 0;
+- while loading (CLEF_SERVE_TEST_LOAD_DELAY_MS): /health 503 loading, 503 NotReady + Retry-After,
+  then answered byte-equal once loaded.
 
 Expected bytes come from `clef decide` once per distinct body. CLEF_BUILD ending in build-asan
 runs fewer iterations."""
@@ -100,11 +102,12 @@ def pick_bodies():
 # ---------------------------------------------------------------- server helpers
 
 class Server:
-    def __init__(self, *extra, wait=True):
+    def __init__(self, *extra, wait=True, env=None):
         self.log = os.path.join(TMP, "serve-%d.log" % time.monotonic_ns())
         self.logf = open(self.log, "wb")
         self.p = subprocess.Popen([CLEF, "serve", "--model", MODEL, "--port", "0", "--threads", "2"] + list(extra),
-                                  stdout=subprocess.DEVNULL, stderr=self.logf)
+                                  stdout=subprocess.DEVNULL, stderr=self.logf,
+                                  env=None if env is None else dict(os.environ, **env))
         self.port = None
         t_end = time.time() + (240 if ASAN else 90)
         while time.time() < t_end and self.port is None:
@@ -427,7 +430,18 @@ def main():
         for k in ["id", "tokens", "queue_ms", "compute_ms", "outcome", "status"]:
             check(k in rec, "request log line has %s" % k)
 
-        # SIGTERM with requests queued: all answered, exit 0
+        rc = srv.stop(signal.SIGTERM)
+        check(rc == 0, "exit 0 after SIGTERM (got %s)" % rc)
+        check("Sanitizer" not in srv.logtext(), "no sanitizer report in the first server's log")
+    finally:
+        if srv.p.poll() is None:
+            srv.stop(signal.SIGKILL)
+
+    # SIGTERM with requests queued: all answered, exit 0. Its own server runs one request per
+    # forward (--max-batch 1), so the queue cannot drain in a single batch between the moment the
+    # test sees it non-empty and the signal (with --max-batch 8 it did, once, in CI).
+    srv = Server("--queue", "256", "--max-batch", "1", "--http-threads", "4", "--max-connections", "64")
+    try:
         heavy = max((b for b, v in expected.items() if v[1] == 200), key=lambda b: v_tokens(expected[b]))
         exp = expected[heavy][0]
         results = []
@@ -440,7 +454,7 @@ def main():
                 st, data = None, repr(e).encode()
             with lock:
                 results.append((st, data))
-        nq = 6 if ASAN else 24
+        nq = 12 if ASAN else 24
         ths = [threading.Thread(target=one) for _ in range(nq)]
         for t in ths:
             t.start()
@@ -452,7 +466,7 @@ def main():
             inflight = metric(text, "clef_requests_in_flight") or 0
             with lock:
                 done = len(results)
-            if inflight + done >= nq and (metric(text, "clef_queue_depth") or 0) > 0:
+            if inflight + done >= nq and (metric(text, "clef_queue_depth") or 0) >= 3:
                 break
             time.sleep(0.005)
         rc = srv.stop(signal.SIGTERM)
@@ -467,6 +481,27 @@ def main():
         check(m is not None and int(m.group(1)) > 0, "requests were queued when SIGTERM came")
         check('"event":"stopped","unanswered":0' in log, "stopped with nothing unanswered")
         check("Sanitizer" not in log, "no sanitizer report in the server log: %s" % log[log.find("Sanitizer") - 200:][:600])
+    finally:
+        if srv.p.poll() is None:
+            srv.stop(signal.SIGKILL)
+
+    # While loading: listening at once, 503 NotReady with Retry-After, then ready without a restart
+    srv = Server(wait=False, env={"CLEF_SERVE_TEST_LOAD_DELAY_MS": "3000"})
+    try:
+        st, hd, data = request(srv.port, "GET", "/health")
+        check(st == 503 and json.loads(data).get("status") == "loading", "health is 503 loading while loading: %s %r" % (st, data[:80]))
+        st, hd, data = request(srv.port, "GET", "/v1/models")
+        check(st == 200 and json.loads(data)["data"][0]["ready"] is False, "models says ready false while loading")
+        small = min((b for b, v in expected.items() if v[1] == 200), key=lambda b: v_tokens(expected[b]))
+        st, hd, data = post(srv.port, small)
+        check(st == 503 and json.loads(data)["error"]["type"] == "NotReady" and hd.get("retry-after") == "1",
+              "decide while loading is 503 NotReady with Retry-After: %s %r" % (st, data[:120]))
+        t_end = time.time() + (240 if ASAN else 90)
+        while time.time() < t_end and request(srv.port, "GET", "/health")[0] != 200:
+            time.sleep(0.05)
+        st, hd, data = post(srv.port, small)
+        check(st == 200 and data == expected[small][0], "answered once loaded, byte-equal")
+        check(srv.stop(signal.SIGTERM) == 0, "exit 0 after SIGTERM (loading server)")
     finally:
         if srv.p.poll() is None:
             srv.stop(signal.SIGKILL)
