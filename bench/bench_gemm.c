@@ -3,7 +3,7 @@
  * thread and on N threads; GFLOP/s (2*T*K*N / time, median of R runs) and the fraction of the
  * peak of the instruction each kernel uses, measured in the same run (peak.h).
  *   bench/build.sh && build-bench/bench_gemm [-r reps] [-t maxthreads] [-T tokens] [-k kernels]
- * kernels: comma list of avx512,avx2,avx512bf16,ref,openblas (default: all but ref); -s i runs
+ * kernels: comma list of amx,avx512,avx2,avx512bf16,ref,openblas (default: all but ref); -s i runs
  * only shape i (0: 4096->12288, 1: 4096->8192, 2: 4096->4096, 3: 12288->4096). */
 #include <math.h>
 #include <stdint.h>
@@ -49,7 +49,7 @@ int main(int argc, char **argv) {
     int reps = 5, maxth = (int)sysconf(_SC_NPROCESSORS_ONLN);
     size_t T = 512;
     int only = -1; /* -s i: only shape i */
-    const char *kl = "avx512,avx2,avx512bf16,openblas";
+    const char *kl = "amx,avx512,avx2,avx512bf16,openblas";
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "-r")) reps = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "-t")) maxth = atoi(argv[i + 1]);
@@ -68,10 +68,12 @@ int main(int argc, char **argv) {
     /* peaks of the instructions used, in this run */
     double pk[2][PEAK_N] = {{0}}, pkc[2][PEAK_N] = {{0}};
     unsigned need[PEAK_N] = {CLEF_CPU_AVX512F | CLEF_CPU_FMA, CLEF_CPU_AVX2 | CLEF_CPU_FMA,
-                             CLEF_CPU_AVX512BF16, CLEF_CPU_AVX512VNNI};
+                             CLEF_CPU_AVX512BF16, CLEF_CPU_AVX512VNNI,
+                             CLEF_CPU_AMX_TILE | CLEF_CPU_AMX_BF16};
+    int amx_ok = clef_gemm_available(CLEF_GEMM_AMX, NULL);
     for (int ti = 0; ti < nths; ti++)
-        for (int k = 0; k < PEAK_DPBUSD_ZMM; k++)
-            if (clef_cpu_has(need[k])) {
+        for (int k = 0; k < PEAK_N; k++)
+            if (k != PEAK_DPBUSD_ZMM && clef_cpu_has(need[k]) && (k != PEAK_AMX_BF16 || amx_ok)) {
                 pk[ti][k] = peak_median((peak_kind)k, ths[ti], reps, 0.2, &pkc[ti][k]);
                 printf("peak %-16s %d thread(s): %7.1f GFLOP/s wall, %7.1f cpu\n", peak_names[k],
                        ths[ti], pk[ti][k], pkc[ti][k]);
@@ -106,6 +108,7 @@ int main(int argc, char **argv) {
             {"avx2", CLEF_GEMM_AVX2, PEAK_FMA_YMM},
             {"avx512bf16", CLEF_GEMM_AVX512_BF16, PEAK_DPBF16_ZMM},
             {"ref", CLEF_GEMM_REF, PEAK_FMA_YMM},
+            {"amx", CLEF_GEMM_AMX, PEAK_AMX_BF16},
         };
         for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++) {
             if (!has(kl, ks[ki].name)) continue;
@@ -126,8 +129,11 @@ int main(int argc, char **argv) {
                     v[r] = now_s() - t0;
                     c[r] = (cpu_s() - c0) / ths[ti];
                 }
-                report(shape, ks[ki].name, ths[ti], flop, v, c, reps, pk[ti][ks[ki].p],
-                       pkc[ti][ks[ki].p], peak_names[ks[ki].p]);
+                /* amx executes 3 products per useful one (the 3 bf16 terms of x): its % of the
+                 * instruction's peak counts the executed ones */
+                double ex = ks[ki].k == CLEF_GEMM_AMX ? 3.0 : 1.0;
+                report(shape, ks[ki].name, ths[ti], flop, v, c, reps, pk[ti][ks[ki].p] / ex,
+                       pkc[ti][ks[ki].p] / ex, ks[ki].k == CLEF_GEMM_AMX ? "tdpbf16ps (AMX), 3 per product" : peak_names[ks[ki].p]);
                 fflush(stdout);
             }
         }

@@ -9,14 +9,19 @@
 #include <pthread.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
-typedef enum { PEAK_FMA_ZMM, PEAK_FMA_YMM, PEAK_DPBF16_ZMM, PEAK_DPBUSD_ZMM, PEAK_N } peak_kind;
+typedef enum { PEAK_FMA_ZMM, PEAK_FMA_YMM, PEAK_DPBF16_ZMM, PEAK_DPBUSD_ZMM, PEAK_AMX_BF16, PEAK_N } peak_kind;
 
 static const char *const peak_names[PEAK_N] = {"vfmadd231ps zmm", "vfmadd231ps ymm",
-                                                 "vdpbf16ps zmm", "vpdpbusd zmm"};
-/* flops (or int ops) per instruction: lanes x multiply-adds per lane x 2 */
-static const double peak_ops[PEAK_N] = {16 * 2, 8 * 2, 16 * 2 * 2, 16 * 4 * 2};
+                                                 "vdpbf16ps zmm", "vpdpbusd zmm", "tdpbf16ps (AMX)"};
+/* flops (or int ops) per loop iteration: 12 instructions x lanes x multiply-adds per lane x 2;
+ * AMX: 4 tdpbf16ps of 16 x 16 x 32 multiply-adds */
+#define PEAK_ACC 12
+static const double peak_iter_ops[PEAK_N] = {PEAK_ACC * 16 * 2, PEAK_ACC * 8 * 2, PEAK_ACC * 16 * 2 * 2,
+                                             PEAK_ACC * 16 * 4 * 2, 4.0 * 16 * 16 * 32 * 2};
 
 static double now_s(void) {
     struct timespec ts;
@@ -132,7 +137,43 @@ __attribute__((target("avx512f,avx512vnni"), noinline)) static void peak_dpbusd(
         : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "cc");
 }
 
-#define PEAK_ACC 12
+/* AMX TDPBF16PS: 4 independent 16 x 16 fp32 accumulator tiles from two A and two B tiles (zeros).
+ * The caller must have asked Linux for the tile state (peak_amx_permitted). */
+typedef struct {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} peak_amx_cfg;
+
+__attribute__((target("amx-tile,amx-bf16"), noinline)) static void peak_amx(long iters) {
+    static const uint16_t zero[16 * 32] = {0};
+    peak_amx_cfg c;
+    memset(&c, 0, sizeof c);
+    c.palette = 1;
+    for (int i = 0; i < 8; i++) { c.colsb[i] = 64; c.rows[i] = 16; }
+    __asm__ volatile("" : : "r"(&c) : "memory"); /* gcc 12 drops the stores otherwise */
+    _tile_loadconfig(&c);
+    _tile_loadd(4, zero, 64);
+    _tile_loadd(5, zero, 64);
+    _tile_loadd(6, zero, 64);
+    _tile_loadd(7, zero, 64);
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    for (long i = 0; i < iters; i++) {
+        _tile_dpbf16ps(0, 4, 5);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 6, 5);
+        _tile_dpbf16ps(3, 6, 7);
+    }
+    _tile_release();
+}
+
+/* 1 when Linux grants this process the AMX tile state (asked once; harmless to repeat) */
+static int peak_amx_permitted(void) {
+    return syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XTILEDATA */) == 0;
+}
 
 typedef struct { peak_kind k; long iters; } peak_arg;
 
@@ -142,6 +183,7 @@ static void *peak_thread(void *p) {
     case PEAK_FMA_ZMM: peak_fma_zmm(a->iters); break;
     case PEAK_FMA_YMM: peak_fma_ymm(a->iters); break;
     case PEAK_DPBF16_ZMM: peak_dpbf16(a->iters); break;
+    case PEAK_AMX_BF16: peak_amx(a->iters); break;
     default: peak_dpbusd(a->iters); break;
     }
     return NULL;
@@ -158,7 +200,7 @@ static double peak_once(peak_kind k, int nthreads, long iters, double *cpu_rate)
     peak_thread(&a);
     for (int i = 1; i < nthreads; i++) pthread_join(t[i], NULL);
     double dt = now_s() - t0, dc = cpu_s() - c0;
-    double ops = (double)nthreads * (double)iters * PEAK_ACC * peak_ops[k] * 1e-9;
+    double ops = (double)nthreads * (double)iters * peak_iter_ops[k] * 1e-9;
     if (cpu_rate) *cpu_rate = ops / (dc / nthreads);
     return ops / dt;
 }
@@ -173,7 +215,7 @@ static int dcmp(const void *a, const void *b) {
 static double peak_median(peak_kind k, int nthreads, int reps, double seconds, double *cpu_med) {
     double probe;
     peak_once(k, 1, 1000000, &probe); /* GOP/s of one thread */
-    double per_iter = PEAK_ACC * peak_ops[k] * 1e-9 / probe;
+    double per_iter = peak_iter_ops[k] * 1e-9 / probe;
     long iters = (long)(seconds / per_iter);
     if (iters < 1000) iters = 1000;
     double v[64], c[64];

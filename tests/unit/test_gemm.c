@@ -7,6 +7,10 @@
  *     from every exact kernel   (sequential fp32
  *     FMA chain plus the bias add; the worst case, random data sits far below it)
  *   avx512bf16 (x rounded to bf16):   |y - y_double| <= (2^-8 + (K + 2) * 2^-24) * S
+ *   amx (x split into 3 exact bf16 terms, fp32 accumulation over the 3K products):
+ *                                     |y - y_double| <= (3K + 2) * 2^-24 * 1.01 * S
+ *     (|h| + |m| + |l| <= (1 + 2^-7 + 2^-15) |x|); its own bits, fixed for any thread count,
+ *     batch and row position, not those of the exact kernels
  * A kernel this CPU cannot run is skipped with its reason printed. */
 #include <math.h>
 #include <stdint.h>
@@ -116,7 +120,7 @@ int main(void) {
     CHECK(pools[1] && pools[2] && pools[3]);
 
     const clef_gemm_kernel kernels[] = {CLEF_GEMM_REF, CLEF_GEMM_AVX2, CLEF_GEMM_AVX512,
-                                        CLEF_GEMM_AVX512_BF16};
+                                        CLEF_GEMM_AVX512_BF16, CLEF_GEMM_AMX};
     int avail[CLEF_GEMM_NKERNELS] = {0};
     for (size_t i = 0; i < sizeof kernels / sizeof kernels[0]; i++) {
         const char *why;
@@ -136,7 +140,7 @@ int main(void) {
         {530, 520, 540, 0}, /* more than one row block (516), K block (256) and column block (512) */
     };
     const size_t nshape = sizeof shapes / sizeof shapes[0];
-    double worst_exact = 0, worst_bf = 0;
+    double worst_exact = 0, worst_bf = 0, worst_amx = 0;
     for (size_t s = 0; s < nshape; s++) {
         for (int with_bias = 0; with_bias < 2; with_bias++) {
             problem p;
@@ -150,14 +154,17 @@ int main(void) {
             for (size_t i = 0; i < sizeof kernels / sizeof kernels[0]; i++) {
                 clef_gemm_kernel k = kernels[i];
                 if (!avail[k] || (big && k == CLEF_GEMM_REF)) continue;
-                int exact = k != CLEF_GEMM_AVX512_BF16;
-                double bound = exact ? (double)(p.K + 1) * u : ldexp(1.0, -8) + (double)(p.K + 2) * u;
+                int exact = k != CLEF_GEMM_AVX512_BF16 && k != CLEF_GEMM_AMX;
+                double bound = exact ? (double)(p.K + 1) * u
+                               : k == CLEF_GEMM_AMX ? (double)(3 * p.K + 2) * u * 1.01
+                                                    : ldexp(1.0, -8) + (double)(p.K + 2) * u;
                 float *y1 = run(&p, k, pools[1]);
                 double w;
                 CHECK_MSG(check_err(&p, y1, bound, &w), "%s T=%zu K=%zu N=%zu bias=%d: rel err %.3g > %.3g",
                           clef_gemm_name(k), p.T, p.K, p.N, with_bias, w, bound);
                 if (exact && w > worst_exact) worst_exact = w;
-                if (!exact && w > worst_bf) worst_bf = w;
+                if (k == CLEF_GEMM_AVX512_BF16 && w > worst_bf) worst_bf = w;
+                if (k == CLEF_GEMM_AMX && w > worst_amx) worst_amx = w;
                 if (exact && !yexact) {
                     yexact = malloc(p.T * p.ldy * sizeof(float));
                     memcpy(yexact, y1, p.T * p.ldy * sizeof(float));
@@ -204,8 +211,8 @@ int main(void) {
             unmake(&p);
         }
     }
-    printf("worst |y - exact| / sum|x w|: exact kernels %.3g, bf16 kernel %.3g\n", worst_exact,
-           worst_bf);
+    printf("worst |y - exact| / sum|x w|: exact kernels %.3g, bf16 kernel %.3g, amx %.3g\n",
+           worst_exact, worst_bf, worst_amx);
 
     /* K = 0: bias (or zeros) */
     {

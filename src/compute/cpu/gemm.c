@@ -6,11 +6,13 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "base/cpu_features.h"
 
 static const char *const kernel_names[CLEF_GEMM_NKERNELS] = {
-    "auto", "ref", "avx2", "avx512", "avx512bf16",
+    "auto", "ref", "avx2", "avx512", "avx512bf16", "amx",
 };
 
 const char *clef_gemm_name(clef_gemm_kernel kern) {
@@ -20,6 +22,19 @@ const char *clef_gemm_name(clef_gemm_kernel kern) {
 #define NEED_AVX2 (CLEF_CPU_AVX2 | CLEF_CPU_FMA)
 #define NEED_AVX512 (CLEF_CPU_AVX512F | CLEF_CPU_AVX512BW | CLEF_CPU_AVX512VL | \
                      CLEF_CPU_AVX512DQ | CLEF_CPU_FMA)
+
+/* Linux hands a process the AMX tile state only on request (once per process, any thread). */
+static int g_amx_ok;
+static pthread_once_t g_amx_once = PTHREAD_ONCE_INIT;
+static void amx_request(void) {
+#ifdef SYS_arch_prctl
+    g_amx_ok = syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XTILEDATA */) == 0;
+#endif
+}
+static int amx_permitted(void) {
+    pthread_once(&g_amx_once, amx_request);
+    return g_amx_ok;
+}
 
 int clef_gemm_available(clef_gemm_kernel kern, const char **why) {
     const char *w = NULL;
@@ -35,6 +50,12 @@ int clef_gemm_available(clef_gemm_kernel kern, const char **why) {
     case CLEF_GEMM_AVX512_BF16:
         if (!clef_cpu_has(NEED_AVX512 | CLEF_CPU_AVX512BF16)) w = "the CPU lacks AVX512_BF16";
         break;
+    case CLEF_GEMM_AMX:
+        if (!clef_cpu_has(NEED_AVX512 | CLEF_CPU_AMX_TILE | CLEF_CPU_AMX_BF16))
+            w = "the CPU (or its OS) lacks AMX-BF16";
+        else if (!amx_permitted())
+            w = "Linux refused the AMX tile state (arch_prctl ARCH_REQ_XCOMP_PERM)";
+        break;
     default: w = "no such kernel"; break;
     }
     if (why) *why = w;
@@ -46,12 +67,14 @@ static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
 static void pick_default(void) {
     clef_gemm_kernel k = CLEF_GEMM_REF;
-    if (clef_gemm_available(CLEF_GEMM_AVX512, NULL)) k = CLEF_GEMM_AVX512;
+    if (clef_gemm_available(CLEF_GEMM_AMX, NULL)) k = CLEF_GEMM_AMX;
+    else if (clef_gemm_available(CLEF_GEMM_AVX512, NULL)) k = CLEF_GEMM_AVX512;
     else if (clef_gemm_available(CLEF_GEMM_AVX2, NULL)) k = CLEF_GEMM_AVX2;
     const char *env = getenv("CLEF_GEMM");
-    if (env) /* exact kernels only */
-        for (int i = CLEF_GEMM_REF; i <= CLEF_GEMM_AVX512; i++)
-            if (strcmp(env, kernel_names[i]) == 0 && clef_gemm_available((clef_gemm_kernel)i, NULL))
+    if (env) /* kernels with exact fp32 inputs only (not avx512bf16) */
+        for (int i = CLEF_GEMM_REF; i < CLEF_GEMM_NKERNELS; i++)
+            if (i != CLEF_GEMM_AVX512_BF16 && strcmp(env, kernel_names[i]) == 0 &&
+                clef_gemm_available((clef_gemm_kernel)i, NULL))
                 k = (clef_gemm_kernel)i;
     g_default = k;
 }
@@ -99,12 +122,72 @@ static void run_round(void *ctx, size_t b, size_t e, int worker) {
     }
 }
 
+/* ---------------------------------------------------------------- AMX */
+
+/* The packed activations of a chunk (up to 37 MB at K = 12,288) are kept between calls: a fresh
+ * buffer per call would page-fault its way in every time. One cached buffer for the process,
+ * taken with trylock; a caller that finds it busy uses a buffer of its own for that call. */
+static pthread_mutex_t xp_mu = PTHREAD_MUTEX_INITIALIZER;
+static void *xp_cache;
+static size_t xp_cache_bytes;
+
+typedef struct { uint16_t *xp; const float *x; size_t ldx, rows, K; } amx_pack_job;
+static void run_amx_pack(void *ctx, size_t b, size_t e, int worker) {
+    (void)worker;
+    const amx_pack_job *p = ctx;
+    clef_gemm_amx_pack(p->xp, p->x, p->ldx, p->rows, p->K, b, e);
+}
+typedef struct { clef_gemm_amx_chunk c; unsigned char *scratch; } amx_job;
+static void run_amx_panels(void *ctx, size_t b, size_t e, int worker) {
+    amx_job *j = ctx;
+    clef_gemm_amx_panels(&j->c, b, e, j->scratch + (size_t)worker * CLEF_AMX_SCRATCH);
+}
+
+static int gemm_amx(clef_pool *pool, float *y, size_t ldy, const float *x, size_t ldx, size_t T,
+                    size_t K, const uint16_t *W, size_t ldw, size_t N, const float *bias) {
+    size_t tc = T < CLEF_AMX_TC ? T : CLEF_AMX_TC;
+    size_t need = clef_gemm_amx_xp_elems(tc, K) * sizeof(uint16_t);
+    size_t npanel = (N + 31) / 32, nth = (size_t)clef_pool_size(pool);
+    size_t nw = nth < npanel ? nth : npanel;
+    unsigned char *scratch = aligned_alloc(64, nw * CLEF_AMX_SCRATCH);
+    if (!scratch) return -1;
+    void *xp = NULL;
+    int cached = pthread_mutex_trylock(&xp_mu) == 0;
+    if (cached) {
+        if (xp_cache_bytes < need) {
+            free(xp_cache);
+            xp_cache = aligned_alloc(64, (need + 63) / 64 * 64);
+            xp_cache_bytes = xp_cache ? need : 0;
+        }
+        xp = xp_cache;
+    } else {
+        xp = aligned_alloc(64, (need + 63) / 64 * 64);
+    }
+    int rc = -1;
+    if (xp) {
+        for (size_t t0 = 0; t0 < T; t0 += CLEF_AMX_TC) {
+            size_t rows = T - t0 < CLEF_AMX_TC ? T - t0 : CLEF_AMX_TC;
+            amx_pack_job pj = {xp, x + t0 * ldx, ldx, rows, K};
+            clef_pool_for(pool, (rows + 31) / 32 * 32, 16, run_amx_pack, &pj);
+            amx_job j = {{.xp = xp, .rows = rows, .y = y + t0 * ldy, .ldy = ldy, .W = W, .ldw = ldw,
+                          .bias = bias, .K = K, .N = N}, scratch};
+            clef_pool_for(pool, npanel, 1, run_amx_panels, &j);
+        }
+        rc = 0;
+    }
+    if (cached) pthread_mutex_unlock(&xp_mu);
+    else free(xp);
+    free(scratch);
+    return rc;
+}
+
 int clef_gemm_bf16_with(clef_gemm_kernel kern, clef_pool *pool, float *y, size_t ldy,
                         const float *x, size_t ldx, size_t T, size_t K, const uint16_t *W,
                         size_t ldw, size_t N, const float *bias) {
     if (kern == CLEF_GEMM_AUTO) kern = clef_gemm_default();
     if (!clef_gemm_available(kern, NULL)) return -1;
     if (T == 0 || N == 0) return 0;
+    if (kern == CLEF_GEMM_AMX && K > 0) return gemm_amx(pool, y, ldy, x, ldx, T, K, W, ldw, N, bias);
     job j;
     memset(&j, 0, sizeof j);
     j.a = (clef_gemm_args){.y = y, .ldy = ldy, .x = x, .ldx = ldx, .W = W, .ldw = ldw,

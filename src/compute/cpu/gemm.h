@@ -36,6 +36,8 @@ typedef enum {
     CLEF_GEMM_AVX2,        /* AVX2 + FMA: 6 x 16 register tile */
     CLEF_GEMM_AVX512,      /* AVX-512F/BW: 12 x 32 register tile */
     CLEF_GEMM_AVX512_BF16, /* AVX512_BF16 vdpbf16ps, x rounded to bf16: NOT exact */
+    CLEF_GEMM_AMX,         /* AMX-BF16, x split exactly into 3 bf16 terms (gemm_amx.c): exact
+                            * inputs, fp32 accumulation in its own fixed order */
     CLEF_GEMM_NKERNELS
 } clef_gemm_kernel;
 
@@ -95,6 +97,24 @@ void clef_gemm_avx512bf16_round(uint16_t *dst, const float *src, size_t n);
 #define CLEF_GEMM_MC 516    /* activation rows per block; a multiple of every MR */
 #endif
 #define CLEF_GEMM_LDA (CLEF_GEMM_KC + 16)
+
+/* AMX kernel (gemm_amx.c): rows per chunk of packed activations, k per packed weight block, and
+ * the per-worker scratch in bytes (the weight block, then the chunk's partial sums). */
+#define CLEF_AMX_TC 512
+#define CLEF_AMX_KC 256
+#define CLEF_AMX_SCRATCH ((size_t)CLEF_AMX_KC / 32 * 2 * 1024 + (size_t)CLEF_AMX_TC * 32 * 4)
+typedef struct {
+    const uint16_t *xp;   /* the chunk's packed x terms (clef_gemm_amx_pack) */
+    size_t rows;          /* rows in the chunk */
+    float *y; size_t ldy; /* row 0 of the chunk */
+    const uint16_t *W; size_t ldw;
+    const float *bias;
+    size_t K, N;
+} clef_gemm_amx_chunk;
+size_t clef_gemm_amx_xp_elems(size_t rows, size_t K);
+void clef_gemm_amx_pack(uint16_t *xp, const float *x, size_t ldx, size_t rows, size_t K, size_t r0,
+                        size_t r1);
+void clef_gemm_amx_panels(const clef_gemm_amx_chunk *c, size_t p0, size_t p1, void *scratch);
 #define CLEF_GEMM_SCRATCH ((size_t)CLEF_GEMM_KC * CLEF_GEMM_NC + (size_t)CLEF_GEMM_MC * CLEF_GEMM_LDA)
 
 #endif
