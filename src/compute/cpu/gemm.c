@@ -124,12 +124,13 @@ static void run_round(void *ctx, size_t b, size_t e, int worker) {
 
 /* ---------------------------------------------------------------- AMX */
 
-/* The packed activations of a chunk (up to 37 MB at K = 12,288) are kept between calls: a fresh
- * buffer per call would page-fault its way in every time. One cached buffer for the process,
- * taken with trylock; a caller that finds it busy uses a buffer of its own for that call. */
-static pthread_mutex_t xp_mu = PTHREAD_MUTEX_INITIALIZER;
-static void *xp_cache;
-static size_t xp_cache_bytes;
+/* The packed activations of a chunk (up to 37 MB at K = 12,288) and the workers' scratch
+ * (packed weights of CLEF_AMX_NCB panels for all of K, partial sums) are kept between calls: a
+ * fresh buffer per call would page-fault its way in every time. One cached buffer for the
+ * process, taken with trylock; a caller that finds it busy uses a buffer of its own. */
+static pthread_mutex_t amx_mu = PTHREAD_MUTEX_INITIALIZER;
+static void *amx_cache;
+static size_t amx_cache_bytes;
 
 typedef struct { uint16_t *xp; const float *x; size_t ldx, rows, K; } amx_pack_job;
 static void run_amx_pack(void *ctx, size_t b, size_t e, int worker) {
@@ -137,47 +138,46 @@ static void run_amx_pack(void *ctx, size_t b, size_t e, int worker) {
     const amx_pack_job *p = ctx;
     clef_gemm_amx_pack(p->xp, p->x, p->ldx, p->rows, p->K, b, e);
 }
-typedef struct { clef_gemm_amx_chunk c; unsigned char *scratch; } amx_job;
+typedef struct { clef_gemm_amx_chunk c; unsigned char *scratch; size_t per_worker; } amx_job;
 static void run_amx_panels(void *ctx, size_t b, size_t e, int worker) {
     amx_job *j = ctx;
-    clef_gemm_amx_panels(&j->c, b, e, j->scratch + (size_t)worker * CLEF_AMX_SCRATCH);
+    clef_gemm_amx_panels(&j->c, b, e, j->scratch + (size_t)worker * j->per_worker);
 }
 
 static int gemm_amx(clef_pool *pool, float *y, size_t ldy, const float *x, size_t ldx, size_t T,
                     size_t K, const uint16_t *W, size_t ldw, size_t N, const float *bias) {
     size_t tc = T < CLEF_AMX_TC ? T : CLEF_AMX_TC;
-    size_t need = clef_gemm_amx_xp_elems(tc, K) * sizeof(uint16_t);
+    size_t xbytes = (clef_gemm_amx_xp_elems(tc, K) * sizeof(uint16_t) + 63) / 64 * 64;
+    size_t per_worker = (clef_gemm_amx_scratch_bytes(K) + 63) / 64 * 64;
     size_t npanel = (N + 31) / 32, nth = (size_t)clef_pool_size(pool);
-    size_t nw = nth < npanel ? nth : npanel;
-    unsigned char *scratch = aligned_alloc(64, nw * CLEF_AMX_SCRATCH);
-    if (!scratch) return -1;
-    void *xp = NULL;
-    int cached = pthread_mutex_trylock(&xp_mu) == 0;
+    size_t need = xbytes + nth * per_worker;
+    unsigned char *buf;
+    int cached = pthread_mutex_trylock(&amx_mu) == 0;
     if (cached) {
-        if (xp_cache_bytes < need) {
-            free(xp_cache);
-            xp_cache = aligned_alloc(64, (need + 63) / 64 * 64);
-            xp_cache_bytes = xp_cache ? need : 0;
+        if (amx_cache_bytes < need) {
+            free(amx_cache);
+            amx_cache = aligned_alloc(64, need);
+            amx_cache_bytes = amx_cache ? need : 0;
         }
-        xp = xp_cache;
+        buf = amx_cache;
     } else {
-        xp = aligned_alloc(64, (need + 63) / 64 * 64);
+        buf = aligned_alloc(64, need);
     }
     int rc = -1;
-    if (xp) {
+    if (buf) {
+        uint16_t *xp = (uint16_t *)buf;
         for (size_t t0 = 0; t0 < T; t0 += CLEF_AMX_TC) {
             size_t rows = T - t0 < CLEF_AMX_TC ? T - t0 : CLEF_AMX_TC;
             amx_pack_job pj = {xp, x + t0 * ldx, ldx, rows, K};
             clef_pool_for(pool, (rows + 31) / 32 * 32, 16, run_amx_pack, &pj);
             amx_job j = {{.xp = xp, .rows = rows, .y = y + t0 * ldy, .ldy = ldy, .W = W, .ldw = ldw,
-                          .bias = bias, .K = K, .N = N}, scratch};
+                          .bias = bias, .K = K, .N = N}, buf + xbytes, per_worker};
             clef_pool_for(pool, npanel, 1, run_amx_panels, &j);
         }
         rc = 0;
     }
-    if (cached) pthread_mutex_unlock(&xp_mu);
-    else free(xp);
-    free(scratch);
+    if (cached) pthread_mutex_unlock(&amx_mu);
+    else free(buf);
     return rc;
 }
 

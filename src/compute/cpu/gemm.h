@@ -99,10 +99,17 @@ void clef_gemm_avx512bf16_round(uint16_t *dst, const float *src, size_t n);
 #define CLEF_GEMM_LDA (CLEF_GEMM_KC + 16)
 
 /* AMX kernel (gemm_amx.c): rows per chunk of packed activations, k per packed weight block, and
- * the per-worker scratch in bytes (the weight block, then the chunk's partial sums). */
+ * the per-worker scratch. */
+#ifndef CLEF_AMX_TC
 #define CLEF_AMX_TC 512
-#define CLEF_AMX_KC 256
-#define CLEF_AMX_SCRATCH ((size_t)CLEF_AMX_KC / 32 * 2 * 1024 + (size_t)CLEF_AMX_TC * 32 * 4)
+#endif
+#ifndef CLEF_AMX_KC
+#define CLEF_AMX_KC 128 /* a multiple of 32; 128 ran ~15% ahead of 256 and 512 */
+#endif
+#ifndef CLEF_AMX_NCB
+#define CLEF_AMX_NCB 8 /* 32-column panels per block sharing one pass over a K block of x */
+#endif
+size_t clef_gemm_amx_scratch_bytes(size_t K); /* per worker: NCB panels' weights, partial sums */
 typedef struct {
     const uint16_t *xp;   /* the chunk's packed x terms (clef_gemm_amx_pack) */
     size_t rows;          /* rows in the chunk */

@@ -105,28 +105,44 @@ TGT void clef_gemm_amx_pack(uint16_t *xp, const float *x, size_t ldx, size_t row
     }
 }
 
-/* The weight panel for columns [n0, n0 + 32) (zero rows at n >= N) and k blocks [kb0, kb0 + nkb):
- * wp[kb][i][16 pair rows][16 columns x 2], i = the column tile. */
-static TGT void pack_w(uint16_t *wp, const uint16_t *W, size_t ldw, size_t N, size_t K, size_t n0,
-                       size_t kb0, size_t nkb) {
-    for (size_t i = 0; i < 2; i++) {
-        size_t c0 = n0 + i * 16;
-        int rows = c0 >= N ? 0 : N - c0 >= 16 ? 16 : (int)(N - c0);
-        for (size_t b = 0; b < nkb; b++) {
-            size_t k0 = (kb0 + b) * 32;
-            uint16_t *d = wp + (b * 2 + i) * TILE;
-            __m512i r[16];
-            if (rows == 0 || k0 >= K) {
-                for (int q = 0; q < 16; q++) _mm512_storeu_si512(d + q * 32, _mm512_setzero_si512());
-                continue;
+/* The weights of panels [p0, p0 + np) (columns 32 p0 .., zero rows at n >= N) for all of K:
+ * wb[panel][kb][i][16 pair rows][16 columns x 2], i = the column tile. Each 16-row group is
+ * read along the whole of K before the next: 16 sequential streams, which the hardware
+ * prefetcher follows (12-14 GB/s here). Read K block by K block instead, as the products use
+ * them, the rows are 512-byte pieces 8 KB apart and the packing ran at ~3 GB/s, a fifth of the
+ * GEMM's time at T = 512 (bench: /tmp experiments noted in docs/performance.md). */
+static TGT void pack_w(uint16_t *wb, const uint16_t *W, size_t ldw, size_t N, size_t K, size_t p0,
+                       size_t np) {
+    const size_t nkb = (K + 31) / 32;
+    for (size_t pi = 0; pi < np; pi++)
+        for (size_t i = 0; i < 2; i++) {
+            size_t c0 = (p0 + pi) * 32 + i * 16;
+            int rows = c0 >= N ? 0 : N - c0 >= 16 ? 16 : (int)(N - c0);
+            for (size_t kb = 0; kb < nkb; kb++) {
+                uint16_t *d = wb + ((pi * nkb + kb) * 2 + i) * TILE;
+                __m512i r[16];
+                if (rows == 0) {
+                    for (int q = 0; q < 16; q++) _mm512_storeu_si512(d + q * 32, _mm512_setzero_si512());
+                    continue;
+                }
+                size_t k0 = kb * 32;
+                load_pairs16(r, W + c0 * ldw, ldw, rows, k0, K - k0 < 32 ? K - k0 : 32);
+                for (int q = 0; q < 16; q++) _mm512_storeu_si512(d + q * 32, r[q]);
             }
-            load_pairs16(r, W + c0 * ldw, ldw, rows, k0, K - k0 < 32 ? K - k0 : 32);
-            for (int q = 0; q < 16; q++) _mm512_storeu_si512(d + q * 32, r[q]);
         }
-    }
 }
 
-/* Columns [32 p0, 32 p1) of the chunk, for all its rows. scratch: CLEF_AMX_SCRATCH bytes. */
+size_t clef_gemm_amx_scratch_bytes(size_t K) {
+    return (size_t)CLEF_AMX_NCB * ((K + 31) / 32) * 2 * TILE * sizeof(uint16_t) +
+           (size_t)CLEF_AMX_NCB * CLEF_AMX_TC * 32 * sizeof(float);
+}
+
+/* Columns [32 p0, 32 p1) of the chunk, for all its rows. scratch: clef_gemm_amx_scratch_bytes(K).
+ * Loop order: blocks of CLEF_AMX_NCB panels, their weights packed for all of K first; in each,
+ * K blocks of CLEF_AMX_KC; in each, the panels (16 KB of packed weights per K block, read
+ * sequentially) against every 32-row block of the chunk. The x terms
+ * of one K block (rows x KC x 6 bytes: 384 KB at 512 rows) stay in L2 while all the block's
+ * panels use them, and so do the block's partial sums (NCB x rows x 32 floats). */
 TGT void clef_gemm_amx_panels(const clef_gemm_amx_chunk *c, size_t p0, size_t p1, void *scratch) {
     tilecfg cfg;
     memset(&cfg, 0, sizeof cfg);
@@ -136,71 +152,70 @@ TGT void clef_gemm_amx_panels(const clef_gemm_amx_chunk *c, size_t p0, size_t p1
     _tile_loadconfig(&cfg);
 
     const size_t ntp = (c->rows + 31) / 32, nkb = (c->K + 31) / 32;
-    uint16_t *wp = scratch;
-    float *cs = (float *)(wp + (size_t)KB_PER_KC * 2 * TILE); /* [ntp * 32 rows][32] */
-    /* The next panel's weight rows are prefetched into L2 while this one computes: read as
-     * 16-row column blocks, 8 KB apart, they defeat the hardware prefetcher and the packing
-     * waited on DRAM (~20% of the time at T = 512). */
-    const size_t row_lines = (c->K * 2 + 63) / 64;
-    const size_t steps = (nkb + KB_PER_KC - 1) / KB_PER_KC * ntp;
-    for (size_t p = p0; p < p1; p++) {
-        const size_t n0 = p * 32;
-        size_t nrows_next = p + 1 < p1 ? (c->N - (n0 + 32) < 32 ? c->N - (n0 + 32) : 32) : 0;
-        size_t pf_total = nrows_next * row_lines, pf_done = 0;
-        size_t pf_step = (pf_total + steps - 1) / steps;
+    uint16_t *wb = scratch; /* [NCB][nkb][2 tiles] */
+    float *csall = (float *)(wb + (size_t)CLEF_AMX_NCB * nkb * 2 * TILE); /* [NCB][ntp * 32][32] */
+    for (size_t nb0 = p0; nb0 < p1; nb0 += CLEF_AMX_NCB) {
+        const size_t nbp = p1 - nb0 < CLEF_AMX_NCB ? p1 - nb0 : CLEF_AMX_NCB;
+        pack_w(wb, c->W, c->ldw, c->N, c->K, nb0, nbp);
         for (size_t kb0 = 0; kb0 < nkb; kb0 += KB_PER_KC) {
             const size_t nkbl = nkb - kb0 < KB_PER_KC ? nkb - kb0 : KB_PER_KC;
-            pack_w(wp, c->W, c->ldw, c->N, c->K, n0, kb0, nkbl);
-            for (size_t tp = 0; tp < ntp; tp++) {
-                for (size_t q = 0; q < pf_step && pf_done < pf_total; q++, pf_done++) {
-                    size_t r = pf_done / row_lines, l = pf_done % row_lines;
-                    _mm_prefetch((const char *)(c->W + (n0 + 32 + r) * c->ldw) + l * 64, _MM_HINT_T1);
+            for (size_t pi = 0; pi < nbp; pi++) {
+                float *cs = csall + pi * ntp * 32 * 32;
+                const uint16_t *wp = wb + (pi * nkb + kb0) * 2 * TILE;
+                for (size_t tp = 0; tp < ntp; tp++) {
+                    float *ct = cs + tp * 32 * 32;
+                    if (kb0 == 0) {
+                        _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
+                    } else {
+                        _tile_loadd(0, ct, 128);
+                        _tile_loadd(1, ct + 16, 128);
+                        _tile_loadd(2, ct + 16 * 32, 128);
+                        _tile_loadd(3, ct + 16 * 32 + 16, 128);
+                    }
+                    const uint16_t *xt = c->xp + xtile(nkb, ntp, kb0, tp, 0, 0) * TILE;
+                    /* h, then m, then l for each kb: the order the header promises. Loads sit
+                     * just before their first use: tile registers are not renamed, so a load
+                     * into tile 6 or 7 waits for the products still reading it. */
+                    for (size_t b = 0; b < nkbl; b++, xt += 6 * TILE) {
+                        _tile_loadd(4, wp + (b * 2 + 0) * TILE, 64);
+                        _tile_loadd(6, xt, 64);
+                        _tile_dpbf16ps(0, 6, 4);
+                        _tile_loadd(5, wp + (b * 2 + 1) * TILE, 64);
+                        _tile_dpbf16ps(1, 6, 5);
+                        _tile_loadd(7, xt + TILE, 64);
+                        _tile_dpbf16ps(2, 7, 4); _tile_dpbf16ps(3, 7, 5);
+                        _tile_loadd(6, xt + 2 * TILE, 64);
+                        _tile_dpbf16ps(0, 6, 4); _tile_dpbf16ps(1, 6, 5);
+                        _tile_loadd(7, xt + 3 * TILE, 64);
+                        _tile_dpbf16ps(2, 7, 4); _tile_dpbf16ps(3, 7, 5);
+                        _tile_loadd(6, xt + 4 * TILE, 64);
+                        _tile_dpbf16ps(0, 6, 4); _tile_dpbf16ps(1, 6, 5);
+                        _tile_loadd(7, xt + 5 * TILE, 64);
+                        _tile_dpbf16ps(2, 7, 4); _tile_dpbf16ps(3, 7, 5);
+                    }
+                    _tile_stored(0, ct, 128);
+                    _tile_stored(1, ct + 16, 128);
+                    _tile_stored(2, ct + 16 * 32, 128);
+                    _tile_stored(3, ct + 16 * 32 + 16, 128);
                 }
-                float *ct = cs + tp * 32 * 32;
-                if (kb0 == 0) {
-                    _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
-                } else {
-                    _tile_loadd(0, ct, 128);
-                    _tile_loadd(1, ct + 16, 128);
-                    _tile_loadd(2, ct + 16 * 32, 128);
-                    _tile_loadd(3, ct + 16 * 32 + 16, 128);
-                }
-                const uint16_t *xt = c->xp + xtile(nkb, ntp, kb0, tp, 0, 0) * TILE;
-                for (size_t b = 0; b < nkbl; b++, xt += 6 * TILE) {
-                    _tile_loadd(4, wp + (b * 2 + 0) * TILE, 64);
-                    _tile_loadd(5, wp + (b * 2 + 1) * TILE, 64);
-                    /* h, then m, then l: the order the header promises */
-                    _tile_loadd(6, xt, 64);
-                    _tile_loadd(7, xt + TILE, 64);
-                    _tile_dpbf16ps(0, 6, 4); _tile_dpbf16ps(1, 6, 5);
-                    _tile_dpbf16ps(2, 7, 4); _tile_dpbf16ps(3, 7, 5);
-                    _tile_loadd(6, xt + 2 * TILE, 64);
-                    _tile_loadd(7, xt + 3 * TILE, 64);
-                    _tile_dpbf16ps(0, 6, 4); _tile_dpbf16ps(1, 6, 5);
-                    _tile_dpbf16ps(2, 7, 4); _tile_dpbf16ps(3, 7, 5);
-                    _tile_loadd(6, xt + 4 * TILE, 64);
-                    _tile_loadd(7, xt + 5 * TILE, 64);
-                    _tile_dpbf16ps(0, 6, 4); _tile_dpbf16ps(1, 6, 5);
-                    _tile_dpbf16ps(2, 7, 4); _tile_dpbf16ps(3, 7, 5);
-                }
-                _tile_stored(0, ct, 128);
-                _tile_stored(1, ct + 16, 128);
-                _tile_stored(2, ct + 16 * 32, 128);
-                _tile_stored(3, ct + 16 * 32 + 16, 128);
             }
         }
         /* + bias (one rounding, as in every kernel), into y */
-        size_t nn = c->N - n0 < 32 ? c->N - n0 : 32;
-        __mmask16 m0 = nn >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << nn) - 1u);
-        __mmask16 m1 = nn >= 32 ? (__mmask16)0xffff : nn > 16 ? (__mmask16)((1u << (nn - 16)) - 1u) : 0;
-        __m512 b0 = c->bias ? _mm512_maskz_loadu_ps(m0, c->bias + n0) : _mm512_setzero_ps();
-        __m512 b1 = c->bias && m1 ? _mm512_maskz_loadu_ps(m1, c->bias + n0 + 16) : _mm512_setzero_ps();
-        for (size_t t = 0; t < c->rows; t++) {
-            float *yr = c->y + t * c->ldy + n0;
-            __m512 v0 = _mm512_loadu_ps(cs + t * 32), v1 = _mm512_loadu_ps(cs + t * 32 + 16);
-            if (c->bias) { v0 = _mm512_add_ps(v0, b0); v1 = _mm512_add_ps(v1, b1); }
-            _mm512_mask_storeu_ps(yr, m0, v0);
-            if (m1) _mm512_mask_storeu_ps(yr + 16, m1, v1);
+        for (size_t pi = 0; pi < nbp; pi++) {
+            const size_t n0 = (nb0 + pi) * 32;
+            const float *cs = csall + pi * ntp * 32 * 32;
+            size_t nn = c->N - n0 < 32 ? c->N - n0 : 32;
+            __mmask16 m0 = nn >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << nn) - 1u);
+            __mmask16 m1 = nn >= 32 ? (__mmask16)0xffff : nn > 16 ? (__mmask16)((1u << (nn - 16)) - 1u) : 0;
+            __m512 b0 = c->bias ? _mm512_maskz_loadu_ps(m0, c->bias + n0) : _mm512_setzero_ps();
+            __m512 b1 = c->bias && m1 ? _mm512_maskz_loadu_ps(m1, c->bias + n0 + 16) : _mm512_setzero_ps();
+            for (size_t t = 0; t < c->rows; t++) {
+                float *yr = c->y + t * c->ldy + n0;
+                __m512 v0 = _mm512_loadu_ps(cs + t * 32), v1 = _mm512_loadu_ps(cs + t * 32 + 16);
+                if (c->bias) { v0 = _mm512_add_ps(v0, b0); v1 = _mm512_add_ps(v1, b1); }
+                _mm512_mask_storeu_ps(yr, m0, v0);
+                if (m1) _mm512_mask_storeu_ps(yr + 16, m1, v1);
+            }
         }
     }
     _tile_release();
