@@ -214,6 +214,55 @@ int main(void) {
     printf("worst |y - exact| / sum|x w|: exact kernels %.3g, bf16 kernel %.3g, amx %.3g\n",
            worst_exact, worst_bf, worst_amx);
 
+    /* Extreme inputs: every kernel with exact fp32 inputs must give the exact kernels' class of
+     * answer — huge finite x stays finite and accurate (the amx split truncates, so it never
+     * rounds up to Inf), Inf and NaN propagate as Inf / NaN with the same sign, 0 * Inf = NaN. */
+    {
+        problem p;
+        make(&p, 6, 70, 40, 1, 0);
+        p.x[0 * p.ldx + 3] = 3.0e38f;                 /* row 0: one huge value */
+        p.x[1 * p.ldx + 5] = INFINITY;                /* row 1: +Inf */
+        p.x[2 * p.ldx + 7] = -INFINITY;               /* row 2: -Inf */
+        uint32_t qn = 0x7f800001u;                    /* row 3: a NaN with only low payload bits */
+        memcpy(&p.x[3 * p.ldx + 9], &qn, sizeof qn);
+        p.x[4 * p.ldx + 1] = 1.17549435e-38f;         /* row 4: the smallest normal */
+        for (size_t n = 0; n < p.N; n += 7) p.W[n * p.ldw + 5] = 0; /* some 0 * Inf */
+        for (size_t t = 0; t < p.T; t++) /* recompute the reference rows */
+            for (size_t n = 0; n < p.N; n++) {
+                double sum = 0, m = 0;
+                for (size_t k = 0; k < p.K; k++) {
+                    double v = (double)p.x[t * p.ldx + k] * (double)bf(p.W[n * p.ldw + k]);
+                    sum += v;
+                    m += fabs(v);
+                }
+                sum += p.bias[n];
+                m += fabs(p.bias[n]);
+                p.ref[t * p.N + n] = sum;
+                p.mag[t * p.N + n] = m;
+            }
+        float *ye = run(&p, clef_gemm_default() == CLEF_GEMM_AMX ? CLEF_GEMM_AVX512 : CLEF_GEMM_REF, pools[2]);
+        for (size_t i = 0; i < sizeof kernels / sizeof kernels[0]; i++) {
+            clef_gemm_kernel k = kernels[i];
+            if (!avail[k] || k == CLEF_GEMM_AVX512_BF16) continue;
+            float *y = run(&p, k, pools[2]);
+            int ok = 1;
+            for (size_t t = 0; t < p.T; t++)
+                for (size_t n = 0; n < p.N; n++) {
+                    float a = y[t * p.ldy + n], e = ye[t * p.ldy + n];
+                    if (isnan(e) || isinf(e)) {
+                        if (!(isnan(a) == isnan(e) && isinf(a) == isinf(e) && (isnan(a) || a == e))) ok = 0;
+                    } else {
+                        double bound = (double)(3 * p.K + 2) * ldexp(1.0, -24) * 1.01 * p.mag[t * p.N + n];
+                        if (!(fabs((double)a - p.ref[t * p.N + n]) <= bound)) ok = 0;
+                    }
+                }
+            CHECK_MSG(ok, "%s: extreme inputs answered differently from the exact kernel", clef_gemm_name(k));
+            free(y);
+        }
+        free(ye);
+        unmake(&p);
+    }
+
     /* K = 0: bias (or zeros) */
     {
         float y[6], bias[3] = {1.5f, -2.0f, 0.0f};
