@@ -147,6 +147,7 @@ int clef_xmp_orientation(const uint8_t *p, size_t n) {
 
 int clef_rgb_orient(clef_rgb *im, int o, clef_err *err) {
     if (o < 2 || o > 8) return 0;
+    if (!im->px) return clef_err_set(err, CLEF_E_INTERNAL, "orientation applies to 8-bit images only");
     const int W = im->w, H = im->h;
     int swap = o >= 5;
     clef_rgb out;
@@ -170,28 +171,43 @@ int clef_rgb_orient(clef_rgb *im, int o, clef_err *err) {
     return 0;
 }
 
-int clef_image_decode(const uint8_t *data, size_t n, const clef_image_opts *o, clef_rgb *out, clef_err *err) {
-    memset(out, 0, sizeof *out);
+int clef_image_decode_all(const uint8_t *data, size_t n, const clef_image_opts *o, clef_rgb **frames, int *n_frames,
+                          clef_err *err) {
+    *frames = NULL;
+    *n_frames = 0;
     if (n > o->max_bytes)
         return clef_err_set(err, CLEF_E_LIMIT, "image of %zu bytes is over this server's limit of %zu bytes", n,
                             o->max_bytes);
     int orient = 0, rc, tv = o->tile == 0;
-    switch (clef_image_sniff(data, n)) {
+    clef_img_format fmt = clef_image_sniff(data, n);
+    if (fmt == CLEF_FMT_GIF) return clef_decode_gif(data, n, o, tv, frames, n_frames, err);
+    if (fmt == CLEF_FMT_UNKNOWN)
+        return clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA, "cannot identify image file (supported: PNG, JPEG, WebP, GIF)");
+    clef_rgb *out = calloc(1, sizeof *out);
+    if (!out) return clef_err_set(err, CLEF_E_OOM, "out of memory decoding an image");
+    switch (fmt) {
     case CLEF_FMT_PNG: rc = clef_decode_png(data, n, o, tv, out, &orient, err); break;
     case CLEF_FMT_JPEG: rc = clef_decode_jpeg(data, n, o, tv, out, &orient, err); break;
-    case CLEF_FMT_WEBP: rc = clef_decode_webp(data, n, o, tv, out, &orient, err); break;
-    case CLEF_FMT_GIF: rc = clef_decode_gif(data, n, o, tv, out, err); break;
-    default:
-        return clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA, "cannot identify image file (supported: PNG, JPEG, WebP, GIF)");
-    }
-    if (rc) {
-        clef_rgb_free(out);
-        return -1;
+    default: rc = clef_decode_webp(data, n, o, tv, out, &orient, err); break;
     }
     /* torchvision.io.decode_image does not apply EXIF orientation; PIL's exif_transpose does */
-    if (!tv && clef_rgb_orient(out, orient, err)) {
-        clef_rgb_free(out);
+    if (!rc && !tv) rc = clef_rgb_orient(out, orient, err);
+    if (rc) {
+        clef_rgb_free_all(out, 1);
         return -1;
     }
+    *frames = out;
+    *n_frames = 1;
+    return 0;
+}
+
+int clef_image_decode(const uint8_t *data, size_t n, const clef_image_opts *o, clef_rgb *out, clef_err *err) {
+    memset(out, 0, sizeof *out);
+    clef_rgb *frames = NULL;
+    int nf = 0;
+    if (clef_image_decode_all(data, n, o, &frames, &nf, err)) return -1;
+    *out = frames[0]; /* the first image; the others (animated GIF frames) are dropped */
+    memset(&frames[0], 0, sizeof frames[0]);
+    clef_rgb_free_all(frames, nf);
     return 0;
 }

@@ -3,7 +3,10 @@
  * keep the high byte; 16-bit grey opens as I;16 and convert("RGB") clamps the value to 255; palette
  * indices map through PLTE (an index past the palette gives black); alpha and tRNS are dropped; gAMA,
  * cHRM, sRGB and iCCP are ignored (Pillow converts nothing). The eXIf chunk's Orientation is
- * reported for exif_transpose. libpng errors longjmp back here; nothing leaks. */
+ * reported for exif_transpose. libpng errors longjmp back here; nothing leaks.
+ * At the native grid (torchvision.io.decode_image(..., ImageReadMode.RGB)) 16-bit PNGs stay 16-bit:
+ * the samples as stored, grey repeated in the three channels, alpha dropped (measured on the grey,
+ * grey+alpha, RGB and RGBA fixtures); 8-bit and lower decode as Pillow's. */
 #include <png.h>
 #include <setjmp.h>
 #include <stdlib.h>
@@ -87,6 +90,18 @@ static void convert_row(const uint8_t *r, uint8_t *o, int w, int ct, int depth, 
     }
 }
 
+/* 16-bit rows (big-endian samples) to interleaved uint16 RGB, torchvision's way. */
+static void convert_row16(const uint8_t *r, uint16_t *o, int w, int ct) {
+    const int ch = ct == PNG_COLOR_TYPE_GRAY ? 1 : ct == PNG_COLOR_TYPE_GRAY_ALPHA ? 2 : ct == PNG_COLOR_TYPE_RGB ? 3 : 4;
+    for (int x = 0; x < w; x++, o += 3) {
+        const uint8_t *p = r + (size_t)x * ch * 2;
+        for (int c = 0; c < 3; c++) {
+            const uint8_t *q = ch >= 3 ? p + 2 * c : p; /* grey: the same sample three times */
+            o[c] = (uint16_t)((unsigned)q[0] << 8 | q[1]);
+        }
+    }
+}
+
 static int png_body(png_structp png, png_infop info, png_src *s, const clef_image_opts *o, clef_rgb *out,
                     int *orient, clef_err *err) {
     png_uint_32 w, h;
@@ -95,11 +110,7 @@ static int png_body(png_structp png, png_infop info, png_src *s, const clef_imag
     png_get_IHDR(png, info, &w, &h, &depth, &ct, &il, NULL, NULL);
     if (clef_image_check_size((int64_t)w, (int64_t)h, o, err)) return -1;
     if (depth < 8) png_set_packing(png);
-    if (s->tv && depth == 16) {
-        /* torchvision decodes these to uint16 and the processor then resizes in float32 */
-        clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA, "16-bit PNG is not supported at the native grid (use a fixed tile)");
-        return -1;
-    }
+    const int wide = s->tv && depth == 16 && ct != PNG_COLOR_TYPE_PALETTE;
     int passes = png_set_interlace_handling(png);
     png_read_update_info(png, info);
     size_t rowbytes = png_get_rowbytes(png, info);
@@ -109,7 +120,7 @@ static int png_body(png_structp png, png_infop info, png_src *s, const clef_imag
         clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA, "PNG palette image without a PLTE chunk");
         return -1;
     }
-    if (clef_rgb_alloc(out, (int)w, (int)h, err)) return -1;
+    if (wide ? clef_rgb_alloc16(out, (int)w, (int)h, err) : clef_rgb_alloc(out, (int)w, (int)h, err)) return -1;
     if (passes > 1) {
         if (rowbytes > SIZE_MAX / h) {
             clef_err_set(err, CLEF_E_LIMIT, "PNG too large");
@@ -123,8 +134,10 @@ static int png_body(png_structp png, png_infop info, png_src *s, const clef_imag
         }
         for (png_uint_32 y = 0; y < h; y++) s->rows[y] = s->raw + rowbytes * y;
         png_read_image(png, s->rows);
-        for (png_uint_32 y = 0; y < h; y++)
-            convert_row(s->rows[y], out->px + (size_t)y * w * 3, (int)w, ct, depth, pal, npal);
+        for (png_uint_32 y = 0; y < h; y++) {
+            if (wide) convert_row16(s->rows[y], out->px16 + (size_t)y * w * 3, (int)w, ct);
+            else convert_row(s->rows[y], out->px + (size_t)y * w * 3, (int)w, ct, depth, pal, npal);
+        }
     } else {
         s->raw = malloc(rowbytes);
         if (!s->raw) {
@@ -133,7 +146,8 @@ static int png_body(png_structp png, png_infop info, png_src *s, const clef_imag
         }
         for (png_uint_32 y = 0; y < h; y++) {
             png_read_row(png, s->raw, NULL);
-            convert_row(s->raw, out->px + (size_t)y * w * 3, (int)w, ct, depth, pal, npal);
+            if (wide) convert_row16(s->raw, out->px16 + (size_t)y * w * 3, (int)w, ct);
+            else convert_row(s->raw, out->px + (size_t)y * w * 3, (int)w, ct, depth, pal, npal);
         }
     }
     s->past_image = 1;

@@ -1,4 +1,5 @@
-/* clef_image_prepare: entry -> bytes -> RGB -> (fixed tile: Pillow BICUBIC to tile x tile) ->
+/* clef_image_prepare: entry -> bytes -> RGB (8-bit, or 16-bit for a 16-bit PNG at the native grid; one
+ * image per frame for an animated GIF there) -> (fixed tile: Pillow BICUBIC to tile x tile) ->
  * smart_resize -> torchvision-exact resize -> normalise + patchify. */
 #include <stdlib.h>
 #include <string.h>
@@ -32,7 +33,26 @@ size_t clef_image_tokens(const clef_image *im, int merge_size) {
 void clef_rgb_free(clef_rgb *im) {
     if (!im) return;
     free(im->px);
+    free(im->px16);
     memset(im, 0, sizeof *im);
+}
+
+void clef_rgb_free_all(clef_rgb *frames, int n) {
+    if (!frames) return;
+    for (int i = 0; i < n; i++) clef_rgb_free(&frames[i]);
+    free(frames);
+}
+
+int clef_rgb_alloc16(clef_rgb *im, int w, int h, clef_err *err) {
+    memset(im, 0, sizeof *im);
+    if (w <= 0 || h <= 0) return clef_err_set(err, CLEF_E_INTERNAL, "image buffer of size %dx%d", w, h);
+    size_t n = (size_t)w * (size_t)h;
+    if (n > SIZE_MAX / 3 / sizeof(uint16_t)) return clef_err_set(err, CLEF_E_OOM, "image too large");
+    im->px16 = calloc(n * 3, sizeof(uint16_t));
+    if (!im->px16) return clef_err_set(err, CLEF_E_OOM, "out of memory for a %dx%d image", w, h);
+    im->w = w;
+    im->h = h;
+    return 0;
 }
 
 int clef_rgb_alloc(clef_rgb *im, int w, int h, clef_err *err) {
@@ -72,6 +92,8 @@ int clef_image_prepare_rgb(const clef_rgb *src, const clef_image_opts *o, clef_i
     if (validate_opts(o, err)) return -1;
     clef_rgb tiled = {0}, resized = {0};
     const clef_rgb *cur = src;
+    if (src->px16 && o->tile) /* 16-bit pixels come only from the native-grid decoder */
+        return clef_err_set(err, CLEF_E_INTERNAL, "a 16-bit image cannot take the fixed-tile path");
     if (o->tile) {
         if (clef_resize_pillow(src, o->tile, o->tile, &tiled, err)) return -1;
         cur = &tiled;
@@ -84,7 +106,9 @@ int clef_image_prepare_rgb(const clef_rgb *src, const clef_image_opts *o, clef_i
         clef_err_set(err, CLEF_E_LIMIT, "resized image %lldx%lld too large", (long long)ow, (long long)oh);
         goto fail;
     }
-    if (clef_resize_torchvision(cur, (int)ow, (int)oh, &resized, err)) goto fail;
+    if (cur->px16 ? clef_resize_torchvision_u16(cur, (int)ow, (int)oh, &resized, err)
+                  : clef_resize_torchvision(cur, (int)ow, (int)oh, &resized, err))
+        goto fail;
     clef_rgb_free(&tiled);
     int rc = clef_patchify(&resized, o, out, err);
     clef_rgb_free(&resized);
@@ -95,17 +119,73 @@ fail:
     return -1;
 }
 
+/* The reference's outcome for a request carrying this entry: the processor makes n images (one per
+ * frame), the prompt gets the tokens of image_grid_thw[0] only (one placeholder per entry), and the
+ * model forward raises on the count. Measured on the tiny checkpoint (3-frame GIF): "Image features
+ * and image tokens do not match, tokens: 70, features: 210". */
+static int several_images(const clef_rgb *first, int n, const clef_image_opts *o, clef_err *err) {
+    int64_t factor = (int64_t)o->patch_size * o->merge_size, oh, ow;
+    if (clef_smart_resize(first->h, first->w, factor, o->min_pixels, o->max_pixels, &oh, &ow, err)) return -1;
+    size_t tokens = (size_t)(oh / factor) * (size_t)(ow / factor);
+    return clef_err_set(err, CLEF_E_MEDIA_TOKEN_MISMATCH,
+                        "Image features and image tokens do not match, tokens: %zu, features: %zu", tokens,
+                        tokens * (size_t)n);
+}
+
+/* Every frame through the processor, rows concatenated in frame order (the processor's pixel_values). */
+static int prepare_frames(const clef_rgb *frames, int n, const clef_image_opts *o, clef_image *out, clef_err *err) {
+    clef_image *part = calloc((size_t)n, sizeof *part);
+    if (!part) return clef_err_set(err, CLEF_E_OOM, "out of memory for %d frames", n);
+    int rc = -1;
+    size_t rows = 0;
+    for (int i = 0; i < n; i++) {
+        if (clef_image_prepare_rgb(&frames[i], o, &part[i], err)) goto done;
+        if (part[i].grid_h != part[0].grid_h || part[i].grid_w != part[0].grid_w) {
+            clef_err_set(err, CLEF_E_INTERNAL, "frames of one image differ in size");
+            goto done;
+        }
+        rows += part[i].n_patches;
+    }
+    const size_t dim = part[0].patch_dim;
+    if (rows > SIZE_MAX / sizeof(float) / dim) {
+        clef_err_set(err, CLEF_E_LIMIT, "too many image patches");
+        goto done;
+    }
+    *out = part[0];
+    out->pixel_values = malloc(sizeof(float) * rows * dim);
+    if (!out->pixel_values) {
+        memset(out, 0, sizeof *out);
+        clef_err_set(err, CLEF_E_OOM, "out of memory for %zu image patches", rows);
+        goto done;
+    }
+    size_t at = 0;
+    for (int i = 0; i < n; i++) {
+        memcpy(out->pixel_values + at * dim, part[i].pixel_values, sizeof(float) * part[i].n_patches * dim);
+        at += part[i].n_patches;
+    }
+    out->n_patches = rows;
+    out->n_images = n;
+    rc = 0;
+done:
+    for (int i = 0; i < n; i++) clef_image_free(&part[i]);
+    free(part);
+    return rc;
+}
+
 int clef_image_prepare(const char *entry, size_t len, const clef_image_opts *o, clef_image *out, clef_err *err) {
     memset(out, 0, sizeof *out);
     if (validate_opts(o, err)) return -1;
     uint8_t *bytes = NULL;
     size_t n = 0;
     if (clef_image_entry_bytes(entry, len, o, &bytes, &n, err)) return -1;
-    clef_rgb rgb = {0};
-    int rc = clef_image_decode(bytes, n, o, &rgb, err);
+    clef_rgb *frames = NULL;
+    int nf = 0;
+    int rc = clef_image_decode_all(bytes, n, o, &frames, &nf, err);
     free(bytes);
     if (rc) return -1;
-    rc = clef_image_prepare_rgb(&rgb, o, out, err);
-    clef_rgb_free(&rgb);
+    if (nf == 1) rc = clef_image_prepare_rgb(&frames[0], o, out, err);
+    else if (!o->all_images) rc = several_images(&frames[0], nf, o, err);
+    else rc = prepare_frames(frames, nf, o, out, err);
+    clef_rgb_free_all(frames, nf);
     return rc;
 }

@@ -12,6 +12,11 @@
 #ifndef CLEF_E_UNSUPPORTED_MEDIA
 #define CLEF_E_UNSUPPORTED_MEDIA "UnsupportedMedia"
 #endif
+/* The reference's outcome for an entry that the processor turns into several images (contract.md §3.1;
+ * the same name and text as decision/request.h). */
+#ifndef CLEF_E_MEDIA_TOKEN_MISMATCH
+#define CLEF_E_MEDIA_TOKEN_MISMATCH "MediaTokenMismatch"
+#endif
 
 /* Our defaults: encoded bytes per image, and decoded pixels per image (Pillow's MAX_IMAGE_PIXELS, the
  * size above which Pillow itself warns of a decompression bomb). */
@@ -25,23 +30,33 @@ typedef struct clef_image_opts {
     size_t max_bytes;               /* cap on the encoded image size (ours) */
     int64_t max_source_pixels;      /* cap on decoded width*height before allocating (ours) */
     int patch_size, temporal_patch_size, merge_size; /* 16, 2, 2 */
+    /* An animated GIF at the native grid is one image per frame in the reference processor (every
+     * frame torchvision.io decodes). 0 (the default): such an entry fails with MediaTokenMismatch,
+     * the error the reference's model forward raises for a request carrying it (its prompt holds the
+     * first frame's tokens, its features are every frame's). 1: return every frame (n_images > 1);
+     * only for callers that place each processor image (the processor's output, tests). */
+    int all_images;
 } clef_image_opts;
 
 void clef_image_opts_default(clef_image_opts *o);
 
 typedef struct clef_image {
-    int grid_t, grid_h, grid_w;  /* image_grid_thw, in patches */
-    size_t n_patches;            /* grid_t * grid_h * grid_w */
+    int grid_t, grid_h, grid_w;  /* image_grid_thw of each image, in patches */
+    int n_images;                /* processor images held (all of one grid); 0 or 1 = one. > 1 only
+                                    with opts.all_images (the frames of an animated GIF) */
+    size_t n_patches;            /* all rows: n_images * grid_t * grid_h * grid_w */
     size_t patch_dim;            /* 3 * temporal_patch_size * patch_size^2 = 1536 */
-    float *pixel_values;         /* [n_patches, patch_dim], rows in the processor's block order */
+    float *pixel_values;         /* [n_patches, patch_dim], rows in the processor's block order,
+                                    image after image */
 } clef_image;
 
 /* Decodes one `images` entry (a data: URL, bare base64, or a path when allowed) and preprocesses it.
- * Errors: UnsupportedMedia (with a clear message), RequestTooLong (over our limits), OutOfMemory. */
+ * Errors: UnsupportedMedia (with a clear message), RequestTooLong (over our limits), OutOfMemory,
+ * MediaTokenMismatch (several processor images from one entry without opts.all_images). */
 int clef_image_prepare(const char *entry, size_t len, const clef_image_opts *o, clef_image *out, clef_err *err);
 void clef_image_free(clef_image *im);
 
-/* Image tokens the prompt carries for this image: (grid_h / merge) * (grid_w / merge) * grid_t. */
+/* Image tokens the prompt carries for one image of this grid: (grid_h / merge) * (grid_w / merge) * grid_t. */
 size_t clef_image_tokens(const clef_image *im, int merge_size);
 
 #endif

@@ -10,15 +10,22 @@
 #include "base/err.h"
 #include "image/image.h"
 
-/* A decoded image: 8-bit RGB, interleaved (HWC), rows packed. */
+/* A decoded image: RGB, interleaved (HWC), rows packed. 8-bit in px, except a 16-bit PNG at the native
+ * grid, which torchvision.io decodes to uint16 and the processor keeps so: 16-bit samples in px16.
+ * Exactly one of the two is set. */
 typedef struct clef_rgb {
     int w, h;
-    uint8_t *px; /* w*h*3 bytes */
+    uint8_t *px;    /* w*h*3 bytes */
+    uint16_t *px16; /* w*h*3 samples (16-bit images only) */
 } clef_rgb;
 
 void clef_rgb_free(clef_rgb *im);
 /* Allocates w*h*3 bytes (zeroed); -1 with OutOfMemory on failure. */
 int clef_rgb_alloc(clef_rgb *im, int w, int h, clef_err *err);
+/* The same with w*h*3 16-bit samples. */
+int clef_rgb_alloc16(clef_rgb *im, int w, int h, clef_err *err);
+/* Frees frames[0..n) and the array. */
+void clef_rgb_free_all(clef_rgb *frames, int n);
 
 /* ---- base64 (base64.c) ---- */
 /* Strict standard base64 (RFC 4648 alphabet, '=' padding). Python's b64decode (validate=False) skips
@@ -41,6 +48,11 @@ clef_img_format clef_image_sniff(const uint8_t *p, size_t n);
  *    Pillow resize.
  * Checks max_source_pixels before allocating. */
 int clef_image_decode(const uint8_t *data, size_t n, const clef_image_opts *o, clef_rgb *out, clef_err *err);
+/* The same, keeping every image the reference's decoder returns: several only for an animated GIF at
+ * the native grid (one per frame, torchvision.io.decode_gif). The frames together count against
+ * max_source_pixels. *frames is an array of *n_frames images; free with clef_rgb_free_all. */
+int clef_image_decode_all(const uint8_t *data, size_t n, const clef_image_opts *o, clef_rgb **frames, int *n_frames,
+                          clef_err *err);
 /* Turns an `images` entry (data: URL, bare base64, or a path when allowed) into encoded bytes. The
  * caller frees *bytes. */
 int clef_image_entry_bytes(const char *entry, size_t len, const clef_image_opts *o, uint8_t **bytes, size_t *n,
@@ -53,7 +65,9 @@ int clef_decode_jpeg(const uint8_t *p, size_t n, const clef_image_opts *o, int t
                      int *exif_orientation, clef_err *err);
 int clef_decode_webp(const uint8_t *p, size_t n, const clef_image_opts *o, int tv, clef_rgb *out,
                      int *exif_orientation, clef_err *err);
-int clef_decode_gif(const uint8_t *p, size_t n, const clef_image_opts *o, int tv, clef_rgb *out, clef_err *err);
+/* GIF: Pillow's first frame (tv == 0), or torchvision's frames (tv == 1: *n_frames >= 1). */
+int clef_decode_gif(const uint8_t *p, size_t n, const clef_image_opts *o, int tv, clef_rgb **frames, int *n_frames,
+                    clef_err *err);
 /* The Orientation tag of an EXIF block ("Exif\0\0" optional, then TIFF "II"/"MM"): 1..8, 9 when the tag is
  * present with another value, 0 when absent (then Pillow looks at XMP). */
 int clef_exif_orientation(const uint8_t *tiff, size_t n);
@@ -68,6 +82,10 @@ int clef_image_check_size(int64_t w, int64_t h, const clef_image_opts *o, clef_e
 /* torchvision resize(uint8 CHW, [oh, ow], BICUBIC, antialias=True) as ATen's x86 uint8 path computes
  * it: separable, horizontal pass then vertical, int16 weights with a per-pass precision. */
 int clef_resize_torchvision(const clef_rgb *in, int ow, int oh, clef_rgb *out, clef_err *err);
+/* The same call on a uint16 image (a 16-bit PNG at the native grid): torchvision casts to float32, runs
+ * ATen's float antialiased bicubic (resize_torchvision_float.c) and casts back to uint16 without
+ * rounding or clamping. in and out hold px16. */
+int clef_resize_torchvision_u16(const clef_rgb *in, int ow, int oh, clef_rgb *out, clef_err *err);
 /* PIL Image.resize((ow, oh), BICUBIC) on an RGB image: Pillow's 22-bit fixed-point resampler. */
 int clef_resize_pillow(const clef_rgb *in, int ow, int oh, clef_rgb *out, clef_err *err);
 
@@ -77,9 +95,10 @@ int clef_resize_pillow(const clef_rgb *in, int ow, int oh, clef_rgb *out, clef_e
 int clef_smart_resize(int64_t h, int64_t w, int64_t factor, int64_t min_pixels, int64_t max_pixels, int64_t *oh,
                       int64_t *ow, clef_err *err);
 /* (x - 127.5) / 127.5 in fp32 and the merge-block patch layout (model.md §7.4). im must be the
- * resized image (h, w multiples of patch*merge). */
+ * resized image (h, w multiples of patch*merge); 8- or 16-bit (16-bit values are normalised the same
+ * way, as the reference does: 0..65535 gives about -1..513). */
 int clef_patchify(const clef_rgb *im, const clef_image_opts *o, clef_image *out, clef_err *err);
-/* The processor on decoded pixels (tile, smart_resize, resize, patchify). */
+/* The processor on decoded pixels (tile, smart_resize, resize, patchify): one image. */
 int clef_image_prepare_rgb(const clef_rgb *src, const clef_image_opts *o, clef_image *out, clef_err *err);
 
 #endif

@@ -1,5 +1,5 @@
-/* Rescale+normalise ((x - 127.5) / 127.5 in fp32, the torchvision backend's fused form) and the
- * Qwen2-VL patch layout (model.md §7.4): rows in merge-block order (block row, block col, in-block
+/* Rescale+normalise ((x - 127.5) / 127.5 in fp32, the torchvision backend's fused form; uint16 samples
+ * of a 16-bit PNG go through the same formula, as the reference's do) and the Qwen2-VL patch layout (model.md §7.4): rows in merge-block order (block row, block col, in-block
  * row, in-block col), columns c*T*P*P + t*P*P + y*P + x with the frame repeated in both temporal
  * slots. */
 #include <stdlib.h>
@@ -26,12 +26,19 @@ int clef_patchify(const clef_rgb *im, const clef_image_opts *o, clef_image *out,
                     for (int c = 0; c < 3; c++)
                         for (int t = 0; t < T; t++)
                             for (int y = 0; y < P; y++) {
-                                const uint8_t *src = im->px + ((size_t)(py * P + y) * im->w + (size_t)px * P) * 3 + c;
+                                const size_t at = ((size_t)(py * P + y) * im->w + (size_t)px * P) * 3 + c;
                                 float *d = dst + ((size_t)(c * T + t) * P + y) * P;
-                                for (int x = 0; x < P; x++) d[x] = lut[src[3 * x]];
+                                if (im->px16) {
+                                    const uint16_t *src = im->px16 + at;
+                                    for (int x = 0; x < P; x++) d[x] = ((float)src[3 * x] - 127.5f) / 127.5f;
+                                } else {
+                                    const uint8_t *src = im->px + at;
+                                    for (int x = 0; x < P; x++) d[x] = lut[src[3 * x]];
+                                }
                             }
                 }
     out->grid_t = 1;
+    out->n_images = 1;
     out->grid_h = gh;
     out->grid_w = gw;
     out->n_patches = n;

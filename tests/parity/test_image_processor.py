@@ -5,8 +5,14 @@ request string gives the same grid_thw, shape and sha256 of pixel_values (float3
 native grid, at both fixed tiles, and for the recorded min_pixels/max_pixels runs -- or an error
 where the reference raised one. Every run is compared; none is skipped.
 
+An entry the processor turns into several images (an animated GIF at the native grid: one per frame)
+is one the reference cannot answer: systemone() fails with "Image features and image tokens do not
+match" (the prompt holds the first frame's tokens). The fixture records that outcome (native.request),
+and `clef preprocess` must answer it: MediaTokenMismatch with the same message. The frames' own
+pixel_values are compared bit for bit through the API by build/tests/test_image.
+
 Known divergences (ours is a clear refusal where the reference does something we do not reproduce)
-are listed in KNOWN with the reason; each must still answer exactly that refusal."""
+would be listed in KNOWN with the reason; each must still answer exactly that refusal. None today."""
 import base64
 import json
 import os
@@ -21,13 +27,7 @@ CLEF = os.path.join(BUILD, "clef")
 MIME = {"png": "png", "jpg": "jpeg", "webp": "webp", "gif": "gif", "bin": "png", "txt": "png"}
 
 # (file, arm) -> why we refuse where the reference answers
-KNOWN = {
-    ("gif_animated.gif", "native"): "torchvision decodes every frame and the processor makes one image per frame",
-}
-# torchvision.io decodes 16-bit PNGs to uint16; the processor then resizes them in float32 and
-# normalises the raw 0..65535 values as if they were 0..255 (pixel values up to ~513). We refuse.
-for _f in ("png_rgb16.png", "png_rgba16.png", "png_grey16.png", "png_la16.png"):
-    KNOWN[(_f, "native")] = "16-bit PNG: the reference feeds uint16 values (0..65535) through a float32 resize"
+KNOWN = {}
 
 
 def entry_for(rec):
@@ -56,6 +56,14 @@ def compare(name, arm, ref, got, bad):
         if "error" in got and got["error"]["type"] == "UnsupportedMedia":
             return "known"
         bad.append(f"{name} [{arm}]: expected our refusal ({KNOWN[(name, arm)]}), got {got}")
+        return "bad"
+    if "request" in ref:
+        # several processor images from one entry: the reference's request fails in the model forward
+        want = ref["request"]
+        if ("error" in got and want.get("error") == "ValueError" and got["error"]["type"] == "MediaTokenMismatch"
+                and got["error"]["message"] == want["message"]):
+            return "equal"
+        bad.append(f"{name} [{arm}]: the reference's request gives {want}; we answered {got}")
         return "bad"
     if "error" in ref:
         if "error" in got and got["error"]["type"] in ("UnsupportedMedia", "RequestTooLong"):

@@ -1,7 +1,8 @@
 /* Image host side: smart_resize (model.md §7.1 examples), base64 edge cases, patch layout, and
  * corrupt / truncated / zero-size / bomb / wrong-format inputs answering a clear error (run under
  * ASan by `make check`). Valid images come from tests/fixtures/images (the suite runs from the repo
- * root). */
+ * root). The 16-bit PNGs and the animated GIFs of the reference fixtures (index.json) are checked here
+ * through the API too: every frame's pixel_values with all_images, and the default's refusal. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +11,7 @@
 #include "image/image.h"
 #include "image/image_internal.h"
 #include "test.h"
+#include "text/json.h"
 
 static uint8_t *slurp(const char *path, size_t *n) {
     FILE *f = fopen(path, "rb");
@@ -282,6 +284,94 @@ static void test_end_to_end(void) {
     CHECK(clef_image_prepare(p, strlen(p), &o, &im, &e) == -1);
 }
 
+static int json_int_at(const json_value *arr, size_t i) {
+    if (!arr || arr->kind != JSON_ARRAY || i >= arr->u.array.n || arr->u.array.items[i]->kind != JSON_INT) return -1;
+    return atoi(arr->u.array.items[i]->u.integer.digits);
+}
+
+/* One recorded processor run (native or kwargs) against clef_image_prepare(all_images = 1). */
+static void check_run(const char *file, const json_value *ref, int64_t minp, int64_t maxp, int *checked) {
+    if (!ref || ref->kind != JSON_OBJECT || json_object_get(ref, "error")) return;
+    char path[512];
+    snprintf(path, sizeof path, "tests/fixtures/images/%s", file);
+    clef_image_opts o;
+    clef_image_opts_default(&o);
+    o.allow_paths = 1;
+    o.all_images = 1;
+    if (minp > 0) {
+        o.min_pixels = minp;
+        o.max_pixels = maxp;
+    }
+    clef_image im;
+    clef_err e = {0};
+    if (clef_image_prepare(path, strlen(path), &o, &im, &e)) {
+        CHECK_MSG(0, "%s: %s %s", file, e.type, e.msg);
+        return;
+    }
+    const json_value *grid = json_object_get(ref, "grid_thw"), *shape = json_object_get(ref, "shape");
+    const json_value *all = json_object_get(ref, "image_grid_thw"), *sha = json_object_get(ref, "pixel_values_sha256");
+    int want_n = all && all->kind == JSON_ARRAY ? (int)all->u.array.n : 1;
+    int n = im.n_images ? im.n_images : 1;
+    CHECK_MSG(im.grid_t == json_int_at(grid, 0) && im.grid_h == json_int_at(grid, 1) && im.grid_w == json_int_at(grid, 2),
+              "%s: grid %d,%d,%d", file, im.grid_t, im.grid_h, im.grid_w);
+    CHECK_MSG(n == want_n && (int)im.n_patches == json_int_at(shape, 0), "%s: %d images, %zu rows (want %d, %d)", file,
+              n, im.n_patches, want_n, json_int_at(shape, 0));
+    char hex[65];
+    clef_sha256_hex(im.pixel_values, im.n_patches * im.patch_dim * sizeof(float), hex);
+    CHECK_MSG(sha && sha->kind == JSON_STRING && !strcmp(hex, sha->u.string.s), "%s: pixel_values %s", file, hex);
+    clef_image_free(&im);
+    (*checked)++;
+    const json_value *req = json_object_get(ref, "request");
+    if (n > 1 && req) { /* without all_images: the reference's outcome for a request with this entry */
+        const json_value *msg = json_object_get(req, "message");
+        o.all_images = 0;
+        clef_err_clear(&e);
+        CHECK(clef_image_prepare(path, strlen(path), &o, &im, &e) == -1);
+        CHECK_STR(e.type, CLEF_E_MEDIA_TOKEN_MISMATCH);
+        CHECK_MSG(msg && msg->kind == JSON_STRING && !strcmp(e.msg, msg->u.string.s), "%s: %s", file, e.msg);
+    }
+}
+
+/* The 16-bit PNGs (ATen's float resize) and the animated GIFs (one image per frame) of index.json. */
+static void test_reference_fixtures(void) {
+    size_t n;
+    uint8_t *text = slurp("tests/fixtures/images/index.json", &n);
+    CHECK(text != NULL);
+    if (!text) return;
+    clef_err e = {0};
+    json_limits lim = {0, 64};
+    json_doc *d = json_parse((const char *)text, n, &lim, &e);
+    free(text);
+    CHECK(d != NULL);
+    if (!d) return;
+    const json_value *images = json_object_get(json_doc_root(d), "images");
+    int checked = 0, multi = 0, sixteen = 0;
+    for (size_t i = 0; images && images->kind == JSON_ARRAY && i < images->u.array.n; i++) {
+        const json_value *rec = images->u.array.items[i], *f = json_object_get(rec, "file");
+        const json_value *nat = json_object_get(rec, "native");
+        if (!f || f->kind != JSON_STRING || !nat) continue;
+        const char *file = f->u.string.s;
+        int is16 = !strncmp(file, "png16_", 6) || !strcmp(file, "png_rgb16.png") || !strcmp(file, "png_rgba16.png") ||
+                   !strcmp(file, "png_grey16.png") || !strcmp(file, "png_la16.png");
+        int is_multi = json_object_get(nat, "image_grid_thw") != NULL;
+        if (!is16 && !is_multi) continue;
+        sixteen += is16;
+        multi += is_multi;
+        check_run(file, nat, 0, 0, &checked);
+        const json_value *kw = json_object_get(rec, "kwargs");
+        for (size_t k = 0; kw && kw->kind == JSON_ARRAY && k < kw->u.array.n; k++) {
+            const json_value *r = kw->u.array.items[k];
+            const json_value *a = json_object_get(r, "min_pixels"), *b = json_object_get(r, "max_pixels");
+            if (a && b && a->kind == JSON_INT && b->kind == JSON_INT)
+                check_run(file, r, atoll(a->u.integer.digits), atoll(b->u.integer.digits), &checked);
+        }
+    }
+    CHECK_MSG(sixteen >= 15 && multi >= 3 && checked >= sixteen + multi + 4, "%d 16-bit, %d animated, %d runs", sixteen,
+              multi, checked);
+    printf("reference fixtures through the API: %d 16-bit PNGs, %d animated GIFs, %d runs\n", sixteen, multi, checked);
+    json_doc_free(d);
+}
+
 static void test_sha256(void) {
     char hex[65];
     clef_sha256_hex("", 0, hex);
@@ -318,5 +408,6 @@ int main(void) {
     test_other_formats();
     test_patchify();
     test_end_to_end();
+    test_reference_fixtures();
     return TEST_END();
 }

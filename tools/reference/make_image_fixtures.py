@@ -5,7 +5,9 @@ sizes, a few corrupt files) and index.json recording, for each, what the referen
 produces when the image arrives as a request string (a data: URL, or bare base64), exactly as
 systemone() passes it: grid_thw and the sha256 of pixel_values as float32 little-endian bytes, or the
 error it raises. Also the fixed-tile arms (load_image, PIL BICUBIC resize to 256x256 / 448x448, then
-the processor) and a few min_pixels/max_pixels runs.
+the processor) and a few min_pixels/max_pixels runs. For an entry the processor turns into several
+images (an animated GIF's frames) also what systemone() answers for a request carrying it, on the tiny
+checkpoint (needs models/tiny: `make tiny`).
 
 Run with the reference venv:  .venv-ref/bin/python tools/reference/make_image_fixtures.py
 Deterministic: same images and index on every run (numpy default_rng seeds, Pillow encoders).
@@ -80,9 +82,10 @@ def png_chunk(t, data):
     return struct.pack(">I", len(data)) + t + data + struct.pack(">I", zlib.crc32(t + data) & 0xFFFFFFFF)
 
 
-def png_raw(w, h, color_type, depth, rows_fn, interlace=False, extra_chunks=(), plte=None, trns=None):
-    """A minimal PNG writer (Pillow cannot write Adam7 or gAMA): rows_fn(y, xs) gives the raw bytes of
-    the pixels at x in xs of row y."""
+def png_raw(w, h, color_type, depth, rows_fn, interlace=False, extra_chunks=(), plte=None, trns=None, up=False):
+    """A minimal PNG writer (Pillow cannot write Adam7, gAMA or 16-bit RGB): rows_fn(y, xs) gives the raw
+    bytes of the pixels at x in xs of row y. up: PNG filter 2 (Up) on every row but the first (not with
+    interlace), for smaller files of smooth 16-bit content."""
     out = [b"\x89PNG\r\n\x1a\n", png_chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, depth, color_type, 0, 0, 1 if interlace else 0))]
     for c in extra_chunks:
         out.append(c)
@@ -96,8 +99,14 @@ def png_raw(w, h, color_type, depth, rows_fn, interlace=False, extra_chunks=(), 
         xs = list(range(x0, w, dx))
         if not xs:
             continue
+        prev = None
         for y in range(y0, h, dy):
-            raw += b"\x00" + rows_fn(y, xs)
+            row = rows_fn(y, xs)
+            if up and prev is not None and not interlace:
+                raw += b"\x02" + bytes((a - b) & 255 for a, b in zip(row, prev))
+            else:
+                raw += b"\x00" + row
+            prev = row
     out.append(png_chunk(b"IDAT", zlib.compress(bytes(raw), 9)))
     out.append(png_chunk(b"IEND", b""))
     return b"".join(out)
@@ -107,6 +116,87 @@ def exif_with_orientation(o):
     ex = Image.Exif()
     ex[0x0112] = o
     return ex.tobytes()
+
+
+def wide(w, h, ch, seed, kind):
+    """16-bit samples (big-endian, [h, w, ch]): noise over the full range, smooth full-range gradients,
+    or hard 0/65535 blocks (the bicubic overshoots past both ends there)."""
+    rng = np.random.default_rng(seed)
+    if kind == "noise":
+        a = rng.integers(0, 65536, (h, w, ch))
+    elif kind == "edges":
+        a = np.where(((np.arange(w)[None, :] // 3 + np.arange(h)[:, None] // 2) % 2)[:, :, None] == 1, 65535, 0)
+        a = np.broadcast_to(a, (h, w, ch)).copy()
+        a[::5, ::7] = rng.integers(0, 65536, a[::5, ::7].shape)
+    else:
+        yy, xx = np.mgrid[0:h, 0:w].astype(np.float64)
+        base = [65535 * (xx + 0.5) / w, 65535 * (yy + 0.5) / h, 32767.5 + 32767.5 * np.sin(2 * np.pi * xx / w)]
+        a = np.stack([base[c % 3] for c in range(ch)], -1)
+        a[h // 3: h // 2, w // 4: w // 3] = 65535 - a[h // 3: h // 2, w // 4: w // 3]
+        a = np.clip(np.rint(a), 0, 65535)
+    return a.astype(">u2")
+
+
+def gif_lzw(indices, bits):
+    """GIF LZW data that never grows the code table: a clear code before the table would widen (valid
+    for any decoder; size does not matter here)."""
+    clear, end = 1 << bits, (1 << bits) + 1
+    width, out, acc, nacc = bits + 1, bytearray(), 0, 0
+    codes, run = [clear], 0
+    for v in indices:
+        codes.append(int(v))
+        run += 1
+        if run == (1 << bits) - 2:
+            codes.append(clear)
+            run = 0
+    codes.append(end)
+    for c in codes:
+        acc |= c << nacc
+        nacc += width
+        while nacc >= 8:
+            out.append(acc & 255)
+            acc >>= 8
+            nacc -= 8
+    if nacc:
+        out.append(acc & 255)
+    blocks = bytearray([bits])
+    for i in range(0, len(out), 255):
+        blocks += bytes([len(out[i:i + 255])]) + out[i:i + 255]
+    return bytes(blocks + b"\x00")
+
+
+def gif_frames_raw():
+    """A 6-frame GIF covering torchvision's canvas rules: frames smaller than the screen at offsets,
+    disposal 1 (drawn over the previous frame), 2 and 3 (both restart from the background colour
+    there), a frame without a control block, transparent indices, a local colour table with an
+    interlaced frame, and two control blocks before one frame (giflib uses the first)."""
+    rng = np.random.default_rng(90)
+    W, H = 40, 30
+    gct = bytes(rng.integers(0, 256, 16 * 3, dtype=np.uint8))
+    out = bytearray(b"GIF89a" + struct.pack("<HH", W, H) + bytes([0xF3, 5, 0]) + gct)
+
+    def gce(disposal, trans=None):
+        flags = (disposal << 2) | (1 if trans is not None else 0)
+        return b"\x21\xF9\x04" + bytes([flags, 10, 0, trans or 0]) + b"\x00"
+
+    def frame(x, y, w, h, bits=4, lct=None, interlace=False, seed=0):
+        idx = np.random.default_rng(seed).integers(0, 1 << bits, (h, w))
+        rows = list(range(h))
+        if interlace:
+            rows = list(range(0, h, 8)) + list(range(4, h, 8)) + list(range(2, h, 4)) + list(range(1, h, 2))
+        flags = (0x40 if interlace else 0) | ((0x80 | (bits - 1)) if lct is not None else 0)
+        d = b"\x2C" + struct.pack("<HHHH", x, y, w, h) + bytes([flags]) + (lct or b"")
+        return d + gif_lzw(idx[rows].reshape(-1), max(bits, 2))
+
+    out += gce(0) + frame(0, 0, W, H, seed=1)
+    out += gce(1, trans=2) + frame(5, 7, 20, 10, seed=2)
+    out += gce(2, trans=3) + frame(30, 20, 10, 10, seed=3)
+    out += frame(3, 3, 12, 12, seed=4)                      # no control block
+    lct = bytes(rng.integers(0, 256, 8 * 3, dtype=np.uint8))
+    out += gce(3) + frame(8, 2, 17, 19, bits=3, lct=lct, interlace=True, seed=5)
+    out += gce(1, trans=0) + gce(2) + frame(0, 10, 25, 20, seed=6)
+    out += b"\x3B"
+    return bytes(out)
 
 
 def build_images():
@@ -209,6 +299,26 @@ def build_images():
     gf = [Image.fromarray(content(80, 60, 63 + k, noise=2)).quantize(128) for k in range(3)]
     add("gif_animated.gif", enc(gf[0], "GIF", save_all=True, append_images=gf[1:], duration=100))
     add("gif_grey.gif", enc(gb.convert("L"), "GIF"))
+    # 16-bit PNGs at the native grid: torchvision keeps uint16 and the processor resizes in float32
+    for name, w, h, ct, kind in [("png16_rgb_45x37.png", 45, 37, 2, "noise"), ("png16_rgba_61x29.png", 61, 29, 6, "noise"),
+                                 ("png16_grey_33x65.png", 33, 65, 0, "noise"), ("png16_la_50x50.png", 50, 50, 4, "noise"),
+                                 ("png16_rgb_edges_40x24.png", 40, 24, 2, "edges"),
+                                 ("png16_grey_256x256.png", 256, 256, 0, "smooth"),  # no resize
+                                 ("png16_rgb_300x256.png", 300, 256, 2, "smooth"),   # horizontal pass only
+                                 ("png16_rgb_256x300.png", 256, 300, 2, "smooth"),   # vertical pass only
+                                 ("png16_grey_1200x300.png", 1200, 300, 0, "smooth")]:
+        px = wide(w, h, 4 if ct == 6 else 2 if ct == 4 else 1 if ct == 0 else 3, 200 + w + h, kind)
+        add(name, png_raw(w, h, ct, 16, lambda y, xs, px=px: px[y, xs].tobytes(), up=kind == "smooth"))
+    px = wide(37, 23, 3, 301, "noise")
+    add("png16_rgb_interlaced_37x23.png", png_raw(37, 23, 2, 16, lambda y, xs: px[y, xs].tobytes(), interlace=True))
+    px2 = wide(30, 20, 3, 302, "noise")
+    add("png16_rgb_trns_30x20.png", png_raw(30, 20, 2, 16, lambda y, xs: px2[y, xs].tobytes(),
+                                            trns=bytes(px2[0, 0].astype(">u2").tobytes())))
+    # animated GIFs at the native grid: one processor image per frame (torchvision's canvas rules)
+    add("gif_anim_dispose.gif", gif_frames_raw())
+    pf = [Image.fromarray(content(50, 40, 80 + k, noise=2)).quantize(64) for k in range(2)]
+    add("gif_anim_pillow_2.gif", enc(pf[0], "GIF", save_all=True, append_images=pf[1:], duration=80, disposal=2,
+                                     transparency=3, optimize=False))
     # errors the reference raises
     good = png_bytes(Image.fromarray(content(64, 64, 70)))
     add("bad_truncated.png", good[: len(good) // 2])
@@ -231,8 +341,31 @@ def result(proc, images, **kw):
         return err_rec(e)
     pv = out["pixel_values"]
     assert pv.dtype == torch.float32
-    return {"grid_thw": out["image_grid_thw"][0].tolist(), "shape": list(pv.shape),
-            "pixel_values_sha256": hashlib.sha256(pv.contiguous().numpy().astype("<f4").tobytes()).hexdigest()}
+    grids = out["image_grid_thw"].tolist()
+    r = {"grid_thw": grids[0], "shape": list(pv.shape),
+         "pixel_values_sha256": hashlib.sha256(pv.contiguous().numpy().astype("<f4").tobytes()).hexdigest()}
+    if len(grids) > 1:  # several processor images from one entry (an animated GIF's frames)
+        r["image_grid_thw"] = grids
+    return r
+
+
+_tiny = []
+
+
+def request_outcome(entry):
+    """What systemone() does with a request carrying this one entry, on the tiny checkpoint (models/tiny,
+    `make tiny`): its response's usage, or its error by class and message."""
+    if not _tiny:
+        import joint_schema_model as jsm
+        model, processor = jsm.load_release_model(os.path.join(ROOT, "models", "tiny"), dtype=torch.float32,
+                                                  device="cpu")
+        _tiny.extend([jsm, model, processor])
+    jsm, model, processor = _tiny
+    req = {"model": "clef-flash", "state": "x", "images": [entry], "questions": {"q": {"type": "noul"}}}
+    try:
+        return {"usage": jsm.systemone(model, processor, req)["usage"]}
+    except Exception as e:
+        return err_rec(e)
 
 
 def tile_result(proc, entry, tile):
@@ -256,7 +389,10 @@ def main():
         "what": "Reference image processor outputs for the images in this folder, each sent as a request string "
                 "(entry: data_url = 'data:image/<ext>;base64,...', base64 = bare base64). native: the processor on "
                 "the string; g256/g448: transformers load_image, PIL BICUBIC resize to the tile, then the processor; "
-                "kwargs runs pass min_pixels/max_pixels to the processor call. sha256 over pixel_values as float32 LE.",
+                "kwargs runs pass min_pixels/max_pixels to the processor call. sha256 over pixel_values as float32 LE. "
+                "grid_thw is image_grid_thw[0]; when the processor made several images of one entry (an animated "
+                "GIF's frames) image_grid_thw lists them all and request records what systemone() does with a "
+                "request carrying that entry (tiny checkpoint).",
         "generator": "tools/reference/make_image_fixtures.py",
         "versions": {"python": sys.version.split()[0], "transformers": transformers.__version__, "torch": torch.__version__,
                      "torchvision": torchvision.__version__, "pillow": PIL.__version__, "numpy": np.__version__},
@@ -266,6 +402,8 @@ def main():
     }
     mime = {"png": "png", "jpg": "jpeg", "webp": "webp", "gif": "gif", "bin": "png", "txt": "png"}
     kw_runs = {"png_rgb_640x480.png": [(4096, 65536), (65536, 262144)], "jpeg_1920x1080.jpg": [(1024, 200704)],
+               "png16_rgb_45x37.png": [(100000, 16777216)], "png16_rgba_61x29.png": [(1024, 4096)],
+               "png16_grey_1200x300.png": [(4096, 16384), (16384, 65536)],
                "png_rgb_10x10.png": [(100000, 16777216)]}
     for name, data, form in build_images():
         with open(os.path.join(OUT, name), "wb") as f:
@@ -274,6 +412,8 @@ def main():
         entry = f"data:image/{mime[name.rsplit('.', 1)[1]]};base64,{b64}" if form == "data_url" else b64
         rec = {"file": name, "entry": form, "bytes": len(data), "file_sha256": hashlib.sha256(data).hexdigest(),
                "native": result(proc, [entry])}
+        if "image_grid_thw" in rec["native"]:
+            rec["native"]["request"] = request_outcome(entry)
         for t in (256, 448):
             rec[f"g{t}"] = tile_result(proc, entry, t)
         if name in kw_runs:
