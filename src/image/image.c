@@ -172,6 +172,17 @@ done:
     return rc;
 }
 
+/* all_images 2: every frame's grid and the count, without the frames' pixels. The frames share the
+ * canvas size, so the first one's processing raises whatever processing all of them would. */
+static int frames_grid(const clef_rgb *first, int n, const clef_image_opts *o, clef_image *out, clef_err *err) {
+    if (clef_image_prepare_rgb(first, o, out, err)) return -1;
+    free(out->pixel_values);
+    out->pixel_values = NULL;
+    out->n_patches *= (size_t)n;
+    out->n_images = n;
+    return 0;
+}
+
 int clef_image_prepare(const char *entry, size_t len, const clef_image_opts *o, clef_image *out, clef_err *err) {
     memset(out, 0, sizeof *out);
     if (validate_opts(o, err)) return -1;
@@ -185,6 +196,7 @@ int clef_image_prepare(const char *entry, size_t len, const clef_image_opts *o, 
     if (rc) return -1;
     if (nf == 1) rc = clef_image_prepare_rgb(&frames[0], o, out, err);
     else if (!o->all_images) rc = several_images(&frames[0], nf, o, err);
+    else if (o->all_images == 2) rc = frames_grid(&frames[0], nf, o, out, err);
     else rc = prepare_frames(frames, nf, o, out, err);
     clef_rgb_free_all(frames, nf);
     return rc;

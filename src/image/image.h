@@ -32,9 +32,13 @@ typedef struct clef_image_opts {
     int patch_size, temporal_patch_size, merge_size; /* 16, 2, 2 */
     /* An animated GIF at the native grid is one image per frame in the reference processor (every
      * frame torchvision.io decodes). 0 (the default): such an entry fails with MediaTokenMismatch,
-     * the error the reference's model forward raises for a request carrying it (its prompt holds the
-     * first frame's tokens, its features are every frame's). 1: return every frame (n_images > 1);
-     * only for callers that place each processor image (the processor's output, tests). */
+     * the error the reference's model forward raises for a request carrying it alone (its prompt holds
+     * the first frame's tokens, its features are every frame's). 1: return every frame (n_images > 1);
+     * only for callers that place each processor image (the processor's output, tests). 2: the grid and
+     * n_images only (n_patches counts every frame, pixel_values is NULL when n_images > 1; the checks
+     * and errors are those of 1: the first frame is processed and its pixels dropped): for
+     * encode_record, which refuses such a request but needs the counts, without the memory and work
+     * of every frame's pixels (a small canvas with many frames would be cheap to send). */
     int all_images;
 } clef_image_opts;
 
@@ -43,7 +47,8 @@ void clef_image_opts_default(clef_image_opts *o);
 typedef struct clef_image {
     int grid_t, grid_h, grid_w;  /* image_grid_thw of each image, in patches */
     int n_images;                /* processor images held (all of one grid); 0 or 1 = one. > 1 only
-                                    with opts.all_images (the frames of an animated GIF) */
+                                    with opts.all_images (the frames of an animated GIF; with 2, no
+                                    pixel_values) */
     size_t n_patches;            /* all rows: n_images * grid_t * grid_h * grid_w */
     size_t patch_dim;            /* 3 * temporal_patch_size * patch_size^2 = 1536 */
     float *pixel_values;         /* [n_patches, patch_dim], rows in the processor's block order,

@@ -2,7 +2,8 @@
  * corrupt / truncated / zero-size / bomb / wrong-format inputs answering a clear error (run under
  * ASan by `make check`). Valid images come from tests/fixtures/images (the suite runs from the repo
  * root). The 16-bit PNGs and the animated GIFs of the reference fixtures (index.json) are checked here
- * through the API too: every frame's pixel_values with all_images, and the default's refusal. */
+ * through the API too: every frame's pixel_values with all_images, the grids alone with all_images 2, and
+ * the default's refusal. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -321,6 +322,26 @@ static void check_run(const char *file, const json_value *ref, int64_t minp, int
     CHECK_MSG(sha && sha->kind == JSON_STRING && !strcmp(hex, sha->u.string.s), "%s: pixel_values %s", file, hex);
     clef_image_free(&im);
     (*checked)++;
+    /* all_images 2 (encode_record's): the same grid and counts; pixels only for a single image */
+    o.all_images = 2;
+    clef_err_clear(&e);
+    if (clef_image_prepare(path, strlen(path), &o, &im, &e)) {
+        CHECK_MSG(0, "%s (all_images 2): %s %s", file, e.type, e.msg);
+    } else {
+        CHECK_MSG(im.grid_h == json_int_at(grid, 1) && im.grid_w == json_int_at(grid, 2) &&
+                      (im.n_images ? im.n_images : 1) == want_n && (int)im.n_patches == json_int_at(shape, 0),
+                  "%s (all_images 2): grid %d,%d, %d images, %zu rows", file, im.grid_h, im.grid_w, im.n_images,
+                  im.n_patches);
+        if (want_n > 1) {
+            CHECK_MSG(im.pixel_values == NULL, "%s (all_images 2): pixels of several images", file);
+        } else {
+            clef_sha256_hex(im.pixel_values, im.n_patches * im.patch_dim * sizeof(float), hex);
+            CHECK_MSG(sha && sha->kind == JSON_STRING && !strcmp(hex, sha->u.string.s), "%s (all_images 2): %s", file,
+                      hex);
+        }
+        clef_image_free(&im);
+    }
+    o.all_images = 1;
     const json_value *req = json_object_get(ref, "request");
     if (n > 1 && req) { /* without all_images: the reference's outcome for a request with this entry */
         const json_value *msg = json_object_get(req, "message");
