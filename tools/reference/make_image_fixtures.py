@@ -7,7 +7,9 @@ systemone() passes it: grid_thw and the sha256 of pixel_values as float32 little
 error it raises. Also the fixed-tile arms (load_image, PIL BICUBIC resize to 256x256 / 448x448, then
 the processor) and a few min_pixels/max_pixels runs. For an entry the processor turns into several
 images (an animated GIF's frames) also what systemone() answers for a request carrying it, on the tiny
-checkpoint (needs models/tiny: `make tiny`).
+checkpoint (needs models/tiny: `make tiny`), and (index "requests") what it answers for requests with
+several images where one is an animated GIF (first or later; with a bad state, an over-long schema or
+literal <|image_pad|> tokens in the state).
 
 Run with the reference venv:  .venv-ref/bin/python tools/reference/make_image_fixtures.py
 Deterministic: same images and index on every run (numpy default_rng seeds, Pillow encoders).
@@ -352,20 +354,92 @@ def result(proc, images, **kw):
 _tiny = []
 
 
-def request_outcome(entry):
-    """What systemone() does with a request carrying this one entry, on the tiny checkpoint (models/tiny,
-    `make tiny`): its response's usage, or its error by class and message."""
+def tiny():
+    """(joint_schema_model, model, processor) of the tiny checkpoint (models/tiny, `make tiny`), loaded once."""
     if not _tiny:
         import joint_schema_model as jsm
         model, processor = jsm.load_release_model(os.path.join(ROOT, "models", "tiny"), dtype=torch.float32,
                                                   device="cpu")
         _tiny.extend([jsm, model, processor])
-    jsm, model, processor = _tiny
-    req = {"model": "clef-flash", "state": "x", "images": [entry], "questions": {"q": {"type": "noul"}}}
+    return _tiny
+
+
+def request_outcome(entry, request=None):
+    """What systemone() does with a request carrying this one entry (or with `request`), on the tiny checkpoint:
+    its response's usage, or its error by class and message."""
+    jsm, model, processor = tiny()
+    req = request or {"model": "clef-flash", "state": "x", "images": [entry], "questions": {"q": {"type": "noul"}}}
     try:
         return {"usage": jsm.systemone(model, processor, req)["usage"]}
     except Exception as e:
         return err_rec(e)
+
+
+# Requests with several images where one entry is an animated GIF (several processor images): what
+# systemone() does with them depends on the GIF's position and on the checks encode_record makes before the
+# model forward. (name, image files in order, request fields besides images). The files' entries are built as
+# for the images above (data URL or bare base64, per the file's record).
+DIGITS = "7" * 16300  # Qwen's split: one token per digit; with the rest of the prompt over max_length 16384
+
+
+def request_cases():
+    q = {"q": {"type": "noul"}}
+    base = {"model": "clef-flash", "state": "x", "questions": q}
+    long_q = {"q": {"type": "noul", "instructions": DIGITS}}
+    pads = "<|image_pad|>"
+    return [
+        ("gif_alone", ["gif_animated.gif"], base),
+        ("gif_first_still", ["gif_animated.gif", "png_rgb_224x224.png"], base),
+        ("gif_first_two_stills", ["gif_anim_pillow_2.gif", "png_l.png", "png_rgb_224x224.png"], base),
+        ("gif_first_gif", ["gif_animated.gif", "gif_anim_pillow_2.gif"], base),
+        ("gif_first_png16", ["gif_animated.gif", "png16_rgb_45x37.png"], base),
+        ("gif_first_single_frame_gif", ["gif_anim_dispose.gif", "gif_p.gif"], base),
+        ("gif_first_media_kwargs", ["gif_animated.gif", "png_rgb_48x64.png"],
+         dict(base, media_kwargs={"min_pixels": 1024, "max_pixels": 4096})),
+        ("still_then_gif", ["png_rgb_224x224.png", "gif_animated.gif"], base),
+        ("two_stills_then_gif", ["png_rgb_48x64.png", "png_l.png", "gif_anim_dispose.gif"], base),
+        ("gif_then_gif_later", ["png_rgb_48x64.png", "gif_animated.gif", "gif_anim_pillow_2.gif"], base),
+        ("gif_first_then_bad", ["gif_animated.gif", "bad_truncated.png"], base),
+        ("still_gif_then_bad", ["png_rgb_48x64.png", "gif_animated.gif", "bad_truncated.png"], base),
+        ("still_gif_then_aspect", ["png_rgb_48x64.png", "gif_animated.gif", "png_rgb_1x201.png"], base),
+        ("gif_first_animated_webp", ["gif_animated.gif", "webp_animated.webp"], base),
+        ("gif_alone_state_surrogate", ["gif_animated.gif"], dict(base, state="a\ud800")),
+        ("gif_first_state_surrogate", ["gif_animated.gif", "png_rgb_224x224.png"], dict(base, state="a\ud800")),
+        ("still_gif_state_surrogate", ["png_rgb_224x224.png", "gif_animated.gif"], dict(base, state="a\ud800")),
+        ("gif_alone_schema_too_long", ["gif_animated.gif"], dict(base, questions=long_q)),
+        ("gif_first_schema_too_long", ["gif_anim_pillow_2.gif", "png_l.png", "png_rgb_224x224.png"],
+         dict(base, questions=long_q)),
+        ("still_gif_schema_too_long", ["png_rgb_224x224.png", "gif_animated.gif"], dict(base, questions=long_q)),
+        ("gif_first_pads_short", ["gif_animated.gif", "png_rgb_48x64.png"], dict(base, state=pads * 10)),
+        ("gif_alone_pads_balanced", ["gif_animated.gif"], dict(base, state=pads * 140)),
+        ("gif_first_pads_balanced", ["gif_animated.gif", "png_rgb_224x224.png"], dict(base, state=pads * 262)),
+        ("still_gif_pads", ["png_rgb_224x224.png", "gif_animated.gif"], dict(base, state=pads * 70)),
+    ]
+
+
+def multi_request_outcome(images, fields):
+    """systemone() on the tiny checkpoint for a request with these entries: its response's usage or its error,
+    and, when encode_record returned, what its prompt holds (length, <|image_pad|> count) and the processor's
+    image_grid_thw."""
+    jsm, model, _ = tiny()
+    seen = []
+    orig = jsm.encode_record
+
+    def wrapped(*a, **k):
+        rec = orig(*a, **k)
+        seen.append(rec)
+        return rec
+    jsm.encode_record = wrapped
+    try:
+        outcome = request_outcome(None, request=dict(fields, images=images))
+    finally:
+        jsm.encode_record = orig
+    if seen:
+        ids = list(seen[0].input_ids)
+        outcome["encoded"] = {"input_tokens": len(ids),
+                              "image_pads": ids.count(model.language_model.config.image_token_id),
+                              "image_grid_thw": seen[0].media["image_grid_thw"].tolist()}
+    return outcome
 
 
 def tile_result(proc, entry, tile):
@@ -399,12 +473,18 @@ def main():
         "processor_class": mro[0], "processor_mro": mro, "processor_config": PROCESSOR_CONFIG,
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "images": [],
+        "requests_what": "requests: systemone() on the tiny checkpoint for requests with several images, one of them "
+                         "an animated GIF. images: the files of this folder in order, each sent as its record's entry; "
+                         "request: the other fields; outcome: usage or error (class, message), and encoded (input "
+                         "length, <|image_pad|> count, the processor's image_grid_thw) when encode_record returned.",
+        "requests": [],
     }
     mime = {"png": "png", "jpg": "jpeg", "webp": "webp", "gif": "gif", "bin": "png", "txt": "png"}
     kw_runs = {"png_rgb_640x480.png": [(4096, 65536), (65536, 262144)], "jpeg_1920x1080.jpg": [(1024, 200704)],
                "png16_rgb_45x37.png": [(100000, 16777216)], "png16_rgba_61x29.png": [(1024, 4096)],
                "png16_grey_1200x300.png": [(4096, 16384), (16384, 65536)],
                "png_rgb_10x10.png": [(100000, 16777216)]}
+    entries = {}
     for name, data, form in build_images():
         with open(os.path.join(OUT, name), "wb") as f:
             f.write(data)
@@ -420,7 +500,12 @@ def main():
             rec["kwargs"] = [dict(min_pixels=a, max_pixels=b, **result(proc, [entry], min_pixels=a, max_pixels=b))
                              for a, b in kw_runs[name]]
         index["images"].append(rec)
+        entries[name] = entry
         print(name, rec["native"].get("grid_thw", rec["native"].get("error")), flush=True)
+    for name, files, fields in request_cases():
+        out = multi_request_outcome([entries[f] for f in files], fields)
+        index["requests"].append({"name": name, "images": files, "request": fields, "outcome": out})
+        print(name, out.get("error", "ok"), out.get("message", out.get("usage")), flush=True)
     with open(os.path.join(OUT, "index.json"), "w") as f:
         json.dump(index, f, indent=1, sort_keys=False)
         f.write("\n")
