@@ -11,6 +11,10 @@
 static const char SYSTEM_PROMPT[] =
     "Read the complete state and schema. Decide every field jointly. Each answer must be exactly one of "
     "that field's allowed options.";
+/* Channels of every decoded entry (torchvision.io.decode_image with ImageReadMode.RGB): the first axis
+ * of a single image, which the processor splits when the first entry is several images. */
+#define CLEF_DECODED_CHANNELS 3
+
 static const char SUFFIX[] = "\n<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\nJOINT SCHEMA DECISIONS:";
 
 int clef_check_surrogates(const char *s, size_t len, clef_err *err) {
@@ -146,6 +150,9 @@ int clef_encode_record(const clef_tokenizer *tok, const clef_request *req, const
     clef_buf_init(&b);
     const json_value **entries = NULL;
     size_t n_entries = 0;
+    size_t *placeholder = NULL; /* tokens of each entry's placeholder when the first entry is several images */
+    size_t features = 0;        /* image features of every processor image: what the forward compares */
+    int several = 0;            /* an entry is several processor images (an animated GIF's frames) */
     int rc = -1;
 
     out->n_questions = req->n_questions;
@@ -247,6 +254,7 @@ int clef_encode_record(const clef_tokenizer *tok, const clef_request *req, const
                 io.max_pixels = c;
             }
         }
+        io.all_images = 2; /* an animated GIF: every frame's grid (no pixels: such a request is refused) */
         int merge = io.merge_size > 0 ? io.merge_size : 2;
         int32_t vs = clef_tokenizer_added_id(tok, "<|vision_start|>");
         int32_t pad = clef_tokenizer_added_id(tok, "<|image_pad|>");
@@ -262,6 +270,7 @@ int clef_encode_record(const clef_tokenizer *tok, const clef_request *req, const
         }
         clef_media_fn fn = opts && opts->media ? opts->media : default_media;
         void *ctx = opts && opts->media ? opts->media_ctx : NULL;
+        /* every entry first: the processor decodes all of them, then resizes, then patchifies */
         for (size_t k = 0; k < n_entries; k++) {
             clef_enc_image *im = &out->images[k];
             if (fn(ctx, k, entries[k], &io, &im->image, err)) goto done;
@@ -272,6 +281,40 @@ int clef_encode_record(const clef_tokenizer *tok, const clef_request *req, const
                 goto done;
             }
             im->n_pad = (size_t)t * (size_t)(h / merge) * (size_t)(w / merge);
+            if (im->image.n_images > 1) several = 1;
+        }
+        if (out->images[0].image.n_images > 1) {
+            /* The first entry is several images (an animated GIF's frames, [F, 3, H, W]): the processor's
+             * make_flat_list_of_images then splits the first axis of every entry, so a later single
+             * image gives its 3 channel planes as 3 grey images of its grid (measured: index.json
+             * "requests"). The prompt's placeholder k gets the tokens of processor image k; the features
+             * are every processor image's. */
+            placeholder = malloc(n_entries * sizeof *placeholder);
+            if (!placeholder) {
+                clef_err_set(err, CLEF_E_OOM, "out of memory");
+                goto done;
+            }
+            size_t k = 0;
+            for (size_t j = 0; j < n_entries; j++) {
+                const clef_enc_image *e = &out->images[j];
+                size_t m = e->image.n_images > 1 ? (size_t)e->image.n_images : CLEF_DECODED_CHANNELS;
+                features += m * e->n_pad;
+                for (size_t r = 0; r < m && k < n_entries; r++) placeholder[k++] = e->n_pad;
+            }
+            for (size_t j = 0; j < n_entries; j++) out->images[j].n_pad = placeholder[j];
+        } else {
+            for (size_t k = 0; k < n_entries; k++) {
+                if (out->images[k].image.n_images > 1) {
+                    /* a [F, 3, H, W] entry after a single image reaches the processor's patchify as one
+                     * 5-D batch (measured: index.json "requests") */
+                    clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA, "too many values to unpack (expected 4)");
+                    goto done;
+                }
+                features += out->images[k].n_pad;
+            }
+        }
+        for (size_t k = 0; k < n_entries; k++) {
+            clef_enc_image *im = &out->images[k];
             clef_ids_push(&prefix, vs);
             im->pad_start = prefix.n;
             for (size_t p = 0; p < im->n_pad; p++) clef_ids_push(&prefix, pad);
@@ -328,19 +371,32 @@ int clef_encode_record(const clef_tokenizer *tok, const clef_request *req, const
     /* ---- ours, after the reference's checks ---- */
     if (out->n_images) {
         int32_t pad = clef_tokenizer_added_id(tok, "<|image_pad|>");
-        size_t want = 0, have = 0;
-        for (size_t k = 0; k < out->n_images; k++) want += out->images[k].n_pad;
+        size_t have = 0;
         for (size_t k = 0; k < out->n_ids; k++) have += out->input_ids[k] == pad;
-        if (have != want) {
-            /* the reference's model forward raises this ValueError (measured: tests/fixtures/tiny e045) */
+        if (have != features) {
+            /* the reference's model forward raises this ValueError (measured: tests/fixtures/tiny e045,
+             * tests/fixtures/images/index.json "requests") */
             clef_err_set(err, CLEF_E_MEDIA_TOKEN_MISMATCH,
-                         "Image features and image tokens do not match, tokens: %zu, features: %zu", have, want);
+                         "Image features and image tokens do not match, tokens: %zu, features: %zu", have,
+                         features);
             goto done;
         }
     }
+    /* the reference answers, and encoding its response fails */
     if (clef_check_surrogates(req->model, req->model_len, err)) goto done;
+    if (several) {
+        /* Literal <|image_pad|> tokens in the text make up the count: the reference's forward scatters
+         * the frames' features over them and answers (measured: index.json "requests",
+         * gif_alone_pads_balanced). We place each image at its own placeholder only. */
+        clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA,
+                     "literal <|image_pad|> tokens in the text stand in for image features of an animated GIF "
+                     "(%zu image tokens); this engine places image features only at their own placeholders",
+                     features);
+        goto done;
+    }
     rc = 0;
 done:
+    free(placeholder);
     free(entries);
     clef_buf_free(&b);
     clef_ids_free(&schema);

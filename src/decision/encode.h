@@ -7,9 +7,16 @@
  * concatenated. The work runs in the reference's order, so the first failure is the one it reports:
  * schema (question by question: header, instructions, "ALLOWED OPTIONS", then the options, where a
  * deferred BadCriteria is raised; LoneSurrogate from any piece) -> prefix/suffix -> media
- * (UnsupportedMedia) -> state (LoneSurrogate) -> length check (SchemaTooLong) -> our checks after
- * the reference's (MediaTokenMismatch: a literal <|image_pad|> in text while images are present;
- * LoneSurrogate in `model`, which the response echoes).
+ * (UnsupportedMedia: every entry in order, then an animated GIF after the first entry, "too many values
+ * to unpack (expected 4)") -> state (LoneSurrogate) -> length check (SchemaTooLong) -> our checks after
+ * the reference's (MediaTokenMismatch, what its model forward raises: the prompt's <|image_pad|> count,
+ * literal ones included, against every processor image's features; LoneSurrogate in `model`, which the
+ * response echoes; UnsupportedMedia when literal pads make up an animated GIF's count: ours).
+ *
+ * An animated GIF (native grid) is several processor images, one per frame (the media step asks for
+ * grids only: clef_image_opts.all_images = 2). When it is the first entry the processor flattens the
+ * first axis of every entry (a single image's 3 channel planes become 3 images of its grid) and the
+ * prompt's placeholder k gets processor image k's tokens (images[k].n_pad); such a request always fails.
  *
  * The record does not depend on model headers and is batch-ready: each record owns its arrays and
  * knows its length; a batch is an array of records (the model part converts). It borrows option ids
@@ -63,7 +70,9 @@ typedef struct clef_record {
 
 /* The media step, replaceable (tests inject precomputed grids): fill `out` for images[index].
  * `entry` is the entry as list(request["images"]) yields it (a JSON value; for an object `images`
- * a key string, for a string `images` one character). Return -1 with err set on failure. */
+ * a key string, for a string `images` one character). opts->all_images is 2: an entry the processor
+ * makes several images of sets out->n_images (pixel_values may be NULL then). Return -1 with err set
+ * on failure. */
 typedef int (*clef_media_fn)(void *ctx, size_t index, const json_value *entry, const clef_image_opts *opts,
                              clef_image *out, clef_err *err);
 

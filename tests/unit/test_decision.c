@@ -350,6 +350,105 @@ static void test_encode(const clef_tokenizer *tok) {
     CHECK_STR(e.msg, "'utf-8' codec can't encode character '\\ud800' in position 1: surrogates not allowed");
 }
 
+/* Injected media: entry k gets grid [1, h[k], w[k]] and n[k] processor images (> 1: an animated GIF's
+ * frames, as the image module's all_images = 2 returns them); h[k] == 0 fails as a decoder would. */
+typedef struct {
+    int h[4], w[4], n[4];
+    int saw_all_images; /* the opts.all_images encode_record asked for */
+} fake_media;
+
+static int fake_media_fn(void *ctx, size_t k, const json_value *entry, const clef_image_opts *o, clef_image *out,
+                         clef_err *err) {
+    (void)entry;
+    fake_media *m = ctx;
+    m->saw_all_images = o->all_images;
+    memset(out, 0, sizeof *out);
+    if (k >= 4 || m->h[k] == 0) return clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA, "decoder: images[%zu]", k);
+    out->grid_t = 1, out->grid_h = m->h[k], out->grid_w = m->w[k];
+    out->n_images = m->n[k];
+    out->patch_dim = 1536;
+    out->n_patches = (size_t)(m->n[k] > 1 ? m->n[k] : 1) * (size_t)m->h[k] * (size_t)m->w[k];
+    return 0;
+}
+
+static int enc_media(const clef_tokenizer *tok, const char *req, size_t max_length, fake_media *m, size_t *n_ids,
+                     clef_err *e) {
+    json_doc *d = parse(req);
+    clef_request r;
+    clef_record rec;
+    clef_err_clear(e);
+    int rc = -1;
+    if (d && !clef_request_parse(json_doc_root(d), &r, e)) {
+        clef_encode_opts o = {.max_length = max_length, .media = fake_media_fn, .media_ctx = m};
+        rc = clef_encode_record(tok, &r, &o, &rec, e);
+        if (!rc) {
+            *n_ids = rec.n_ids;
+            clef_record_free(&rec);
+        }
+        clef_request_free(&r);
+    }
+    if (d) json_doc_free(d);
+    return rc;
+}
+
+/* Several processor images from one entry (an animated GIF), the rules measured on the reference
+ * (tests/fixtures/images/index.json "requests"; compared there by tests/parity/test_image_requests.py):
+ * first entry -> every entry's first axis flattened (a single image = 3 grey images of its grid),
+ * placeholder k gets processor image k's tokens, MediaTokenMismatch over every image after the state
+ * and length checks; a later entry -> the processor's patchify fails once every entry is decoded. */
+static void test_several_images(const clef_tokenizer *tok) {
+#define IMGS2(state) "{\"model\":\"m\",\"state\":" state ",\"images\":[\"a\",\"b\"],\"questions\":{\"q\":{\"type\":\"noul\"}}}"
+    clef_err e;
+    size_t n = 0;
+    /* [3 frames of 28x40 (280 tokens), a single 32x32 (256)]: placeholders 280 + 280, features 3*280 + 3*256 */
+    fake_media gif_first = {{28, 32}, {40, 32}, {3, 0}, -1};
+    CHECK(enc_media(tok, IMGS2("\"x\""), 0, &gif_first, &n, &e) == -1);
+    CHECK(gif_first.saw_all_images == 2);
+    CHECK_STR(e.type, "MediaTokenMismatch");
+    CHECK_STR(e.msg, "Image features and image tokens do not match, tokens: 560, features: 1608");
+    /* the same prompt as two single images of 280 tokens each: the length check counts the placeholders */
+    fake_media two = {{28, 28}, {40, 40}, {0, 0}, -1};
+    CHECK(enc_media(tok, IMGS2("\"x\""), 0, &two, &n, &e) == 0);
+    size_t fixed = n - 1; /* state "x" is one token */
+    CHECK(enc_media(tok, IMGS2("\"x\""), fixed - 1, &gif_first, &n, &e) == -1);
+    CHECK_STR(e.type, "SchemaTooLong");
+    char want[200];
+    snprintf(want, sizeof want, "schema requires %zu tokens before state; maximum is %zu", fixed, fixed - 1);
+    CHECK_STR(e.msg, want);
+    /* the state before the forward's count */
+    CHECK(enc_media(tok, IMGS2("\"\\ud800\""), 0, &gif_first, &n, &e) == -1);
+    CHECK_STR(e.type, "LoneSurrogate");
+    CHECK_STR(e.msg, LONE);
+    /* literal pads: 10 more tokens */
+    CHECK(enc_media(tok, IMGS2("\"<|image_pad|><|image_pad|><|image_pad|><|image_pad|><|image_pad|>"
+                               "<|image_pad|><|image_pad|><|image_pad|><|image_pad|><|image_pad|>\""),
+                    0, &gif_first, &n, &e) == -1);
+    CHECK_STR(e.msg, "Image features and image tokens do not match, tokens: 570, features: 1608");
+    /* [2 frames of 4x4 (4 tokens)], literal pads making up the count: the reference answers, we refuse
+     * (after a lone surrogate in model, which the reference's response would fail on) */
+    fake_media small = {{4}, {4}, {2}, -1};
+    const char *bal = "{\"model\":\"m\",\"state\":\"<|image_pad|><|image_pad|><|image_pad|><|image_pad|>\","
+                      "\"images\":[\"a\"],\"questions\":{\"q\":{\"type\":\"noul\"}}}";
+    CHECK(enc_media(tok, bal, 0, &small, &n, &e) == -1);
+    CHECK_STR(e.type, "UnsupportedMedia");
+    CHECK(strstr(e.msg, "literal <|image_pad|> tokens") == e.msg);
+    CHECK(enc_media(tok, "{\"model\":\"\\ud800\",\"state\":\"<|image_pad|><|image_pad|><|image_pad|><|image_pad|>\","
+                         "\"images\":[\"a\"],\"questions\":{\"q\":{\"type\":\"noul\"}}}",
+                    0, &small, &n, &e) == -1);
+    CHECK_STR(e.type, "LoneSurrogate");
+    /* a later entry: UnsupportedMedia at the media step (before the state), once every entry is decoded */
+    fake_media later = {{32, 28}, {32, 40}, {0, 3}, -1};
+    CHECK(enc_media(tok, IMGS2("\"\\ud800\""), 0, &later, &n, &e) == -1);
+    CHECK_STR(e.type, "UnsupportedMedia");
+    CHECK_STR(e.msg, "too many values to unpack (expected 4)");
+    fake_media later_bad = {{32, 28, 0}, {32, 40, 0}, {0, 3, 0}, -1};
+    CHECK(enc_media(tok, "{\"model\":\"m\",\"state\":0,\"images\":[\"a\",\"b\",\"c\"],\"questions\":{\"q\":"
+                         "{\"type\":\"noul\"}}}",
+                    0, &later_bad, &n, &e) == -1);
+    CHECK_STR(e.msg, "decoder: images[2]");
+#undef IMGS2
+}
+
 int main(void) {
     test_checks();
     test_options();
@@ -365,6 +464,7 @@ int main(void) {
         CHECK_MSG(tok != NULL, "%s: %s", e.type, e.msg);
         if (tok) {
             test_encode(tok);
+            test_several_images(tok);
             clef_tokenizer_free(tok);
         }
     } else {
