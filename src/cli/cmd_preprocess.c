@@ -1,4 +1,4 @@
-/* clef preprocess: the image processor's output for one image, as a grid and a hash.
+/* clef preprocess: the image processor's output for one entry, as grids and a hash.
  *
  *   clef preprocess --model DIR (--image F | --entry F|-) [--tile 256|448]
  *                   [--min-pixels N --max-pixels N] [--max-bytes N] [--max-source-pixels N]
@@ -12,7 +12,11 @@
  * Reads DIR/preprocessor_config.json, else DIR/processor_config.json (its image_processor object when
  * present), for size.shortest_edge / size.longest_edge and the patch sizes; defaults otherwise.
  * Prints {"grid_thw":[1,gh,gw],"pixel_values_sha256":"<sha256 of float32 LE bytes>","shape":[n,1536]}
- * or {"error":{"type":...,"message":...}} (exit 1). */
+ * or {"error":{"type":...,"message":...}} (exit 1). An entry the processor makes several images of (an
+ * animated GIF at the native grid: one per frame) prints them all, as the processor's output holds them:
+ * grid_thw is the first image's, shape and the hash cover every image's rows, and
+ * "image_grid_thw":[[1,gh,gw],...] lists each image's grid. (A request carrying such an entry fails:
+ * encode_record, docs/errors.md.) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -130,6 +134,7 @@ int cmd_preprocess(int argc, char **argv) {
         fprintf(stderr, "clef preprocess: --min-pixels/--max-pixels apply only together; ignored\n");
     }
     o.tile = (int)tile;
+    o.all_images = 1; /* every processor image of the entry, as the reference processor returns them */
     if (max_bytes >= 0) o.max_bytes = (size_t)max_bytes;
     if (max_src >= 0) o.max_source_pixels = max_src;
     char *text = NULL;
@@ -153,8 +158,14 @@ int cmd_preprocess(int argc, char **argv) {
     /* float32 little-endian bytes: this engine runs on little-endian hosts only */
     char hex[65];
     clef_sha256_hex(im.pixel_values, im.n_patches * im.patch_dim * sizeof(float), hex);
-    printf("{\"grid_thw\":[%d,%d,%d],\"pixel_values_sha256\":\"%s\",\"shape\":[%zu,%zu]}\n", im.grid_t, im.grid_h,
+    printf("{\"grid_thw\":[%d,%d,%d],\"pixel_values_sha256\":\"%s\",\"shape\":[%zu,%zu]", im.grid_t, im.grid_h,
            im.grid_w, hex, im.n_patches, im.patch_dim);
+    if (im.n_images > 1) { /* the images of one entry share its grid */
+        printf(",\"image_grid_thw\":[");
+        for (int i = 0; i < im.n_images; i++) printf("%s[%d,%d,%d]", i ? "," : "", im.grid_t, im.grid_h, im.grid_w);
+        printf("]");
+    }
+    printf("}\n");
     clef_image_free(&im);
     return 0;
 }
