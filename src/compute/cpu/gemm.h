@@ -104,7 +104,7 @@ void clef_gemm_avx512bf16_round(uint16_t *dst, const float *src, size_t n);
 #define CLEF_AMX_TC 512
 #endif
 #ifndef CLEF_AMX_KC
-#define CLEF_AMX_KC 128 /* a multiple of 32; 128 ran ~15% ahead of 256 and 512 */
+#define CLEF_AMX_KC 256 /* a multiple of 32 (docs/rejected-experiments.md: 128 / 256 / 512) */
 #endif
 #ifndef CLEF_AMX_NCB
 #define CLEF_AMX_NCB 8 /* 32-column panels per block sharing one pass over a K block of x */

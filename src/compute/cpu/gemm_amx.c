@@ -139,10 +139,10 @@ size_t clef_gemm_amx_scratch_bytes(size_t K) {
 
 /* Columns [32 p0, 32 p1) of the chunk, for all its rows. scratch: clef_gemm_amx_scratch_bytes(K).
  * Loop order: blocks of CLEF_AMX_NCB panels, their weights packed for all of K first; in each,
- * K blocks of CLEF_AMX_KC; in each, the panels (16 KB of packed weights per K block, read
- * sequentially) against every 32-row block of the chunk. The x terms
- * of one K block (rows x KC x 6 bytes: 384 KB at 512 rows) stay in L2 while all the block's
- * panels use them, and so do the block's partial sums (NCB x rows x 32 floats). */
+ * K blocks of CLEF_AMX_KC; in each, the 32-row blocks of the chunk; in each, the block's panels.
+ * A row block's x terms for one K block (32 x KC x 6 bytes) are read from L2 once and used by
+ * all the panels; the packed weights of the K block (NCB x 16 KB) and the partial sums
+ * (NCB x rows x 32 floats) stay in L2. */
 TGT void clef_gemm_amx_panels(const clef_gemm_amx_chunk *c, size_t p0, size_t p1, void *scratch) {
     tilecfg cfg;
     memset(&cfg, 0, sizeof cfg);
@@ -159,11 +159,10 @@ TGT void clef_gemm_amx_panels(const clef_gemm_amx_chunk *c, size_t p0, size_t p1
         pack_w(wb, c->W, c->ldw, c->N, c->K, nb0, nbp);
         for (size_t kb0 = 0; kb0 < nkb; kb0 += KB_PER_KC) {
             const size_t nkbl = nkb - kb0 < KB_PER_KC ? nkb - kb0 : KB_PER_KC;
-            for (size_t pi = 0; pi < nbp; pi++) {
-                float *cs = csall + pi * ntp * 32 * 32;
-                const uint16_t *wp = wb + (pi * nkb + kb0) * 2 * TILE;
-                for (size_t tp = 0; tp < ntp; tp++) {
-                    float *ct = cs + tp * 32 * 32;
+            for (size_t tp = 0; tp < ntp; tp++) {
+                for (size_t pi = 0; pi < nbp; pi++) {
+                    const uint16_t *wp = wb + (pi * nkb + kb0) * 2 * TILE;
+                    float *ct = csall + (pi * ntp + tp) * 32 * 32;
                     if (kb0 == 0) {
                         _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
                     } else {
