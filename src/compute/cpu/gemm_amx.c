@@ -27,9 +27,9 @@
  * block it loads the two weight tiles once and uses them with the two row tiles of each of the
  * three terms (12 tdpbf16ps per 8 tile loads). The x terms of a chunk of up to CLEF_AMX_TC rows
  * are packed once per call, for all K, by all workers (clef_gemm_amx_pack); then each worker
- * takes whole 32-column panels: per K block of CLEF_AMX_KC it packs the panel's weights (16 KB,
- * stays in L1) and runs every 32-row block of the chunk against them, keeping partial sums in a
- * per-worker [TC x 32] fp32 buffer; after the last K block it adds the bias and writes y. */
+ * takes blocks of CLEF_AMX_NCB 32-column panels (clef_gemm_amx_panels: the loop order is at the
+ * function), keeping partial sums in a per-worker [NCB][rows][32] fp32 buffer; after the last K
+ * block it adds the bias and writes y. */
 #include <immintrin.h>
 #include <string.h>
 
@@ -74,7 +74,7 @@ TGT void clef_gemm_amx_pack(uint16_t *xp, const float *x, size_t ldx, size_t row
                                          5, 3, 1);
     for (size_t r = r0; r < r1; r++) {
         size_t tp = r / 32, j = (r % 32) / 16, row = r % 16;
-        const float *xr = x + r * ldx;
+        const float *xr = r < rows ? x + r * ldx : x; /* padding rows load nothing (mask 0) */
         for (size_t kb = 0; kb < nkb; kb++) {
             __m512i h[2], m[2], l[2];
             for (int half = 0; half < 2; half++) {
