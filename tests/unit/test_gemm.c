@@ -138,6 +138,7 @@ int main(void) {
         {37, 600, 100, 0}, {6, 16, 16, 0}, {5, 15, 9, 2},    {50, 1000, 300, 0}, {2, 2, 300, 0},
         {100, 40, 3, 0}, {97, 130, 260, 1}, {1, 4100, 40, 0},
         {530, 520, 540, 0}, /* more than one row block (516), K block (256) and column block (512) */
+        {1100, 12288, 40, 0}, /* amx: 3 chunks of 512 rows (x packed per chunk) */
     };
     const size_t nshape = sizeof shapes / sizeof shapes[0];
     double worst_exact = 0, worst_bf = 0, worst_amx = 0;
