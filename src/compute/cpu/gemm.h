@@ -20,6 +20,10 @@
  * The AVX512_BF16 kernel rounds x to bf16 (round-to-nearest-even) and uses vdpbf16ps: not exact,
  * for measuring only; never chosen by CLEF_GEMM_AUTO.
  *
+ * The AMX kernel (gemm_amx.c) takes the same exact fp32 inputs (x split exactly into three bf16
+ * terms) and accumulates in fp32 in its own fixed order: its bits differ from the exact kernels'
+ * but, like theirs, never depend on threads, T or a row's position.
+ *
  * Threads: work is cut into tiles of output (column blocks, and row blocks when N is small); each
  * tile runs entirely on one worker, so the bits are those above whatever the partition. */
 #ifndef CLEF_COMPUTE_CPU_GEMM_H
@@ -31,7 +35,7 @@
 #include "base/threads.h"
 
 typedef enum {
-    CLEF_GEMM_AUTO = 0,    /* the fastest exact kernel this CPU runs (AVX512 > AVX2 > REF) */
+    CLEF_GEMM_AUTO = 0,    /* the fastest exact-input kernel this CPU runs (AMX > AVX512 > AVX2 > REF) */
     CLEF_GEMM_REF,         /* portable C, fmaf in k order (slow; the fallback) */
     CLEF_GEMM_AVX2,        /* AVX2 + FMA: 6 x 16 register tile */
     CLEF_GEMM_AVX512,      /* AVX-512F/BW: 12 x 32 register tile */
@@ -42,7 +46,7 @@ typedef enum {
 } clef_gemm_kernel;
 
 /* y = x . W^T (+ bias) with the CLEF_GEMM_AUTO kernel (chosen once from the CPU's features; the
- * environment variable CLEF_GEMM=ref|avx2|avx512 overrides it when that kernel can run). pool may
+ * environment variable CLEF_GEMM=ref|avx2|avx512|amx overrides it when that kernel can run). pool may
  * be NULL (calling thread only). bias may be NULL. T, N or K == 0 is allowed (K == 0 writes bias
  * or zeros). Returns 0, or -1 when scratch memory could not be allocated (y then unspecified). */
 int clef_gemm_bf16(clef_pool *pool, float *y, size_t ldy, const float *x, size_t ldx, size_t T,
