@@ -437,12 +437,16 @@ def main():
         if srv.p.poll() is None:
             srv.stop(signal.SIGKILL)
 
+    # The answered bodies by input tokens, for the servers below
+    answered = sorted((b for b, v in expected.items() if v[1] == 200), key=lambda b: v_tokens(expected[b]))
+    small_b, large_b = answered[0], answered[-1]
+
     # SIGTERM with requests queued: all answered, exit 0. Its own server runs one request per
     # forward (--max-batch 1), so the queue cannot drain in a single batch between the moment the
     # test sees it non-empty and the signal (with --max-batch 8 it did, once, in CI).
     srv = Server("--queue", "256", "--max-batch", "1", "--http-threads", "4", "--max-connections", "64")
     try:
-        heavy = max((b for b, v in expected.items() if v[1] == 200), key=lambda b: v_tokens(expected[b]))
+        heavy = large_b
         exp = expected[heavy][0]
         results = []
         lock = threading.Lock()
@@ -492,28 +496,25 @@ def main():
         check(st == 503 and json.loads(data).get("status") == "loading", "health is 503 loading while loading: %s %r" % (st, data[:80]))
         st, hd, data = request(srv.port, "GET", "/v1/models")
         check(st == 200 and json.loads(data)["data"][0]["ready"] is False, "models says ready false while loading")
-        small = min((b for b, v in expected.items() if v[1] == 200), key=lambda b: v_tokens(expected[b]))
-        st, hd, data = post(srv.port, small)
+        st, hd, data = post(srv.port, small_b)
         check(st == 503 and json.loads(data)["error"]["type"] == "NotReady" and hd.get("retry-after") == "1",
               "decide while loading is 503 NotReady with Retry-After: %s %r" % (st, data[:120]))
         t_end = time.time() + (240 if ASAN else 90)
         while time.time() < t_end and request(srv.port, "GET", "/health")[0] != 200:
             time.sleep(0.05)
-        st, hd, data = post(srv.port, small)
-        check(st == 200 and data == expected[small][0], "answered once loaded, byte-equal")
+        st, hd, data = post(srv.port, small_b)
+        check(st == 200 and data == expected[small_b][0], "answered once loaded, byte-equal")
         check(srv.stop(signal.SIGTERM) == 0, "exit 0 after SIGTERM (loading server)")
     finally:
         if srv.p.poll() is None:
             srv.stop(signal.SIGKILL)
 
     # Limits that need their own server: tokens, queue full (429), deadline (503)
-    toks = sorted(v_tokens(v) for v in expected.values() if v[1] == 200)
-    small_b = min((b for b, v in expected.items() if v[1] == 200), key=lambda b: v_tokens(expected[b]))
-    large_b = max((b for b, v in expected.items() if v[1] == 200), key=lambda b: v_tokens(expected[b]))
+    toks = [v_tokens(expected[b]) for b in answered]
     cap = (toks[0] + toks[-1]) // 2
     # the pressure round posts the heaviest body under the cap: the longer each forward, the
     # surer the queued requests wait past the 20 ms deadline
-    mid_b = max((b for b, v in expected.items() if v[1] == 200 and v_tokens(v) <= cap), key=lambda b: v_tokens(expected[b]))
+    mid_b = [b for b in answered if v_tokens(expected[b]) <= cap][-1]
     srv = Server("--max-tokens", str(cap), "--queue", "2", "--max-batch", "1", "--deadline", "0.02",
                  "--http-threads", "4", "--max-connections", "64")
     try:
