@@ -4,7 +4,6 @@
  *   bench/build.sh && build-bench/bench_peak [threads] [reps] */
 #include <stdio.h>
 #include <stdlib.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "base/cpu_features.h"
@@ -28,8 +27,9 @@ int main(int argc, char **argv) {
             printf("%-18s   skipped: not supported\n", peak_names[k]);
             continue;
         }
-        if (k == PEAK_AMX_BF16 && !peak_amx_permitted()) {
-            printf("%-18s   skipped: the kernel refused the AMX tile state\n", peak_names[k]);
+        const char *why;
+        if (k == PEAK_AMX_BF16 && !clef_gemm_available(CLEF_GEMM_AMX, &why)) {
+            printf("%-18s   skipped: %s\n", peak_names[k], why);
             continue;
         }
         double c1, cn;

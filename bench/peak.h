@@ -9,9 +9,9 @@
 #include <pthread.h>
 #include <stdint.h>
 #include <string.h>
-#include <sys/syscall.h>
 #include <time.h>
-#include <unistd.h>
+
+#include "compute/cpu/gemm.h"
 
 typedef enum { PEAK_FMA_ZMM, PEAK_FMA_YMM, PEAK_DPBF16_ZMM, PEAK_DPBUSD_ZMM, PEAK_AMX_BF16, PEAK_N } peak_kind;
 
@@ -137,22 +137,12 @@ __attribute__((target("avx512f,avx512vnni"), noinline)) static void peak_dpbusd(
         : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "cc");
 }
 
-/* AMX TDPBF16PS: 4 independent 16 x 16 fp32 accumulator tiles from two A and two B tiles (zeros).
- * The caller must have asked Linux for the tile state (peak_amx_permitted). */
-typedef struct {
-    uint8_t palette, start_row, reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-} peak_amx_cfg;
-
+/* AMX TDPBF16PS: 4 independent 16 x 16 fp32 accumulator tiles from two A and two B tiles (zeros),
+ * in the library's tile configuration. Only where clef_gemm_available(CLEF_GEMM_AMX), which also
+ * asks Linux for the tile state. */
 __attribute__((target("amx-tile,amx-bf16"), noinline)) static void peak_amx(long iters) {
     static const uint16_t zero[16 * 32] = {0};
-    peak_amx_cfg c;
-    memset(&c, 0, sizeof c);
-    c.palette = 1;
-    for (int i = 0; i < 8; i++) { c.colsb[i] = 64; c.rows[i] = 16; }
-    __asm__ volatile("" : : "r"(&c) : "memory"); /* gcc 12 drops the stores otherwise */
-    _tile_loadconfig(&c);
+    clef_gemm_amx_tile_config();
     _tile_loadd(4, zero, 64);
     _tile_loadd(5, zero, 64);
     _tile_loadd(6, zero, 64);
@@ -168,11 +158,6 @@ __attribute__((target("amx-tile,amx-bf16"), noinline)) static void peak_amx(long
         _tile_dpbf16ps(3, 6, 7);
     }
     _tile_release();
-}
-
-/* 1 when Linux grants this process the AMX tile state (asked once; harmless to repeat) */
-static int peak_amx_permitted(void) {
-    return syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XTILEDATA */) == 0;
 }
 
 typedef struct { peak_kind k; long iters; } peak_arg;

@@ -126,6 +126,10 @@ size_t clef_gemm_amx_xp_elems(size_t rows, size_t K);
 void clef_gemm_amx_pack(uint16_t *xp, const float *x, size_t ldx, size_t rows, size_t K, size_t r0,
                         size_t r1);
 void clef_gemm_amx_panels(const clef_gemm_amx_chunk *c, size_t p0, size_t p1, void *scratch);
+/* Loads, on the calling thread, the tile configuration every AMX user here runs with: palette 1,
+ * tiles 0-7 of 16 rows x 64 bytes. Only where clef_gemm_available(CLEF_GEMM_AMX) (which also asks
+ * Linux for the tile state); release with _tile_release(). */
+void clef_gemm_amx_tile_config(void);
 #define CLEF_GEMM_SCRATCH ((size_t)CLEF_GEMM_KC * CLEF_GEMM_NC + (size_t)CLEF_GEMM_MC * CLEF_GEMM_LDA)
 
 #endif

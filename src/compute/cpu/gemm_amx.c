@@ -46,6 +46,15 @@ typedef struct {
     uint8_t rows[16];
 } tilecfg;
 
+TGT void clef_gemm_amx_tile_config(void) {
+    tilecfg cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int i = 0; i < 8; i++) { cfg.colsb[i] = 64; cfg.rows[i] = 16; }
+    __asm__ volatile("" : : "r"(&cfg) : "memory"); /* gcc 12 drops the stores otherwise */
+    _tile_loadconfig(&cfg);
+}
+
 /* Offset (in tiles) of x-term tile (kb, tp, s, j) in the packed chunk: K blocks of KB_PER_KC
  * outermost, then 32-row blocks, then kb inside the K block, then the 6 tiles (3 terms x 2 row
  * tiles) of one (kb, 32 rows). A worker's inner loop reads one run of KB_PER_KC * 6 KB. */
@@ -144,12 +153,7 @@ size_t clef_gemm_amx_scratch_bytes(size_t K) {
  * all the panels; the packed weights of the K block (NCB x 16 KB) and the partial sums
  * (NCB x rows x 32 floats) stay in L2. */
 TGT void clef_gemm_amx_panels(const clef_gemm_amx_chunk *c, size_t p0, size_t p1, void *scratch) {
-    tilecfg cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.palette = 1;
-    for (int i = 0; i < 8; i++) { cfg.colsb[i] = 64; cfg.rows[i] = 16; }
-    __asm__ volatile("" : : "r"(&cfg) : "memory"); /* gcc 12 drops the stores otherwise */
-    _tile_loadconfig(&cfg);
+    clef_gemm_amx_tile_config();
 
     const size_t ntp = (c->rows + 31) / 32, nkb = (c->K + 31) / 32;
     uint16_t *wb = scratch; /* [NCB][nkb][2 tiles] */
