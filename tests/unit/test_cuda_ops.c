@@ -66,6 +66,17 @@ static clef_tensor wt(int dtype, size_t rows, size_t cols, float scale, float ce
     return t;
 }
 
+/* The backends cache weights by host address for their whole life (a mapped checkpoint never
+ * moves), so a test must not free a weight tensor and let malloc hand its address to the next
+ * one: the GPU would use the cached copy of the old data (the first device run saw exactly that:
+ * 30 "failures" at the T where an address came back). Weight data is kept until the end. */
+static void *kept[4096];
+static size_t nkept;
+static void wkeep(clef_tensor t) {
+    if (nkept == sizeof kept / sizeof kept[0]) { fprintf(stderr, "wkeep: too many weights\n"); exit(1); }
+    kept[nkept++] = (void *)t.data;
+}
+
 static clef_ops *cpu, *gpu[2];
 static const char *mode_name[2] = {"fp32", "fast"};
 
@@ -134,8 +145,8 @@ static void t_linear(size_t T, size_t N, size_t K, size_t row0, int bias) {
     }
     free(x);
     free(ref);
-    free((void *)w.data);
-    free((void *)b.data);
+    wkeep(w);
+    wkeep(b);
 }
 
 /* rows of D at strides: rmsnorm (with offset), l2norm, gated, layernorm */
@@ -176,15 +187,15 @@ static void t_norms(size_t T) {
         g->free(g, dx); g->free(g, dq); g->free(g, dz); g->free(g, dv); g->free(g, o1); g->free(g, o2); g->free(g, o4);
     }
     free(x); free(qg); free(z); free(xv); free(r1); free(r2); free(r3); free(r4); free(r5);
-    free((void *)wH.data); free((void *)whd.data); free((void *)wg.data); free((void *)lw.data); free((void *)lb.data);
+    wkeep(wH); wkeep(whd); wkeep(wg); wkeep(lw); wkeep(lb);
 }
 
 static void t_gdn_small(size_t T) {
     const size_t C = 8192, K = 4, H = 32, nh = 16, hd = 256, rot = 64, half = rot / 2;
     clef_tensor cw = wt(CLEF_ST_BF16, C, 0, 0.5f, 0.0f);
     cw.ndim = 3; cw.shape[0] = (int64_t)C; cw.shape[1] = 1; cw.shape[2] = (int64_t)K; cw.numel = (int64_t)(C * K);
-    free((void *)cw.data);
-    { uint16_t *d = malloc(C * K * 2); for (size_t i = 0; i < C * K; i++) d[i] = f2bf(0.5f * frand()); cw.data = d; cw.nbytes = C * K * 2; }
+    wkeep(cw);
+    { uint16_t *d = malloc(C * K * 2); if (!d) exit(1); for (size_t i = 0; i < C * K; i++) d[i] = f2bf(0.5f * frand()); cw.data = d; cw.nbytes = C * K * 2; }
     clef_tensor alog = wt(CLEF_ST_F32, H, 0, 1.0f, 0.0f), dtb = wt(CLEF_ST_BF16, H, 0, 1.0f, 0.0f);
     float *x = rvec(T * C, 2.0f, 0.0f), *rc = malloc(T * C * 4);
     float *a = rvec(T * H, 24.0f, 0.0f), *b = rvec(T * H, 4.0f, 0.0f), *rb = malloc(T * H * 4), *rg = malloc(T * H * 4);
@@ -219,7 +230,7 @@ static void t_gdn_small(size_t T) {
         g->free(g, dq); g->free(g, dcs); g->free(g, dsn);
     }
     free(x); free(rc); free(a); free(b); free(rb); free(rg); free(q); free(rq); free(cs); free(sn);
-    free((void *)cw.data); free((void *)alog.data); free((void *)dtb.data);
+    wkeep(cw); wkeep(alog); wkeep(dtb);
 }
 
 static void l2rows(float *x, size_t rows, size_t D, float scale) {
@@ -342,7 +353,7 @@ static void t_misc(size_t T) {
         g->free(g, o5); g->free(g, o6); g->free(g, o7); g->free(g, o8);
     }
     free(ids); free(a); free(b); free(re); free(rsm); free(rge); free(rgt); free(rsg); free(rad); free(rmean); free(rcp);
-    free((void *)tab.data);
+    wkeep(tab);
 }
 
 int main(void) {
@@ -391,5 +402,6 @@ int main(void) {
     gpu[1]->destroy(gpu[1]);
     gpu[0]->destroy(gpu[0]);
     cpu->destroy(cpu);
+    for (size_t i = 0; i < nkept; i++) free(kept[i]);
     return TEST_END();
 }
