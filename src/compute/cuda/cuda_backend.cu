@@ -360,6 +360,12 @@ extern "C" clef_ops *clef_cuda_ops_create(int device, int precision, clef_err *e
     snprintf(im->name, sizeof im->name, "%s", prop.name);
     im->max_smem_optin = prop.sharedMemPerBlockOptin > 0 ? (int)prop.sharedMemPerBlockOptin : 48 * 1024;
     im->sm_count = prop.multiProcessorCount;
+    const char *kv = getenv("CLEF_CUDA_LINEAR");
+    im->linear_split = !(kv && !strcmp(kv, "bf16"));
+    kv = getenv("CLEF_CUDA_ATTN");
+    im->attn_kernel = kv && !strcmp(kv, "simt") ? CLEF_CUDA_ATTN_SIMT : CLEF_CUDA_ATTN_V2;
+    kv = getenv("CLEF_CUDA_DELTA");
+    im->delta_kernel = kv && !strcmp(kv, "v1") ? CLEF_CUDA_DELTA_V1 : CLEF_CUDA_DELTA_V2;
     const char *pool = getenv("CLEF_CUDA_POOL_MB");
     size_t pool_mb = pool && atol(pool) > 0 ? (size_t)atol(pool) : 1024;
     im->grow_bytes = pool_mb << 20;
@@ -411,6 +417,20 @@ extern "C" clef_ops *clef_cuda_ops_create(int device, int precision, clef_err *e
 
 extern "C" const char *clef_cuda_last_error(const clef_ops *ops) {
     return static_cast<const Impl *>(ops->impl)->last_error.c_str();
+}
+
+extern "C" void clef_cuda_get_kernels(const clef_ops *ops, clef_cuda_kernels *k) {
+    const Impl *im = static_cast<const Impl *>(ops->impl);
+    k->linear_split = im->linear_split ? 1 : 0;
+    k->attn = im->attn_kernel;
+    k->delta = im->delta_kernel;
+}
+
+extern "C" void clef_cuda_set_kernels(clef_ops *ops, const clef_cuda_kernels *k) {
+    Impl *im = IM(ops);
+    im->linear_split = k->linear_split != 0;
+    im->attn_kernel = k->attn == CLEF_CUDA_ATTN_SIMT ? CLEF_CUDA_ATTN_SIMT : CLEF_CUDA_ATTN_V2;
+    im->delta_kernel = k->delta == CLEF_CUDA_DELTA_V1 ? CLEF_CUDA_DELTA_V1 : CLEF_CUDA_DELTA_V2;
 }
 
 extern "C" const char *clef_cuda_device_name(const clef_ops *ops) { return static_cast<const Impl *>(ops->impl)->name; }

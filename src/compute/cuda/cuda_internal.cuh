@@ -75,6 +75,9 @@ struct Impl {
     void *lt_ws = nullptr;
     size_t lt_ws_size = 0;
     std::map<GemmKey, GemmPlan> plans;
+    bool linear_split = true;      /* clef_cuda_kernels (cuda_ops.h) */
+    int attn_kernel = CLEF_CUDA_ATTN_V2;
+    int delta_kernel = CLEF_CUDA_DELTA_V2;
     int max_smem_optin = 48 * 1024;
     int sm_count = 0;
     char name[256] = {0};

@@ -4,9 +4,17 @@
  * matrix (ld K, op = T) and B = x^T (K x T, ld K).
  *  - CLEF_CUDA_FP32 (parity): the weight widened to fp32 once (cached), cublasGemmEx in
  *    CUBLAS_COMPUTE_32F_PEDANTIC (plain fp32 FMA, no TF32, no split into lower precision).
- *  - CLEF_CUDA_FAST: x rounded to bf16 into scratch, the bf16 weight as stored, cuBLASLt with fp32
- *    accumulation and fp32 output (tensor cores); cublasGemmEx in bf16 as the fallback when
- *    cuBLASLt offers no algorithm. F32 weights take the parity path in either mode.
+ *  - CLEF_CUDA_FAST: x split into two bf16 terms x = h + l (h = bf16(x), l = bf16(x - h), both
+ *    round to nearest; x - h is exact in fp32), and y = W h + W l with the bf16 weight as stored,
+ *    cuBLASLt with fp32 accumulation and fp32 output (tensor cores). The weight is exact in bf16, so
+ *    the only input error left is |x - h - l| <= u^2 |x| (u = 2^-8, bf16's unit roundoff) instead of
+ *    u |x| with one term: the first device run (2026-11-30a) showed one term moves the tiny
+ *    checkpoint's probabilities by up to 1.6e-2 (bar 2e-3). T <= SPLIT_CONCAT_T: one GEMM over the
+ *    2T columns [h | l] into scratch and a pass adding the halves (the weight is read once: small T
+ *    is bound by the weight's bandwidth); larger T: two GEMMs into y, the second with beta = 1 (no
+ *    T x N scratch). $CLEF_CUDA_LINEAR=bf16 selects the old single-term path (speed comparisons).
+ *    cublasGemmEx in bf16 is the fallback when cuBLASLt offers no algorithm. F32 weights take the
+ *    parity path in either mode.
  * The bias is added by a separate kernel. No atomics anywhere (cuBLAS's default atomics mode is
  * "not allowed"; cuBLASLt's reduction schemes are sequential), so the bits repeat. */
 #include "compute/cuda/cuda_internal.cuh"
@@ -14,6 +22,8 @@
 namespace clefcu {
 
 static const size_t LT_WORKSPACE = (size_t)32 << 20;
+/* Up to this many rows the split product is one GEMM over [h | l] (reads the weight once). */
+static const size_t SPLIT_CONCAT_T = 64;
 
 static bool blas_ok(clef_ops *ops, cublasStatus_t s, const char *what) {
     if (s == CUBLAS_STATUS_SUCCESS) return true;
@@ -50,6 +60,28 @@ __global__ void k_to_bf16(__nv_bfloat16 *y, const float *x, size_t n) {
         y[i] = __float2bfloat16_rn(x[i]);
 }
 
+/* x = h + l with h = bf16(x), l = bf16(x - h) (x - h is exact in fp32: h has the leading 8 bits).
+ * A non-finite h (x NaN, inf, or rounding up past bf16's max) gets l = 0, so y is inf/NaN as on the
+ * CPU instead of NaN from inf - inf. */
+__global__ void k_split_bf16(__nv_bfloat16 *hi, __nv_bfloat16 *lo, const float *x, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        float v = x[i];
+        __nv_bfloat16 h = __float2bfloat16_rn(v);
+        float hf = __bfloat162float(h);
+        hi[i] = h;
+        lo[i] = __float2bfloat16_rn(isfinite(hf) ? v - hf : 0.0f);
+    }
+}
+
+/* y[t, n] = a[t, n] + a[T + t, n] (+ b[n]): the halves of the concatenated product. */
+__global__ void k_add_halves(float *y, const float *a, const float *b, size_t T, size_t N) {
+    size_t n = T * N;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        float s = a[i] + a[n + i];
+        y[i] = b ? s + b[i % N] : s;
+    }
+}
+
 __global__ void k_add_bias(float *y, const float *b, size_t T, size_t N) {
     size_t n = T * N;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
@@ -68,17 +100,20 @@ static uint32_t ptr_align(const void *p) {
     return al;
 }
 
-/* One bf16 x bf16 -> fp32 product through cuBLASLt; false when cuBLASLt has no algorithm for it. */
-static bool lt_bf16(clef_ops *ops, float *y, const __nv_bfloat16 *xb, const __nv_bfloat16 *wb, int N, int T, int K) {
+/* One bf16 x bf16 -> fp32 product y = W x (+ y when accumulate) through cuBLASLt; false when
+ * cuBLASLt has no algorithm for it. */
+static bool lt_bf16(clef_ops *ops, float *y, const __nv_bfloat16 *xb, const __nv_bfloat16 *wb, int N, int T, int K,
+                    bool accumulate) {
     Impl *im = IM(ops);
     cublasLtMatmulDesc_t op = nullptr;
     cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
     cublasLtMatmulPreference_t pref = nullptr;
     bool ok = false;
     cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-    float alpha = 1.0f, beta = 0.0f;
+    float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
     uint32_t aa = ptr_align(wb), ab = ptr_align(xb), ac = ptr_align(y);
-    GemmKey key{N, T, K, aa | (ab << 10) | (ac << 20)}; /* alignments select the admissible algorithms */
+    /* alignments select the admissible algorithms; beta != 0 may rule some out, so it is in the key */
+    GemmKey key{N, T, K, aa | (ab << 10) | (ac << 20) | (accumulate ? 1u << 30 : 0u)};
     if (cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F) != CUBLAS_STATUS_SUCCESS) goto out;
     if (cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta) != CUBLAS_STATUS_SUCCESS ||
         cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb) != CUBLAS_STATUS_SUCCESS)
@@ -127,13 +162,25 @@ out:
     return ok;
 }
 
+/* cuBLASLt, else cublasGemmEx in bf16; false (ops->failed set) when neither ran. */
+static bool gemm_bf16(clef_ops *ops, float *y, const __nv_bfloat16 *xb, const __nv_bfloat16 *wb, int N, int T, int K,
+                      bool accumulate) {
+    if (lt_bf16(ops, y, xb, wb, N, T, K, accumulate)) return true;
+    Impl *im = IM(ops);
+    const float one = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+    return blas_ok(ops,
+                   cublasGemmEx(im->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, T, K, &one, wb, CUDA_R_16BF, K, xb, CUDA_R_16BF,
+                                K, &beta, y, CUDA_R_32F, N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                   "cublasGemmEx (bf16)");
+}
+
 void op_linear(clef_ops *ops, float *y, const float *x, size_t T, const clef_tensor *w, size_t row0, size_t N,
                const clef_tensor *b) {
     ProfScope ps(ops, OP_LINEAR);
     if (T == 0 || N == 0) return;
     Impl *im = IM(ops);
     size_t K = (size_t)(w->numel / w->shape[0]);
-    if (K > 0x7fffffff || N > 0x7fffffff || T > 0x7fffffff) {
+    if (K > 0x7fffffff || N > 0x7fffffff || T > 0x3fffffff) { /* 2T columns in the split product */
         fail(ops, "linear", "dimension over 2^31");
         return;
     }
@@ -143,19 +190,43 @@ void op_linear(clef_ops *ops, float *y, const float *x, size_t T, const clef_ten
         int dt = 0;
         const uint16_t *wr = (const uint16_t *)weight_raw(ops, w, &dt);
         if (!wr) return;
-        __nv_bfloat16 *xb = (__nv_bfloat16 *)scratch_alloc(ops, T * K * sizeof(__nv_bfloat16));
-        if (!xb) return;
-        k_to_bf16<<<cap_grid(T * K), 256, 0, im->stream>>>(xb, x, T * K);
         const __nv_bfloat16 *wb = (const __nv_bfloat16 *)(wr + row0 * K);
-        done = lt_bf16(ops, y, xb, wb, (int)N, (int)T, (int)K);
-        if (!done)
-            done = blas_ok(ops,
-                           cublasGemmEx(im->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)N, (int)T, (int)K, &one, wb, CUDA_R_16BF,
-                                        (int)K, xb, CUDA_R_16BF, (int)K, &zero, y, CUDA_R_32F, (int)N,
-                                        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-                           "cublasGemmEx (bf16)");
-        scratch_free(ops, xb);
-        if (!done) return;
+        if (!im->linear_split) { /* the old single-term path ($CLEF_CUDA_LINEAR=bf16) */
+            __nv_bfloat16 *xb = (__nv_bfloat16 *)scratch_alloc(ops, T * K * sizeof(__nv_bfloat16));
+            if (!xb) return;
+            k_to_bf16<<<cap_grid(T * K), 256, 0, im->stream>>>(xb, x, T * K);
+            done = gemm_bf16(ops, y, xb, wb, (int)N, (int)T, (int)K, false);
+            scratch_free(ops, xb);
+            if (!done) return;
+        } else {
+            /* h in rows [0, T), l in rows [T, 2T) of one [2T, K] operand (contiguous, so the concatenated
+             * product is one GEMM with 2T columns) */
+            __nv_bfloat16 *xb = (__nv_bfloat16 *)scratch_alloc(ops, 2 * T * K * sizeof(__nv_bfloat16));
+            if (!xb) return;
+            k_split_bf16<<<cap_grid(T * K), 256, 0, im->stream>>>(xb, xb + T * K, x, T * K);
+            if (T <= SPLIT_CONCAT_T) {
+                float *y2 = (float *)scratch_alloc(ops, 2 * T * N * sizeof(float));
+                if (!y2) {
+                    scratch_free(ops, xb);
+                    return;
+                }
+                done = gemm_bf16(ops, y2, xb, wb, (int)N, (int)(2 * T), (int)K, false);
+                const float *bf = nullptr;
+                if (done && b) {
+                    bf = weight_f32(ops, b);
+                    done = bf != nullptr;
+                }
+                if (done) k_add_halves<<<cap_grid(T * N), 256, 0, im->stream>>>(y, y2, bf ? bf + row0 : nullptr, T, N);
+                scratch_free(ops, y2);
+                scratch_free(ops, xb);
+                if (done) launch_ok(ops, "linear");
+                return; /* bias already added */
+            }
+            done = gemm_bf16(ops, y, xb, wb, (int)N, (int)T, (int)K, false) &&
+                   gemm_bf16(ops, y, xb + T * K, wb, (int)N, (int)T, (int)K, true);
+            scratch_free(ops, xb);
+            if (!done) return;
+        }
     } else {
         const float *wf = weight_f32(ops, w);
         if (!wf) return;

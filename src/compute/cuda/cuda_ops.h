@@ -54,6 +54,21 @@ void clef_cuda_memory(const clef_ops *ops, size_t *arena_bytes, size_t *weight_b
 int clef_cuda_synthetic_weight(clef_ops *ops, clef_tensor *t, int dtype, const int64_t *shape, int ndim,
                                uint64_t seed, float center, float scale, clef_err *err);
 
+/* Kernel variants. The newest are the default; the old ones stay selectable for side-by-side
+ * runs and as a fallback. At create, $CLEF_CUDA_LINEAR=bf16 (one bf16 term per activation in the
+ * fast GEMMs instead of the two-term split), $CLEF_CUDA_ATTN=simt (the first attention kernel) and
+ * $CLEF_CUDA_DELTA=v1 (the first delta-rule kernels) select the old ones; clef_cuda_set_kernels
+ * switches later (tests). */
+enum { CLEF_CUDA_ATTN_SIMT = 0, CLEF_CUDA_ATTN_V2 = 1 };   /* v2: fp32 register tiles / fast bf16 mma */
+enum { CLEF_CUDA_DELTA_V1 = 0, CLEF_CUDA_DELTA_V2 = 1 };
+typedef struct clef_cuda_kernels {
+    int linear_split; /* fast GEMMs: 1 = x = h + l in two bf16 terms, 0 = one bf16 term */
+    int attn;         /* CLEF_CUDA_ATTN_* */
+    int delta;        /* CLEF_CUDA_DELTA_* */
+} clef_cuda_kernels;
+void clef_cuda_get_kernels(const clef_ops *ops, clef_cuda_kernels *k);
+void clef_cuda_set_kernels(clef_ops *ops, const clef_cuda_kernels *k);
+
 /* Per-op timing with CUDA events (off by default; on costs a little launch overhead). */
 typedef struct clef_cuda_op_time {
     const char *op;  /* "linear", "attention", ... */
