@@ -1,12 +1,17 @@
 /* Every op of the CUDA backend against the CPU backend (the reference) on random inputs at the real
  * shapes of the model (hidden 4096, attention 16/4 heads x 256, GDN 16/32 heads x 128, vision
- * 1152 / 16 x 72, head width 1024 / 16 x 64), T = 1, 63, 64, 65, 512, for both precisions.
+ * 1152 / 16 x 72, head width 1024 / 16 x 64), T = 1, 63, 64, 65, 512 (and 1100 / 1500 for the
+ * delta rule and attention), for both precisions, each with the newest kernels (modes "fp32",
+ * "fast") and the old ones (modes "fp32/old", "fast/old": one-term bf16 GEMMs, SIMT attention,
+ * delta rule v1).
  * Built only with `make CUDA=1`; exits 77 when no GPU is present at run time.
  *
  * Error measure: rel = max |gpu - cpu| / max |cpu| over the output (NaNs must match). Bars:
  *   fp32 (parity) backend: 2e-6 for elementwise ops and norms, 1e-5 for linear, attention and the
  *                          delta rule (fp32 GEMM / fp32 online softmax vs the CPU's double sums);
- *   fast backend: the same, except linear 1e-2 (bf16 activations and weights, fp32 accumulation).
+ *   fast backend: the same, except linear: with the two-term split of the activations the bar
+ *                 derived in split_bar (~1e-4 here); the old one-term path 1e-2. The fast attention
+ *                 (3xTF32 tensor cores) and delta rule (fp32 sums) keep 1e-5.
  * Also checked: the same call twice gives the same bits (linear, attention, delta rule), and the
  * arena reuses memory (no growth over repeated calls). */
 #include <math.h>
@@ -445,6 +450,11 @@ int main(void) {
     t_delta(130, 2, 4, 16, 24);               /* the tiny checkpoint's GDN dims, 3 chunks */
     t_attention("head16x64", 7, 512, 16, 16, 64, 0, 0); /* Tq != Tk, as the head's cross attention */
     t_attention("tiny4/2x32c", 100, 100, 4, 2, 32, 1, 0);
+    t_attention("a8/2x128c", 200, 200, 8, 2, 128, 1, 0); /* the tensor-core kernel's DP = 128 */
+    /* long: many chunks / key tiles, T not a multiple of the tiles */
+    t_delta(1500, 16, 32, 128, 128);
+    t_attention("attn16/4x256c", 1500, 1500, 16, 4, 256, 1, 0);
+    t_attention("vis16x72", 1100, 1100, 16, 16, 72, 0, 1);
     /* the arena must not grow over repeated requests */
     size_t a0 = 0, a1 = 0;
     clef_cuda_memory(gpu[0], &a0, NULL);

@@ -360,6 +360,7 @@ extern "C" clef_ops *clef_cuda_ops_create(int device, int precision, clef_err *e
     snprintf(im->name, sizeof im->name, "%s", prop.name);
     im->max_smem_optin = prop.sharedMemPerBlockOptin > 0 ? (int)prop.sharedMemPerBlockOptin : 48 * 1024;
     im->sm_count = prop.multiProcessorCount;
+    im->cc_major = prop.major;
     const char *kv = getenv("CLEF_CUDA_LINEAR");
     im->linear_split = !(kv && !strcmp(kv, "bf16"));
     kv = getenv("CLEF_CUDA_ATTN");

@@ -208,6 +208,147 @@ __global__ void k_delta_scan(DeltaScratch S, float *o, size_t T, size_t Hv, size
     }
 }
 
+/* ---- v2 of kernel B (the default; CLEF_CUDA_DELTA=v1 selects the one above) ----
+ *
+ * The first device run measured kernel B at ~190 us per chunk step (v1: one output per thread with a
+ * serial double chain, few warps, 12 synchronised tile loads per chunk), i.e. 50 ms per call at 16k
+ * tokens and 1.5 ms at 436. v2 keeps the block shape (one block per v-head and 32 state columns,
+ * chunks in sequence) but register-tiles every product: each thread owns a 4 x 2 tile of Vn / O (rows
+ * rg + 16m, columns cj and cj + 16) and an 8 x 2 tile of the state update, with independent
+ * accumulators, and the chunk's W, Qd, Kd and Intra are staged whole in shared memory (float4 copies
+ * of the contiguous per-chunk blocks kernel A wrote; rows >= n zero-filled, so garbage in the
+ * scratch never reaches a sum). Per chunk: [W, Qd] -> Vn = U - W R and Qd R; [Kd, Intra] ->
+ * O = Qd R + Intra Vn and R = lambda R + Kd^T Vn.
+ * Acc = double for the parity path (the CPU's sums: same order over i and r, exact products, so the
+ * same roundings), float (explicit FMAs) for the fast path. Needs dk % 4 == 0 and dk <= 128. */
+static const int S2_NT = 256;
+static const int S2_VS = 32;   /* state columns per block */
+static const int S2_DKMAX = 128;
+
+template <typename Acc> __device__ __forceinline__ Acc fma_acc(float a, float b, Acc c);
+template <> __device__ __forceinline__ double fma_acc<double>(float a, float b, double c) {
+    return __fma_rn((double)a, (double)b, c); /* the product is exact in double: = c + a*b rounded once */
+}
+template <> __device__ __forceinline__ float fma_acc<float>(float a, float b, float c) { return __fmaf_rn(a, b, c); }
+
+/* Shared memory of v2: always CMAX rows (the 4 x 16 row tiling covers 64 rows; rows >= n are zero),
+ * whatever the chunk size. */
+static size_t scan2_smem_floats(size_t dk) {
+    size_t ldw = dk + 4, ldi = (size_t)CMAX + 4;
+    size_t a = (size_t)CMAX * ldw, b = a > (size_t)CMAX * ldi ? a : (size_t)CMAX * ldi;
+    return a + b + dk * S2_VS + (size_t)CMAX * S2_VS;
+}
+
+template <typename Acc>
+__global__ void __launch_bounds__(S2_NT)
+k_delta_scan2(DeltaScratch S, float *o, size_t T, size_t Hv, size_t dk, size_t dv, int C, size_t nch) {
+    extern __shared__ float4 sm4[]; /* float4: the float4 stores below need 16-byte alignment */
+    float *sm = reinterpret_cast<float *>(sm4);
+    const int ldw = (int)dk + 4, ldi = CMAX + 4;  /* +4: rows r and r + 1 land 4 banks apart */
+    const size_t asz = (size_t)CMAX * ldw, bsz = asz > (size_t)CMAX * ldi ? asz : (size_t)CMAX * ldi;
+    float *A = sm;                   /* [CMAX][ldw]: W, then Kd */
+    float *B = A + asz;              /* [CMAX][ldw]: Qd, then Intra as [CMAX][ldi] */
+    float *R = B + bsz;              /* [dk][VS] state slice */
+    float *Vn = R + dk * S2_VS;      /* [CMAX][VS] */
+    const size_t h = blockIdx.x, j0 = (size_t)blockIdx.y * S2_VS;
+    const int tid = threadIdx.x, cj = tid & 15, rg = tid >> 4; /* rg: 0..15 */
+    const size_t ja = j0 + cj, jb = j0 + cj + 16;
+    const bool oka = ja < dv, okb = jb < dv;
+    const size_t ldv = Hv * dv;
+    const int dk4 = (int)dk / 4, dki = (int)dk;
+
+    for (size_t p = tid; p < dk * S2_VS; p += S2_NT) R[p] = 0.0f;
+    for (size_t c = 0; c < nch; c++) {
+        const size_t t0 = c * (size_t)C;
+        const int n = (int)(T - t0 < (size_t)C ? T - t0 : (size_t)C);
+        const size_t blk = h * nch + c;
+        const float4 *W4 = reinterpret_cast<const float4 *>(S.W + blk * (size_t)C * dk);
+        const float4 *Q4 = reinterpret_cast<const float4 *>(S.Qd + blk * (size_t)C * dk);
+        const float4 *K4 = reinterpret_cast<const float4 *>(S.Kd + blk * (size_t)C * dk);
+        const float *U = S.U + blk * (size_t)C * dv, *In = S.In + blk * (size_t)C * C;
+        const float lam = S.lam[blk];
+        const float4 z4 = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        __syncthreads(); /* the previous chunk is done with A, B, R, Vn (and the R zeroing) */
+        for (int p = tid; p < CMAX * dk4; p += S2_NT) { /* p = r * dk4 + q: the global layout for r < n */
+            int r = p / dk4, q = p % dk4;
+            *reinterpret_cast<float4 *>(A + r * ldw + 4 * q) = r < n ? W4[p] : z4;
+            *reinterpret_cast<float4 *>(B + r * ldw + 4 * q) = r < n ? Q4[p] : z4;
+        }
+        __syncthreads();
+        /* Vn = U - W R and O1 = Qd R, both over i in order (the CPU's order) */
+        Acc av[4][2], ao[4][2];
+#pragma unroll
+        for (int m = 0; m < 4; m++) av[m][0] = av[m][1] = ao[m][0] = ao[m][1] = (Acc)0;
+        for (int i = 0; i < dki; i++) {
+            const float ra = R[i * S2_VS + cj], rb = R[i * S2_VS + cj + 16];
+#pragma unroll
+            for (int m = 0; m < 4; m++) {
+                const int r = rg + 16 * m;
+                const float w = A[r * ldw + i], q = B[r * ldw + i];
+                av[m][0] = fma_acc<Acc>(w, ra, av[m][0]);
+                av[m][1] = fma_acc<Acc>(w, rb, av[m][1]);
+                ao[m][0] = fma_acc<Acc>(q, ra, ao[m][0]);
+                ao[m][1] = fma_acc<Acc>(q, rb, ao[m][1]);
+            }
+        }
+#pragma unroll
+        for (int m = 0; m < 4; m++) {
+            const int r = rg + 16 * m;
+            Vn[r * S2_VS + cj] = r < n && oka ? U[(size_t)r * dv + ja] - (float)av[m][0] : 0.0f;
+            Vn[r * S2_VS + cj + 16] = r < n && okb ? U[(size_t)r * dv + jb] - (float)av[m][1] : 0.0f;
+        }
+        __syncthreads(); /* Vn complete; A and B free */
+        for (int p = tid; p < CMAX * dk4; p += S2_NT) {
+            int r = p / dk4, q = p % dk4;
+            *reinterpret_cast<float4 *>(A + r * ldw + 4 * q) = r < n ? K4[p] : z4;
+        }
+        for (int p = tid; p < CMAX * CMAX; p += S2_NT) {
+            int r = p / CMAX, s2 = p % CMAX;
+            B[r * ldi + s2] = r < n && s2 <= r ? In[(size_t)r * C + s2] : 0.0f; /* In is [C][C] */
+        }
+        __syncthreads();
+        /* O = (float)(Qd R) + (float)(Intra Vn), the sum over s <= r in order */
+#pragma unroll
+        for (int m = 0; m < 4; m++) {
+            const int r = rg + 16 * m;
+            if (r >= n) continue;
+            Acc a0 = (Acc)0, a1 = (Acc)0;
+            for (int s2 = 0; s2 <= r; s2++) {
+                const float x = B[r * ldi + s2];
+                a0 = fma_acc<Acc>(x, Vn[s2 * S2_VS + cj], a0);
+                a1 = fma_acc<Acc>(x, Vn[s2 * S2_VS + cj + 16], a1);
+            }
+            float *orow = o + (t0 + r) * ldv + h * dv;
+            if (oka) orow[ja] = (float)ao[m][0] + (float)a0;
+            if (okb) orow[jb] = (float)ao[m][1] + (float)a1;
+        }
+        /* R = lambda R + Kd^T Vn over r in order (not after the last chunk, as on the CPU) */
+        if (c + 1 < nch) {
+            Acc ar[8][2];
+#pragma unroll
+            for (int m = 0; m < 8; m++) ar[m][0] = ar[m][1] = (Acc)0;
+            for (int r = 0; r < n; r++) {
+                const float va = Vn[r * S2_VS + cj], vb = Vn[r * S2_VS + cj + 16];
+#pragma unroll
+                for (int m = 0; m < 8; m++) {
+                    const int i = rg + 16 * m;
+                    const float kd = i < dki ? A[r * ldw + i] : 0.0f;
+                    ar[m][0] = fma_acc<Acc>(kd, va, ar[m][0]);
+                    ar[m][1] = fma_acc<Acc>(kd, vb, ar[m][1]);
+                }
+            }
+#pragma unroll
+            for (int m = 0; m < 8; m++) {
+                const int i = rg + 16 * m;
+                if (i >= dki) continue;
+                float *ra = &R[i * S2_VS + cj], *rb = &R[i * S2_VS + cj + 16];
+                *ra = *ra * lam + (float)ar[m][0];
+                *rb = *rb * lam + (float)ar[m][1];
+            }
+        }
+    }
+}
+
 void op_delta_rule(clef_ops *ops, float *o, const float *q, const float *k, const float *v, const float *beta,
                    const float *g, size_t T, size_t Hk, size_t Hv, size_t dk, size_t dv, size_t chunk) {
     ProfScope ps(ops, OP_DELTA_RULE);
@@ -250,8 +391,27 @@ void op_delta_rule(clef_ops *ops, float *o, const float *q, const float *k, cons
     }
     dim3 ga((unsigned)nch, (unsigned)Hv);
     k_delta_prep<<<ga, NT, smA, im->stream>>>(S, q, k, v, beta, g, T, Hk, Hv, dk, dv, C, nch);
-    dim3 gb((unsigned)Hv, (unsigned)((dv + VS - 1) / VS));
-    k_delta_scan<<<gb, NT, smB, im->stream>>>(S, o, T, Hv, dk, dv, C, nch);
+    size_t sm2 = scan2_smem_floats(dk) * sizeof(float);
+    const bool v2 = im->delta_kernel == CLEF_CUDA_DELTA_V2 && dk % 4 == 0 && dk <= (size_t)S2_DKMAX &&
+                    sm2 <= (size_t)im->max_smem_optin;
+    if (v2) {
+        const bool fast = im->precision == CLEF_CUDA_FAST;
+        if (!cuda_ok(ops,
+                     fast ? cudaFuncSetAttribute(k_delta_scan2<float>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm2)
+                          : cudaFuncSetAttribute(k_delta_scan2<double>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm2),
+                     "delta_rule (shared memory)")) {
+            scratch_free(ops, base);
+            return;
+        }
+        dim3 gb((unsigned)Hv, (unsigned)((dv + S2_VS - 1) / S2_VS));
+        if (fast)
+            k_delta_scan2<float><<<gb, S2_NT, sm2, im->stream>>>(S, o, T, Hv, dk, dv, C, nch);
+        else
+            k_delta_scan2<double><<<gb, S2_NT, sm2, im->stream>>>(S, o, T, Hv, dk, dv, C, nch);
+    } else {
+        dim3 gb((unsigned)Hv, (unsigned)((dv + VS - 1) / VS));
+        k_delta_scan<<<gb, NT, smB, im->stream>>>(S, o, T, Hv, dk, dv, C, nch);
+    }
     launch_ok(ops, "delta_rule");
     scratch_free(ops, base);
 }

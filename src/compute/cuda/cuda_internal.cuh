@@ -80,6 +80,7 @@ struct Impl {
     int delta_kernel = CLEF_CUDA_DELTA_V2;
     int max_smem_optin = 48 * 1024;
     int sm_count = 0;
+    int cc_major = 0;             /* compute capability (mma.sync TF32 needs 8.0) */
     char name[256] = {0};
     std::string last_error;
 
