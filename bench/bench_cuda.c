@@ -3,7 +3,9 @@
  * GPU memory (no checkpoint file). Built by `make CUDA=1` as $(BUILD)/bench/bench_cuda.
  *
  *   bench_cuda [--precision fast|fp32|both] [--tokens 436,2048,16384] [--reps N] [--records N]
- *              [--layers N]
+ *              [--layers N] [--long-reps N (reps at T >= 8192, default 1)]
+ * Kernel variants come from the environment (CLEF_CUDA_LINEAR=bf16, CLEF_CUDA_ATTN=simt,
+ * CLEF_CUDA_DELTA=v1 select the old ones); every line names them in "kernels".
  *
  * One JSON object per line on stdout:
  *   {"kind":"prefill", precision, tokens, seconds (median of reps), tflop, tflops, peak_pct, ...}
@@ -168,8 +170,11 @@ static int forward(clef_ops *ops, const clef_config *cfg, const clef_text_weight
     return rc;
 }
 
+static int long_reps = 1; /* --long-reps: repetitions at T >= 8192 */
+
 static int run_precision(int precision, const size_t *Ts, int nT, int reps, int records, int layers) {
     const char *pname = precision == CLEF_CUDA_FAST ? "fast" : "fp32";
+    char kern[96]; /* which kernel variants ran (env CLEF_CUDA_LINEAR / ATTN / DELTA at create) */
     double peak = precision == CLEF_CUDA_FAST ? PEAK_BF16 : PEAK_FP32;
     clef_err err;
     clef_err_clear(&err);
@@ -178,6 +183,10 @@ static int run_precision(int precision, const size_t *Ts, int nT, int reps, int 
         fprintf(stderr, "bench_cuda: %s\n", err.msg);
         return 1;
     }
+    clef_cuda_kernels kv;
+    clef_cuda_get_kernels(ops, &kv);
+    snprintf(kern, sizeof kern, "\"kernels\":\"linear=%s,attn=%s,delta=%s\"", kv.linear_split ? "split" : "bf16",
+             kv.attn == CLEF_CUDA_ATTN_SIMT ? "simt" : "v2", kv.delta == CLEF_CUDA_DELTA_V1 ? "v1" : "v2");
     clef_config cfg;
     real_config(&cfg, layers);
     clef_text_weights w;
@@ -203,6 +212,7 @@ static int run_precision(int precision, const size_t *Ts, int nT, int reps, int 
         size_t T = Ts[ti];
         double s, times[64];
         int n = reps < 64 ? reps : 64;
+        if (T >= 8192 && n > long_reps) n = long_reps; /* a 16k prefill takes seconds: keep the run short */
         if (forward(ops, &cfg, &w, ids, T, hidden, &s)) { rc = 1; break; } /* warm-up: weights, plans, arena */
         double first = s;
         for (int r = 0; r < n && !rc; r++) rc = forward(ops, &cfg, &w, ids, T, hidden, &times[r]);
@@ -211,10 +221,10 @@ static int run_precision(int precision, const size_t *Ts, int nT, int reps, int 
         double med = times[n / 2], fl = flops(&cfg, (double)T);
         ops->download(ops, probe, hidden + (T - 1) * (size_t)cfg.text.hidden_size, 4);
         int finite = isfinite(probe[0]) && isfinite(probe[1]) && isfinite(probe[2]) && isfinite(probe[3]);
-        printf("{\"kind\":\"prefill\",\"precision\":\"%s\",\"layers\":%d,\"tokens\":%zu,\"reps\":%d,\"seconds\":%.6f,"
+        printf("{\"kind\":\"prefill\",\"precision\":\"%s\",%s,\"layers\":%d,\"tokens\":%zu,\"reps\":%d,\"seconds\":%.6f,"
                "\"seconds_min\":%.6f,\"seconds_first\":%.6f,\"tokens_per_s\":%.1f,\"tflop\":%.4f,\"tflops\":%.2f,"
                "\"peak_tflops\":%.0f,\"peak_pct\":%.2f,\"last_row_finite\":%s}\n",
-               pname, layers, T, n, med, times[0], first, (double)T / med, fl * 1e-12, fl * 1e-12 / med, peak,
+               pname, kern, layers, T, n, med, times[0], first, (double)T / med, fl * 1e-12, fl * 1e-12 / med, peak,
                100.0 * fl * 1e-12 / med / peak, finite ? "true" : "false");
         fflush(stdout);
         /* one profiled run: per-op kernel time */
@@ -227,11 +237,11 @@ static int run_precision(int precision, const size_t *Ts, int nT, int reps, int 
         double tot = 0;
         for (size_t i = 0; i < no; i++) tot += ot[i].ms;
         for (size_t i = 0; i < no; i++)
-            printf("{\"kind\":\"kernel\",\"precision\":\"%s\",\"tokens\":%zu,\"op\":\"%s\",\"calls\":%llu,\"ms\":%.3f,"
+            printf("{\"kind\":\"kernel\",\"precision\":\"%s\",%s,\"tokens\":%zu,\"op\":\"%s\",\"calls\":%llu,\"ms\":%.3f,"
                    "\"pct\":%.2f}\n",
-                   pname, T, ot[i].op, (unsigned long long)ot[i].calls, ot[i].ms, tot > 0 ? 100.0 * ot[i].ms / tot : 0.0);
-        printf("{\"kind\":\"kernel_total\",\"precision\":\"%s\",\"tokens\":%zu,\"ms\":%.3f,\"wall_ms\":%.3f}\n", pname, T,
-               tot, s * 1e3);
+                   pname, kern, T, ot[i].op, (unsigned long long)ot[i].calls, ot[i].ms, tot > 0 ? 100.0 * ot[i].ms / tot : 0.0);
+        printf("{\"kind\":\"kernel_total\",\"precision\":\"%s\",%s,\"tokens\":%zu,\"ms\":%.3f,\"wall_ms\":%.3f}\n", pname,
+               kern, T, tot, s * 1e3);
         fflush(stdout);
     }
     /* throughput: many records of 436 tokens back to back (one forward each, as the engine runs them) */
@@ -243,9 +253,9 @@ static int run_precision(int precision, const size_t *Ts, int nT, int reps, int 
             tot += s;
         }
         if (!rc)
-            printf("{\"kind\":\"throughput\",\"precision\":\"%s\",\"records\":%d,\"tokens_each\":%zu,\"seconds\":%.4f,"
+            printf("{\"kind\":\"throughput\",\"precision\":\"%s\",%s,\"records\":%d,\"tokens_each\":%zu,\"seconds\":%.4f,"
                    "\"records_per_s\":%.2f,\"tokens_per_s\":%.1f,\"tflops\":%.2f}\n",
-                   pname, records, T, tot, records / tot, (double)records * (double)T / tot,
+                   pname, kern, records, T, tot, records / tot, (double)records * (double)T / tot,
                    records * flops(&cfg, (double)T) * 1e-12 / tot);
     }
     size_t ab = 0, wb = 0;
@@ -271,6 +281,7 @@ int main(int argc, char **argv) {
         if (!strcmp(a, "--precision")) prec = v;
         else if (!strcmp(a, "--reps")) reps = atoi(v);
         else if (!strcmp(a, "--records")) records = atoi(v);
+        else if (!strcmp(a, "--long-reps")) long_reps = atoi(v);
         else if (!strcmp(a, "--layers")) layers = atoi(v);
         else if (!strcmp(a, "--tokens")) {
             nT = 0;
@@ -287,7 +298,7 @@ int main(int argc, char **argv) {
             return 2;
         }
     }
-    if (argc % 2 == 0 || nT == 0 || reps < 1 || layers < 1 || layers > 32) {
+    if (argc % 2 == 0 || nT == 0 || reps < 1 || long_reps < 1 || layers < 1 || layers > 32) {
         fprintf(stderr, "usage: bench_cuda [--precision fast|fp32|both] [--tokens a,b,c] [--reps N] [--records N] "
                         "[--layers 1..32]\n");
         return 2;

@@ -19,8 +19,9 @@
 #          --device cpu, --device cuda --precision fp32 and --precision fast (tiny checkpoint):
 #          fp32 bar max |dp| <= 1e-5, fast bar max |dp| <= 2e-3 and the same argmax per question,
 #          error bodies byte-identical
-#       4. bench_cuda (synthetic 9B: prefill at 436 / 2048 / 16384 tokens, 32-record throughput,
-#          per-op times), fast and fp32
+#       4. bench_cuda (synthetic 9B: prefill at 436 / 2048 / 16384 tokens, 16-record throughput,
+#          per-op times), fast and fp32, with the newest kernels and again with the old ones
+#          (CLEF_CUDA_LINEAR=bf16 CLEF_CUDA_ATTN=simt CLEF_CUDA_DELTA=v1) for the side-by-side
 #     Everything lands in $OUT (<= 8 files): summary.txt, device-check.log, build.log,
 #     test_cuda_ops.txt, corpus.json, bench.jsonl, nvidia-smi.txt.
 #
@@ -134,7 +135,7 @@ done
 log "binaries: $BIN_CLEF $BIN_TEST $BIN_BENCH"
 
 # ---- 2. op tests
-timeout 150 "$BIN_TEST" > "$OUT/test_cuda_ops.txt" 2>&1
+timeout 120 "$BIN_TEST" > "$OUT/test_cuda_ops.txt" 2>&1
 rc=$?
 say "test_cuda_ops: exit $rc ($((SECONDS - T0))s): $(tail -n 1 "$OUT/test_cuda_ops.txt")"
 grep -E 'worst rel' "$OUT/test_cuda_ops.txt" | tee -a "$SUM" > /dev/null
@@ -262,23 +263,40 @@ print(f"corpus: {len(rows)} requests, {compared} with probabilities; cuda fp32: 
       f"{bad['fast']} failing")
 EOF
 
-# ---- 4. benchmark (synthetic 9B)
-timeout 200 "$BIN_BENCH" --precision both --tokens 436,2048,16384 --reps 3 --records 32 > "$OUT/bench.jsonl" 2>> "$LOG"
-say "bench_cuda: exit $? ($((SECONDS - T0))s)"
-python3 - "$OUT/bench.jsonl" <<'EOF' | tee -a "$SUM"
+# ---- 4. benchmark (synthetic 9B): the newest kernels, then the old ones (one-term bf16 GEMMs, SIMT
+#         attention, delta rule v1) for the side-by-side; 16k prefills once each (--long-reps 1)
+timeout 110 "$BIN_BENCH" --precision both --tokens 436,2048,16384 --reps 5 --long-reps 1 --records 16 \
+  > "$OUT/bench.jsonl" 2>> "$LOG"
+say "bench_cuda (new kernels): exit $? ($((SECONDS - T0))s)"
+timeout 60 env CLEF_CUDA_LINEAR=bf16 CLEF_CUDA_ATTN=simt CLEF_CUDA_DELTA=v1 \
+  "$BIN_BENCH" --precision fast --tokens 436,2048,16384 --reps 3 --long-reps 1 --records 0 >> "$OUT/bench.jsonl" 2>> "$LOG"
+say "bench_cuda (old kernels, fast): exit $? ($((SECONDS - T0))s)"
+timeout 30 env CLEF_CUDA_LINEAR=bf16 CLEF_CUDA_ATTN=simt CLEF_CUDA_DELTA=v1 \
+  "$BIN_BENCH" --precision fp32 --tokens 436,2048 --reps 3 --records 0 >> "$OUT/bench.jsonl" 2>> "$LOG"
+say "bench_cuda (old kernels, fp32): exit $? ($((SECONDS - T0))s)"
+python3 - "$OUT/bench.jsonl" <<'EOF'  | tee -a "$SUM"
 import json, sys
+rows = []
 for line in open(sys.argv[1]):
     try:
-        d = json.loads(line)
+        rows.append(json.loads(line))
     except Exception:
-        continue
+        pass
+for d in rows:
     if d.get("kind") == "prefill":
-        print("  prefill %-4s %6d tok: %9.1f ms %9.0f tok/s %7.1f TFLOP/s (%.1f%% of peak) finite=%s" % (
-            d["precision"], d["tokens"], d["seconds"] * 1e3, d["tokens_per_s"], d["tflops"], d["peak_pct"],
-            d["last_row_finite"]))
+        print("  prefill %-4s %-30s %6d tok: %9.1f ms %9.0f tok/s %7.1f TFLOP/s (%.1f%% of peak) finite=%s" % (
+            d["precision"], d.get("kernels", "?"), d["tokens"], d["seconds"] * 1e3, d["tokens_per_s"], d["tflops"],
+            d["peak_pct"], d["last_row_finite"]))
     elif d.get("kind") == "throughput":
-        print("  throughput %-4s %d x %d tok: %.1f records/s, %.0f tok/s" % (
-            d["precision"], d["records"], d["tokens_each"], d["records_per_s"], d["tokens_per_s"]))
+        print("  throughput %-4s %-30s %d x %d tok: %.1f records/s, %.0f tok/s" % (
+            d["precision"], d.get("kernels", "?"), d["records"], d["tokens_each"], d["records_per_s"], d["tokens_per_s"]))
+# per-op kernel time of the three big ops, new vs old
+ops = {}
+for d in rows:
+    if d.get("kind") == "kernel" and d["op"] in ("linear", "delta_rule", "attention"):
+        ops[(d["precision"], d["tokens"], d["op"], d.get("kernels", "?"))] = d["ms"]
+for (p, t, op, k), ms in sorted(ops.items()):
+    print("  kernel %-4s %6d %-10s %-30s %9.2f ms" % (p, t, op, k, ms))
 EOF
 say "total $((SECONDS - T0))s"
 cat "$SUM"
