@@ -137,16 +137,27 @@ __attribute__((target("avx512f,avx512vnni"), noinline)) static void peak_dpbusd(
         : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "cc");
 }
 
-/* AMX TDPBF16PS: 4 independent 16 x 16 fp32 accumulator tiles from two A and two B tiles (zeros),
- * in the library's tile configuration. Only where clef_gemm_available(CLEF_GEMM_AMX), which also
- * asks Linux for the tile state. */
+/* AMX TDPBF16PS: 4 independent 16 x 16 fp32 accumulator tiles from two A and two B tiles, in the
+ * library's tile configuration. Only where clef_gemm_available(CLEF_GEMM_AMX), which also asks
+ * Linux for the tile state. The operands are random bf16 values (random sign and mantissa, |v| in
+ * [1, 2)) rather than zeros; held fixed, they run at the zero tiles' rate (~3,400 GFLOP/s on one
+ * core here, 2026-11-30). A throwaway harness that loads fresh random tiles from L1 for every
+ * product, in the AMX GEMM's pattern (8 loads per 12 products), ran at ~2,600, and at ~3,400 with
+ * zero tiles: the unit's rate depends on how much the operand bits change, so this peak is the
+ * instruction's ceiling, not what a GEMM on real data can reach (docs/performance.md). */
 __attribute__((target("amx-tile,amx-bf16"), noinline)) static void peak_amx(long iters) {
-    static const uint16_t zero[16 * 32] = {0};
+    static uint16_t ops[4][16 * 32];
+    uint32_t r = 0x2545f491u;
+    for (size_t t = 0; t < 4; t++)
+        for (size_t i = 0; i < 16 * 32; i++) {
+            r = r * 1664525u + 1013904223u;
+            ops[t][i] = (uint16_t)(0x3f80u | ((r >> 9) & 0x7fu) | ((r >> 16) & 0x8000u));
+        }
     clef_gemm_amx_tile_config();
-    _tile_loadd(4, zero, 64);
-    _tile_loadd(5, zero, 64);
-    _tile_loadd(6, zero, 64);
-    _tile_loadd(7, zero, 64);
+    _tile_loadd(4, ops[0], 64);
+    _tile_loadd(5, ops[1], 64);
+    _tile_loadd(6, ops[2], 64);
+    _tile_loadd(7, ops[3], 64);
     _tile_zero(0);
     _tile_zero(1);
     _tile_zero(2);
