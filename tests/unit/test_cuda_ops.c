@@ -3,7 +3,8 @@
  * 1152 / 16 x 72, head width 1024 / 16 x 64), T = 1, 63, 64, 65, 512 (and 1100 / 1500 for the
  * delta rule and attention), for both precisions, each with the newest kernels (modes "fp32",
  * "fast") and the old ones (modes "fp32/old", "fast/old": one-term bf16 GEMMs, SIMT attention,
- * delta rule v1). The delta rule also runs v2 (kernel A v1 + kernel B v2), which must give the same
+ * delta rule v1; in the fp32 modes "attention" is the register-tiled kernel vs the first SIMT one).
+ * The delta rule also runs v2 (kernel A v1 + kernel B v2), which must give the same
  * bits as the default v3 (kernel A v2 computes the same numbers in the same order).
  * Built only with `make CUDA=1`; exits 77 when no GPU is present at run time.
  *
@@ -482,6 +483,8 @@ int main(void) {
     t_attention("head16x64", 7, 512, 16, 16, 64, 0, 0); /* Tq != Tk, as the head's cross attention */
     t_attention("tiny4/2x32c", 100, 100, 4, 2, 32, 1, 0);
     t_attention("a8/2x128c", 200, 200, 8, 2, 128, 1, 0); /* the tensor-core kernel's DP = 128 */
+    t_attention("a2/1x100c", 130, 130, 2, 1, 100, 1, 0);  /* hd padded to 128, GQA 2 */
+    t_attention("a3x80", 65, 40, 3, 3, 80, 0, 0);         /* fp32 kernel's DP = 80 exactly, Tq > Tk */
     /* long: many chunks / key tiles, T not a multiple of the tiles */
     t_delta(1500, 16, 32, 128, 128);
     t_attention("attn16/4x256c", 1500, 1500, 16, 4, 256, 1, 0);
