@@ -11,7 +11,7 @@
 #                                  there by tools/reference/write_tiny.py (numpy; deterministic,
 #                                  checked against the carried manifest.sha256).
 #   tools/device-check.sh [run]    THERE (the device tool's machine, $OUT set), carrying
-#                                  build-cuda/devcheck; about 4-6 minutes:
+#                                  build-cuda/devcheck; about 2.5 minutes (must stay < 200 s):
 #       1. nvidia-smi; builds test_cuda_ops + bench_cuda from source with nvcc (sm_90), the full
 #          `make CUDA=1` when pkg-config finds the host libraries; falls back to the carried binaries
 #       2. test_cuda_ops (every op vs the CPU backend, both precisions)
@@ -20,8 +20,8 @@
 #          fp32 bar max |dp| <= 1e-5, fast bar max |dp| <= 2e-3 and the same argmax per question,
 #          error bodies byte-identical
 #       4. bench_cuda (synthetic 9B: prefill at 436 / 2048 / 16384 tokens, 16-record throughput,
-#          per-op times), fast and fp32, with the newest kernels and again with the old ones
-#          (CLEF_CUDA_LINEAR=bf16 CLEF_CUDA_ATTN=simt CLEF_CUDA_DELTA=v1) for the side-by-side
+#          per-op times incl. delta_rule.A / .B), fast and fp32, with the newest kernels and again
+#          at 436 / 2048 with the previous run's (CLEF_CUDA_ATTN=simt CLEF_CUDA_DELTA=v2)
 #     Everything lands in $OUT (<= 8 files): summary.txt, device-check.log, build.log,
 #     test_cuda_ops.txt, corpus.json, bench.jsonl, nvidia-smi.txt.
 #
@@ -267,17 +267,15 @@ print(f"corpus: {len(rows)} requests, {compared} with probabilities; cuda fp32: 
       f"{bad['fast']} failing")
 EOF
 
-# ---- 4. benchmark (synthetic 9B): the newest kernels, then the old ones (one-term bf16 GEMMs, SIMT
-#         attention, delta rule v1) for the side-by-side; 16k prefills once each (--long-reps 1)
-timeout 110 "$BIN_BENCH" --precision both --tokens 436,2048,16384 --reps 5 --long-reps 1 --records 16 \
+# ---- 4. benchmark (synthetic 9B): the newest kernels, then the previous run's ones (SIMT attention
+#         for fp32, delta rule v2 = kernel A v1) at 436 / 2048 only, for the side-by-side; 16k
+#         prefills once each (--long-reps 1). Run 2026-11-30b measured the older ones already.
+timeout 100 "$BIN_BENCH" --precision both --tokens 436,2048,16384 --reps 3 --long-reps 1 --records 16 \
   > "$OUT/bench.jsonl" 2>> "$LOG"
 say "bench_cuda (new kernels): exit $? ($((SECONDS - T0))s)"
-timeout 60 env CLEF_CUDA_LINEAR=bf16 CLEF_CUDA_ATTN=simt CLEF_CUDA_DELTA=v1 \
-  "$BIN_BENCH" --precision fast --tokens 436,2048,16384 --reps 3 --long-reps 1 --records 0 >> "$OUT/bench.jsonl" 2>> "$LOG"
-say "bench_cuda (old kernels, fast): exit $? ($((SECONDS - T0))s)"
-timeout 30 env CLEF_CUDA_LINEAR=bf16 CLEF_CUDA_ATTN=simt CLEF_CUDA_DELTA=v1 \
-  "$BIN_BENCH" --precision fp32 --tokens 436,2048 --reps 3 --records 0 >> "$OUT/bench.jsonl" 2>> "$LOG"
-say "bench_cuda (old kernels, fp32): exit $? ($((SECONDS - T0))s)"
+timeout 40 env CLEF_CUDA_ATTN=simt CLEF_CUDA_DELTA=v2 \
+  "$BIN_BENCH" --precision both --tokens 436,2048 --reps 1 --records 0 >> "$OUT/bench.jsonl" 2>> "$LOG"
+say "bench_cuda (previous kernels: attn=simt, delta=v2): exit $? ($((SECONDS - T0))s)"
 python3 - "$OUT/bench.jsonl" <<'EOF'  | tee -a "$SUM"
 import json, sys
 rows = []
@@ -297,10 +295,10 @@ for d in rows:
 # per-op kernel time of the three big ops, new vs old
 ops = {}
 for d in rows:
-    if d.get("kind") == "kernel" and d["op"] in ("linear", "delta_rule", "attention"):
+    if d.get("kind") == "kernel" and d["op"] in ("linear", "delta_rule", "delta_rule.A", "delta_rule.B", "attention"):
         ops[(d["precision"], d["tokens"], d["op"], d.get("kernels", "?"))] = d["ms"]
 for (p, t, op, k), ms in sorted(ops.items()):
-    print("  kernel %-4s %6d %-10s %-30s %9.2f ms" % (p, t, op, k, ms))
+    print("  kernel %-4s %6d %-12s %-30s %9.2f ms" % (p, t, op, k, ms))
 EOF
 say "total $((SECONDS - T0))s"
 cat "$SUM"

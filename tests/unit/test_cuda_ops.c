@@ -3,7 +3,9 @@
  * 1152 / 16 x 72, head width 1024 / 16 x 64), T = 1, 63, 64, 65, 512 (and 1100 / 1500 for the
  * delta rule and attention), for both precisions, each with the newest kernels (modes "fp32",
  * "fast") and the old ones (modes "fp32/old", "fast/old": one-term bf16 GEMMs, SIMT attention,
- * delta rule v1).
+ * delta rule v1; in the fp32 modes "attention" is the register-tiled kernel vs the first SIMT one).
+ * The delta rule also runs v2 (kernel A v1 + kernel B v2), which must give the same
+ * bits as the default v3 (kernel A v2 computes the same numbers in the same order).
  * Built only with `make CUDA=1`; exits 77 when no GPU is present at run time.
  *
  * Error measure: rel = max |gpu - cpu| / max |cpu| over the output (NaNs must match). Bars:
@@ -95,7 +97,7 @@ static clef_ops *G_of(int m) {
     clef_cuda_kernels k;
     k.linear_split = m < 2;
     k.attn = m < 2 ? CLEF_CUDA_ATTN_V2 : CLEF_CUDA_ATTN_SIMT;
-    k.delta = m < 2 ? CLEF_CUDA_DELTA_V2 : CLEF_CUDA_DELTA_V1;
+    k.delta = m < 2 ? CLEF_CUDA_DELTA_V3 : CLEF_CUDA_DELTA_V1;
     clef_cuda_set_kernels(g, &k);
     return g;
 }
@@ -311,6 +313,7 @@ static void t_delta(size_t T, size_t Hk, size_t Hv, size_t dk, size_t dv) {
         g[i] = -0.3f * (1.0f + frand()); /* in (-0.6, 0] */
     }
     cpu->delta_rule(cpu, ref, q, k, v, beta, g, T, Hk, Hv, dk, dv, 64);
+    float *newest[2] = {NULL, NULL};
     for (int m = 0; m < NMODES; m++) {
         clef_ops *G = G_of(m);
         float *dq = dev(G, q, T * Hk * dk), *dk_ = dev(G, k, T * Hk * dk), *dv_ = dev(G, v, T * Hv * dv);
@@ -324,9 +327,34 @@ static void t_delta(size_t T, size_t Hk, size_t Hv, size_t dk, size_t dv) {
         G->delta_rule(G, dout, dq, dk_, dv_, db, dg, T, Hk, Hv, dk, dv, 64);
         float *again = host_of(G, dout, T * Hv * dv);
         CHECK_MSG(!memcmp(got, again, T * Hv * dv * 4), "delta_rule %s T=%zu: not deterministic", mode_name[m], T);
-        free(got); free(again);
+        if (m < 2)
+            newest[m] = got;
+        else
+            free(got);
+        free(again);
         G->free(G, dq); G->free(G, dk_); G->free(G, dv_); G->free(G, db); G->free(G, dg); G->free(G, dout);
     }
+    /* v2 (kernel A v1) must give v3's bits: the two kernel A compute the same sums in the same order */
+    for (int m = 0; m < 2; m++) {
+        clef_ops *G = G_of(m);
+        clef_cuda_kernels kv;
+        clef_cuda_get_kernels(G, &kv);
+        kv.delta = CLEF_CUDA_DELTA_V2;
+        clef_cuda_set_kernels(G, &kv);
+        float *dq = dev(G, q, T * Hk * dk), *dk_ = dev(G, k, T * Hk * dk), *dv_ = dev(G, v, T * Hv * dv);
+        float *db = dev(G, beta, T * Hv), *dg = dev(G, g, T * Hv), *dout = dev(G, NULL, T * Hv * dv);
+        G->delta_rule(G, dout, dq, dk_, dv_, db, dg, T, Hk, Hv, dk, dv, 64);
+        float *got = host_of(G, dout, T * Hv * dv);
+        check_ok(m, "delta_rule v2");
+        char name[48];
+        snprintf(name, sizeof name, "delta%zux%zu/v2", Hv, dk);
+        cmpv(name, m, T, got, ref, T * Hv * dv, 1e-5);
+        CHECK_MSG(!memcmp(got, newest[m], T * Hv * dv * 4), "delta_rule %s T=%zu dk=%zu: v2 and v3 differ", mode_name[m], T,
+                  dk);
+        free(got);
+        G->free(G, dq); G->free(G, dk_); G->free(G, dv_); G->free(G, db); G->free(G, dg); G->free(G, dout);
+    }
+    free(newest[0]); free(newest[1]);
     free(q); free(k); free(v); free(beta); free(g); free(ref);
 }
 
@@ -448,9 +476,15 @@ int main(void) {
     t_linear(64, 12288, 4096, 0, 0);          /* mlp gate/up */
     t_linear(3, 1, 1024, 0, 1);               /* scorer3: N = 1 */
     t_delta(130, 2, 4, 16, 24);               /* the tiny checkpoint's GDN dims, 3 chunks */
+    t_delta(65, 4, 8, 64, 32);                /* dk 64, GQA 2 */
+    t_delta(100, 2, 2, 32, 80);               /* dk + dv = 112 < one column per thread */
+    t_delta(70, 1, 2, 18, 20);                /* dk % 4 != 0: kernel A v1 and kernel B v1 in every mode */
+    t_delta(129, 1, 1, 160, 96);              /* dk > 128: the same fallback; dk + dv > 256 columns */
     t_attention("head16x64", 7, 512, 16, 16, 64, 0, 0); /* Tq != Tk, as the head's cross attention */
     t_attention("tiny4/2x32c", 100, 100, 4, 2, 32, 1, 0);
     t_attention("a8/2x128c", 200, 200, 8, 2, 128, 1, 0); /* the tensor-core kernel's DP = 128 */
+    t_attention("a2/1x100c", 130, 130, 2, 1, 100, 1, 0);  /* hd padded to 128, GQA 2 */
+    t_attention("a3x80", 65, 40, 3, 3, 80, 0, 0);         /* fp32 kernel's DP = 80 exactly, Tq > Tk */
     /* long: many chunks / key tiles, T not a multiple of the tiles */
     t_delta(1500, 16, 32, 128, 128);
     t_attention("attn16/4x256c", 1500, 1500, 16, 4, 256, 1, 0);

@@ -309,6 +309,168 @@ static bool launch_tc(clef_ops *ops, float *o, size_t ldo, const float *q, size_
     return true;
 }
 
+/* ---- register-tiled SIMT kernel for the fp32 (parity) precision (the default there;
+ * CLEF_CUDA_ATTN=simt selects k_attention) ----
+ *
+ * k_attention computes one score per lane with a serial dot product and one output column per lane
+ * per row: ~3.6 TFLOP/s (run 2026-11-30b: 4.3 s of attention at 16k tokens, fp32). Here a block of
+ * 256 threads owns 64 query rows of one head; thread (rg, cg) = (tid / 16, tid % 16) owns rows
+ * rg + 16 i (i < 4), keys cg and cg + 16 of each 32-key tile, and output columns cg + 16 e
+ * (e < DP / 16): 8 scores and 4 x DP/16 accumulators in registers, every shared-memory value
+ * reused 2-4 times. Q (64 rows) stays in shared memory; K and then V of a tile share one buffer.
+ * Per tile: S = Q K^T (fp32 FMAs over d in order, as k_attention), the row max / sum across the 16
+ * threads of a row group (shuffles in a fixed tree), online-softmax rescale, P to shared memory,
+ * O += P V over the 32 keys in order. Exact fp32 with FMAs, no atomics: the same bits on repeat.
+ * Head dims are zero-padded to DP in {32, 64, 80, 128, 256}; causal blocks stop at their last row;
+ * GQA reads kv head h / (nh / nkv) in place. Shared memory (64 + 32) (DP + 4) + 64 x 33 floats:
+ * 108 KB at DP = 256 (sm_89's 99 KB: the text heads fall back to k_attention). */
+static const int T3_BQ = 64, T3_BK = 32, T3_NT = 256;
+
+template <int DP> static size_t t3_smem_bytes() {
+    return ((size_t)(T3_BQ + T3_BK) * (DP + 4) + (size_t)T3_BQ * (T3_BK + 1)) * sizeof(float);
+}
+
+__device__ __forceinline__ float half_max(float v) { /* over the 16 lanes of a half warp */
+    for (int o = 8; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+__device__ __forceinline__ float half_sum(float v) {
+    for (int o = 8; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+template <int DP>
+__global__ void __launch_bounds__(T3_NT, 2)
+k_attention_rt(float *o, size_t ldo, const float *q, size_t ldq, const float *k, size_t ldk, const float *v, size_t ldv,
+               size_t Tq, size_t Tk, size_t nh, size_t nkv, int hd, float scale, int causal) {
+    constexpr int LD = DP + 4;         /* rows 4 banks apart: the float4 key loads are conflict-free */
+    constexpr int E = DP / 16, RI = T3_BQ / 16, LP = T3_BK + 1;
+    extern __shared__ float4 sm4a[];   /* float4: 16-byte alignment */
+    float *Qs = reinterpret_cast<float *>(sm4a); /* [BQ][LD] */
+    float *KV = Qs + T3_BQ * LD;                 /* [BK][LD]: K, then V of the tile */
+    float *Ps = KV + T3_BK * LD;                 /* [BQ][LP] */
+    const size_t i0 = (size_t)blockIdx.x * T3_BQ, h = blockIdx.y, jh = h / (nh / nkv);
+    const int tid = threadIdx.x, rg = tid >> 4, cg = tid & 15;
+
+    for (int p = tid; p < T3_BQ * DP; p += T3_NT) {
+        const int r = p / DP, d = p % DP;
+        Qs[r * LD + d] = i0 + r < Tq && d < hd ? q[(i0 + r) * ldq + h * hd + d] : 0.0f;
+    }
+    float m[RI], l[RI], acc[RI][E];
+#pragma unroll
+    for (int i = 0; i < RI; i++) {
+        m[i] = -INFINITY;
+        l[i] = 0.0f;
+#pragma unroll
+        for (int e = 0; e < E; e++) acc[i][e] = 0.0f;
+    }
+    size_t kend = Tk;
+    if (causal) {
+        const size_t last = i0 + T3_BQ < Tq ? i0 + T3_BQ : Tq; /* keys <= the block's last row */
+        kend = last < Tk ? last : Tk;
+    }
+    for (size_t k0 = 0; k0 < kend; k0 += T3_BK) {
+        __syncthreads(); /* the previous tile's P V is done with KV and Ps */
+        for (int p = tid; p < T3_BK * DP; p += T3_NT) {
+            const int t = p / DP, d = p % DP;
+            KV[t * LD + d] = k0 + t < Tk && d < hd ? k[(k0 + t) * ldk + jh * hd + d] : 0.0f;
+        }
+        __syncthreads();
+        float sc[RI][2];
+#pragma unroll
+        for (int i = 0; i < RI; i++) sc[i][0] = sc[i][1] = 0.0f;
+#pragma unroll 4
+        for (int d = 0; d < DP; d += 4) {
+            const float4 ka = *reinterpret_cast<const float4 *>(KV + cg * LD + d);
+            const float4 kb = *reinterpret_cast<const float4 *>(KV + (cg + 16) * LD + d);
+#pragma unroll
+            for (int i = 0; i < RI; i++) {
+                const float4 qq = *reinterpret_cast<const float4 *>(Qs + (rg + 16 * i) * LD + d);
+                sc[i][0] = __fmaf_rn(qq.x, ka.x, sc[i][0]);
+                sc[i][0] = __fmaf_rn(qq.y, ka.y, sc[i][0]);
+                sc[i][0] = __fmaf_rn(qq.z, ka.z, sc[i][0]);
+                sc[i][0] = __fmaf_rn(qq.w, ka.w, sc[i][0]);
+                sc[i][1] = __fmaf_rn(qq.x, kb.x, sc[i][1]);
+                sc[i][1] = __fmaf_rn(qq.y, kb.y, sc[i][1]);
+                sc[i][1] = __fmaf_rn(qq.z, kb.z, sc[i][1]);
+                sc[i][1] = __fmaf_rn(qq.w, kb.w, sc[i][1]);
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < RI; i++) {
+            const size_t row = i0 + rg + 16 * i;
+            float mt = -INFINITY;
+            bool ok[2];
+#pragma unroll
+            for (int j = 0; j < 2; j++) {
+                const size_t key = k0 + cg + 16 * j;
+                ok[j] = key < Tk && (!causal || key <= row);
+                sc[i][j] = ok[j] ? sc[i][j] * scale : -INFINITY;
+                mt = fmaxf(mt, sc[i][j]);
+            }
+            mt = half_max(mt); /* every lane takes part: no divergence around the shuffles */
+            const float mn = fmaxf(m[i], mt);
+            const float mu = mn == -INFINITY ? 0.0f : mn; /* nothing valid yet: p = 0, acc stays 0 */
+            const float p0 = ok[0] ? expf(sc[i][0] - mu) : 0.0f, p1 = ok[1] ? expf(sc[i][1] - mu) : 0.0f;
+            const float corr = expf(m[i] - mu);
+            l[i] = l[i] * corr + half_sum(p0 + p1);
+            m[i] = mn;
+#pragma unroll
+            for (int e = 0; e < E; e++) acc[i][e] *= corr;
+            Ps[(rg + 16 * i) * LP + cg] = p0;
+            Ps[(rg + 16 * i) * LP + cg + 16] = p1;
+        }
+        __syncthreads(); /* K done, P complete */
+        for (int p = tid; p < T3_BK * DP; p += T3_NT) {
+            const int t = p / DP, d = p % DP;
+            KV[t * LD + d] = k0 + t < Tk && d < hd ? v[(k0 + t) * ldv + jh * hd + d] : 0.0f;
+        }
+        __syncthreads();
+#pragma unroll 4
+        for (int t = 0; t < T3_BK; t++) {
+            float vv[E];
+#pragma unroll
+            for (int e = 0; e < E; e++) vv[e] = KV[t * LD + cg + 16 * e];
+#pragma unroll
+            for (int i = 0; i < RI; i++) {
+                const float pt = Ps[(rg + 16 * i) * LP + t];
+#pragma unroll
+                for (int e = 0; e < E; e++) acc[i][e] = __fmaf_rn(pt, vv[e], acc[i][e]);
+            }
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < RI; i++) {
+        const size_t row = i0 + rg + 16 * i;
+        if (row >= Tq) continue;
+        float *orow = o + row * ldo + h * hd;
+#pragma unroll
+        for (int e = 0; e < E; e++) {
+            const int c = cg + 16 * e;
+            if (c < hd) orow[c] = acc[i][e] / l[i];
+        }
+    }
+}
+
+/* Launches the register-tiled fp32 kernel for DP; false when it does not apply (shared memory). */
+template <int DP>
+static bool launch_rt(clef_ops *ops, float *o, size_t ldo, const float *q, size_t ldq, const float *k, size_t ldk,
+                      const float *v, size_t ldv, size_t Tq, size_t Tk, size_t nh, size_t nkv, size_t hd, float scale,
+                      int causal) {
+    Impl *im = IM(ops);
+    size_t smem = t3_smem_bytes<DP>();
+    if (smem > (size_t)im->max_smem_optin) return false;
+    if (smem > 48 * 1024 &&
+        !cuda_ok(ops, cudaFuncSetAttribute(k_attention_rt<DP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
+                 "attention (shared memory)"))
+        return true; /* failed is set */
+    dim3 grid((unsigned)((Tq + T3_BQ - 1) / T3_BQ), (unsigned)nh);
+    k_attention_rt<DP><<<grid, T3_NT, smem, im->stream>>>(o, ldo, q, ldq, k, ldk, v, ldv, Tq, Tk, nh, nkv, (int)hd,
+                                                          scale, causal);
+    launch_ok(ops, "attention (register tiles)");
+    return true;
+}
+
 void op_attention(clef_ops *ops, float *o, size_t ldo, const float *q, size_t ldq, const float *k, size_t ldk,
                   const float *v, size_t ldv, size_t Tq, size_t Tk, size_t nh, size_t nkv, size_t hd, float scale,
                   int causal) {
@@ -326,6 +488,15 @@ void op_attention(clef_ops *ops, float *o, size_t ldo, const float *q, size_t ld
                     : hd <= 72  ? launch_tc<72>(ops, o, ldo, q, ldq, k, ldk, v, ldv, Tq, Tk, nh, nkv, hd, scale, causal)
                     : hd <= 128 ? launch_tc<128>(ops, o, ldo, q, ldq, k, ldk, v, ldv, Tq, Tk, nh, nkv, hd, scale, causal)
                                 : launch_tc<256>(ops, o, ldo, q, ldq, k, ldk, v, ldv, Tq, Tk, nh, nkv, hd, scale, causal);
+        if (done) return;
+    }
+    if (im->attn_kernel == CLEF_CUDA_ATTN_V2 && im->precision == CLEF_CUDA_FP32 &&
+        (Tq + T3_BQ - 1) / T3_BQ <= 0x7fffffffu) {
+        bool done = hd <= 32    ? launch_rt<32>(ops, o, ldo, q, ldq, k, ldk, v, ldv, Tq, Tk, nh, nkv, hd, scale, causal)
+                    : hd <= 64  ? launch_rt<64>(ops, o, ldo, q, ldq, k, ldk, v, ldv, Tq, Tk, nh, nkv, hd, scale, causal)
+                    : hd <= 80  ? launch_rt<80>(ops, o, ldo, q, ldq, k, ldk, v, ldv, Tq, Tk, nh, nkv, hd, scale, causal)
+                    : hd <= 128 ? launch_rt<128>(ops, o, ldo, q, ldq, k, ldk, v, ldv, Tq, Tk, nh, nkv, hd, scale, causal)
+                                : launch_rt<256>(ops, o, ldo, q, ldq, k, ldk, v, ldv, Tq, Tk, nh, nkv, hd, scale, causal);
         if (done) return;
     }
     size_t smem = ((size_t)BQ * hd + (size_t)BK * (hd + 1) + (size_t)BK * hd) * sizeof(float);

@@ -14,7 +14,7 @@ namespace clefcu {
 const char *const op_names[OP_COUNT] = {
     "upload", "download", "copy2d", "embed", "row_mean", "linear", "rmsnorm", "layernorm", "l2norm",
     "gated_rmsnorm", "rope", "conv1d_silu", "gdn_gates", "delta_rule", "attention", "silu_mul", "gelu",
-    "sigmoid_mul", "add"};
+    "sigmoid_mul", "add", "delta_rule.A", "delta_rule.B"};
 
 static const size_t ALIGN = 256;
 static const size_t EV_PAIRS = 8192;
@@ -366,7 +366,9 @@ extern "C" clef_ops *clef_cuda_ops_create(int device, int precision, clef_err *e
     kv = getenv("CLEF_CUDA_ATTN");
     im->attn_kernel = kv && !strcmp(kv, "simt") ? CLEF_CUDA_ATTN_SIMT : CLEF_CUDA_ATTN_V2;
     kv = getenv("CLEF_CUDA_DELTA");
-    im->delta_kernel = kv && !strcmp(kv, "v1") ? CLEF_CUDA_DELTA_V1 : CLEF_CUDA_DELTA_V2;
+    im->delta_kernel = kv && !strcmp(kv, "v1")   ? CLEF_CUDA_DELTA_V1
+                       : kv && !strcmp(kv, "v2") ? CLEF_CUDA_DELTA_V2
+                                                 : CLEF_CUDA_DELTA_V3;
     const char *pool = getenv("CLEF_CUDA_POOL_MB");
     size_t pool_mb = pool && atol(pool) > 0 ? (size_t)atol(pool) : 1024;
     im->grow_bytes = pool_mb << 20;
@@ -431,7 +433,7 @@ extern "C" void clef_cuda_set_kernels(clef_ops *ops, const clef_cuda_kernels *k)
     Impl *im = IM(ops);
     im->linear_split = k->linear_split != 0;
     im->attn_kernel = k->attn == CLEF_CUDA_ATTN_SIMT ? CLEF_CUDA_ATTN_SIMT : CLEF_CUDA_ATTN_V2;
-    im->delta_kernel = k->delta == CLEF_CUDA_DELTA_V1 ? CLEF_CUDA_DELTA_V1 : CLEF_CUDA_DELTA_V2;
+    im->delta_kernel = k->delta == CLEF_CUDA_DELTA_V1 || k->delta == CLEF_CUDA_DELTA_V2 ? k->delta : CLEF_CUDA_DELTA_V3;
 }
 
 extern "C" const char *clef_cuda_device_name(const clef_ops *ops) { return static_cast<const Impl *>(ops->impl)->name; }

@@ -109,6 +109,181 @@ __global__ void k_delta_prep(DeltaScratch S, const float *q, const float *k, con
     if (threadIdx.x == 0) S.lam[blk] = expf(Gl);
 }
 
+/* ---- v2 of kernel A (CLEF_CUDA_DELTA=v3, the default; v1 / v2 keep the kernel above) ----
+ *
+ * Run 2026-11-30b: delta_rule took 0.85 ms per layer at 436 tokens although kernel B v2 does ~7 chunk
+ * steps; the cost is kernel A's products: each thread reads its own row k_s straight from global
+ * memory (32 distinct cache lines per warp load, ~0.8M L1 wavefronts per block). v2 of A computes
+ * the same numbers, in the same order, from shared memory:
+ *  - the chunk's k and q rows are staged in shared memory (rows >= n zero);
+ *  - M and Intra by register tiles: a thread owns 2 x 2 (r, s) outputs of both matrices, each with
+ *    the CPU's four interleaved double partial sums over k (k = m mod 4), combined as
+ *    (s0 + s1) + (s2 + s3), then rounded and scaled by the decay as in v1: the same bits;
+ *  - the forward substitution right-looking with the column in registers: acc[r] starts at the
+ *    right-hand side, and after row s is final (rounded to float) every acc[r], r > s, subtracts
+ *    M[r][s] x_s. Each acc[r] still sums over s in ascending order in double: the CPU's order and
+ *    roundings, but the 63 - s updates of a step are independent (no dependent chain per column).
+ *    M lives in shared memory as double, transposed (M[r][s] for fixed s is contiguous).
+ * Needs dk % 4 == 0 and dk <= 128 (shared memory: 32 KB of M + 2 x 64 x (dk + 4) floats). */
+static const int A2_NT = 256;
+static const int A2_DKMAX = 128;
+
+static size_t prep2_smem_bytes(size_t dk) {
+    return (size_t)CMAX * CMAX * sizeof(double) + (2 * (size_t)CMAX * (dk + 4) + 4 * (size_t)CMAX) * sizeof(float);
+}
+
+/* Rows HF*32 .. HF*32+31 of one column of kernel A v2's forward substitution (a template so that
+ * every index is a constant and acc / x stay in registers). */
+template <int HF>
+__device__ __forceinline__ void solve_half(float (&x)[CMAX / 2], const double *Mt, const float *Ks, const float *be,
+                                           const float *eG, const float *vsrc, int ldvi, int ldk, int j, bool isw,
+                                           int n, float *dst, int ld) {
+    const int H = CMAX / 2, R0 = HF * H;
+    double acc[H];
+#pragma unroll
+    for (int rr = 0; rr < H; rr++) {
+        const int r = R0 + rr;
+        float b = 0.0f;
+        if (r < n) b = isw ? (Ks[r * ldk + j] * be[r]) * eG[r] : vsrc[(size_t)(r * ldvi)] * be[r];
+        acc[rr] = (double)b;
+    }
+#pragma unroll
+    for (int s = 0; s < R0 + H; s++) {
+        float xs;
+        if (s >= R0) { /* row s is final */
+            xs = (float)acc[s - R0];
+            if (HF == 0) x[s] = xs;
+            if (s < n) dst[s * ld] = xs;
+        } else {
+            xs = x[s];
+        }
+        const double xd = (double)xs;
+        const double *mc = Mt + s * CMAX;
+#pragma unroll
+        for (int r = (s + 1 > R0 ? s + 1 : R0); r < R0 + H; r++) acc[r - R0] = __fma_rn(-mc[r], xd, acc[r - R0]); /* acc - M x, one rounding */
+    }
+}
+
+__global__ void __launch_bounds__(A2_NT, 1)
+k_delta_prep2(DeltaScratch S, const float *q, const float *k, const float *v, const float *beta, const float *g,
+              size_t T, size_t Hk, size_t Hv, size_t dk, size_t dv, int C, size_t nch) {
+    extern __shared__ double2 smd2[]; /* double2: 16-byte alignment for the double loads */
+    double *Mt = reinterpret_cast<double *>(smd2);          /* [s][r] = M[r][s], r > s, r < n; else 0 */
+    const int dki = (int)dk, ldk = dki + 4;                 /* +4: float4 rows, rows 4 banks apart */
+    float *Ks = reinterpret_cast<float *>(Mt + CMAX * CMAX); /* [CMAX][ldk] */
+    float *Qs = Ks + CMAX * ldk;
+    float *G = Qs + CMAX * ldk, *eG = G + CMAX, *eK = eG + CMAX, *be = eK + CMAX;
+    const size_t c = blockIdx.x, h = blockIdx.y;
+    const size_t kh = h / (Hv / Hk);
+    const size_t t0 = c * (size_t)C;
+    const int n = (int)(T - t0 < (size_t)C ? T - t0 : (size_t)C);
+    const size_t ldq = Hk * dk, ldv = Hv * dv, ldg = Hv;
+    const size_t blk = h * nch + c;
+    float *W = S.W + blk * (size_t)C * dk, *U = S.U + blk * (size_t)C * dv;
+    float *Qd = S.Qd + blk * (size_t)C * dk, *Kd = S.Kd + blk * (size_t)C * dk;
+    float *In = S.In + blk * (size_t)C * C;
+    const int tid = threadIdx.x;
+
+    for (int p = tid; p < CMAX * CMAX; p += A2_NT) Mt[p] = 0.0;
+    if (tid < CMAX) {
+        G[tid] = tid < n ? g[(t0 + tid) * ldg + h] : 0.0f;
+        be[tid] = tid < n ? beta[(t0 + tid) * ldg + h] : 0.0f;
+    }
+    for (int p = tid; p < CMAX * dki; p += A2_NT) { /* coalesced along each row */
+        const int r = p / dki, i = p % dki;
+        const size_t src = (t0 + r) * ldq + kh * dk + i;
+        Ks[r * ldk + i] = r < n ? k[src] : 0.0f;
+        Qs[r * ldk + i] = r < n ? q[src] : 0.0f;
+    }
+    __syncthreads();
+    if (tid == 0) { /* the cumulative decay, in double as on the CPU */
+        double run = 0;
+        for (int r = 0; r < n; r++) {
+            run += G[r];
+            G[r] = (float)run;
+        }
+        S.lam[blk] = expf(G[n - 1]);
+    }
+    __syncthreads();
+    if (tid < CMAX) {
+        const float Gl = G[n - 1];
+        eG[tid] = tid < n ? expf(G[tid]) : 0.0f;
+        eK[tid] = tid < n ? expf(Gl - G[tid]) : 0.0f;
+    }
+    __syncthreads();
+    /* Qd, Kd (rows < n; kernel B reads no others) */
+    for (int p = tid; p < n * dki; p += A2_NT) {
+        const int r = p / dki, i = p % dki;
+        Qd[p] = Qs[r * ldk + i] * eG[r];
+        Kd[p] = Ks[r * ldk + i] * eK[r];
+    }
+    /* M and Intra: 2 x 2 tiles (r0 + a, s0 + b) with s0 <= r0. The 528 lower tiles of the 32 x 32 tile
+     * grid are numbered by pairs of tile rows (p, 31 - p), 33 tiles per pair. */
+    for (int t = tid; t < 528; t += A2_NT) {
+        const int pr = t / 33, idx = t % 33;
+        const int tr = idx <= pr ? pr : 31 - pr, ts = idx <= pr ? idx : idx - pr - 1;
+        const int r0 = 2 * tr, s0 = 2 * ts;
+        if (r0 >= n) continue;
+        double am[2][2][4], ai[2][2][4];
+#pragma unroll
+        for (int a = 0; a < 2; a++)
+#pragma unroll
+            for (int b = 0; b < 2; b++)
+#pragma unroll
+                for (int m = 0; m < 4; m++) am[a][b][m] = ai[a][b][m] = 0.0;
+        const float be0 = be[r0], be1 = be[r0 + 1];
+        for (int i = 0; i < dki; i += 4) {
+            const float4 k0 = *reinterpret_cast<const float4 *>(Ks + r0 * ldk + i);
+            const float4 k1 = *reinterpret_cast<const float4 *>(Ks + (r0 + 1) * ldk + i);
+            const float4 q0 = *reinterpret_cast<const float4 *>(Qs + r0 * ldk + i);
+            const float4 q1 = *reinterpret_cast<const float4 *>(Qs + (r0 + 1) * ldk + i);
+            const float4 s0v = *reinterpret_cast<const float4 *>(Ks + s0 * ldk + i);
+            const float4 s1v = *reinterpret_cast<const float4 *>(Ks + (s0 + 1) * ldk + i);
+            /* kb = k * beta rounded to float first, as the CPU does */
+            const float ka[2][4] = {{k0.x * be0, k0.y * be0, k0.z * be0, k0.w * be0},
+                                    {k1.x * be1, k1.y * be1, k1.z * be1, k1.w * be1}};
+            const float qa[2][4] = {{q0.x, q0.y, q0.z, q0.w}, {q1.x, q1.y, q1.z, q1.w}};
+            const float kb[2][4] = {{s0v.x, s0v.y, s0v.z, s0v.w}, {s1v.x, s1v.y, s1v.z, s1v.w}};
+#pragma unroll
+            for (int a = 0; a < 2; a++)
+#pragma unroll
+                for (int b = 0; b < 2; b++)
+#pragma unroll
+                    for (int m = 0; m < 4; m++) {
+                        const double ks = (double)kb[b][m];
+                        am[a][b][m] = __fma_rn((double)ka[a][m], ks, am[a][b][m]);
+                        ai[a][b][m] = __fma_rn((double)qa[a][m], ks, ai[a][b][m]);
+                    }
+        }
+#pragma unroll
+        for (int a = 0; a < 2; a++)
+#pragma unroll
+            for (int b = 0; b < 2; b++) {
+                const int r = r0 + a, s = s0 + b;
+                if (r >= n || s > r) continue;
+                const float d = expf(G[r] - G[s]);
+                const float mv = (float)((am[a][b][0] + am[a][b][1]) + (am[a][b][2] + am[a][b][3])) * d;
+                const float iv = (float)((ai[a][b][0] + ai[a][b][1]) + (ai[a][b][2] + ai[a][b][3])) * d;
+                if (s < r) Mt[s * CMAX + r] = (double)mv;
+                In[r * C + s] = iv;
+            }
+    }
+    __syncthreads();
+    /* (I + L) [W | U] = [Kb exp(G) | Vb], one column per thread, right-looking (see above), in two halves
+     * of 32 rows so that only 32 double accumulators are live (64 spilled): rows 32..63 first take
+     * s = 0..31 from the finished first half, then continue; each acc[r] still sums s in order. */
+    for (size_t j = tid; j < dk + dv; j += A2_NT) {
+        const bool isw = j < dk;
+        const int ld = isw ? dki : (int)dv; /* row stride of the output column */
+        float *dst = isw ? W + j : U + (j - dk);
+        const float *vsrc = isw ? v : v + t0 * ldv + h * dv + (j - dk); /* read only when !isw */
+        const int ldvi = (int)ldv;
+        float x[CMAX / 2]; /* the first half's solution */
+        solve_half<0>(x, Mt, Ks, be, eG, vsrc, ldvi, ldk, (int)j, isw, n, dst, ld);
+        solve_half<1>(x, Mt, Ks, be, eG, vsrc, ldvi, ldk, (int)j, isw, n, dst, ld);
+    }
+}
+
 __global__ void k_delta_scan(DeltaScratch S, float *o, size_t T, size_t Hv, size_t dk, size_t dv, int C, size_t nch) {
     extern __shared__ float sm[];
     float *R = sm;                       /* [dk, VS] */
@@ -390,9 +565,25 @@ void op_delta_rule(clef_ops *ops, float *o, const float *q, const float *k, cons
         return;
     }
     dim3 ga((unsigned)nch, (unsigned)Hv);
-    k_delta_prep<<<ga, NT, smA, im->stream>>>(S, q, k, v, beta, g, T, Hk, Hv, dk, dv, C, nch);
+    const size_t smA2 = prep2_smem_bytes(dk);
+    const bool a2 = im->delta_kernel == CLEF_CUDA_DELTA_V3 && dk % 4 == 0 && dk <= (size_t)A2_DKMAX &&
+                    smA2 <= (size_t)im->max_smem_optin;
+    {
+        ProfScope pa(ops, OP_DELTA_A);
+        if (a2) {
+            if (!cuda_ok(ops, cudaFuncSetAttribute(k_delta_prep2, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smA2),
+                         "delta_rule (shared memory)")) {
+                scratch_free(ops, base);
+                return;
+            }
+            k_delta_prep2<<<ga, A2_NT, smA2, im->stream>>>(S, q, k, v, beta, g, T, Hk, Hv, dk, dv, C, nch);
+        } else {
+            k_delta_prep<<<ga, NT, smA, im->stream>>>(S, q, k, v, beta, g, T, Hk, Hv, dk, dv, C, nch);
+        }
+    }
+    ProfScope pb(ops, OP_DELTA_B);
     size_t sm2 = scan2_smem_floats(dk) * sizeof(float);
-    const bool v2 = im->delta_kernel == CLEF_CUDA_DELTA_V2 && dk % 4 == 0 && dk <= (size_t)S2_DKMAX &&
+    const bool v2 = im->delta_kernel != CLEF_CUDA_DELTA_V1 && dk % 4 == 0 && dk <= (size_t)S2_DKMAX &&
                     sm2 <= (size_t)im->max_smem_optin;
     if (v2) {
         const bool fast = im->precision == CLEF_CUDA_FAST;

@@ -48,7 +48,9 @@ struct Weight {
 enum OpId {
     OP_UPLOAD, OP_DOWNLOAD, OP_COPY2D, OP_EMBED, OP_ROW_MEAN, OP_LINEAR, OP_RMSNORM, OP_LAYERNORM,
     OP_L2NORM, OP_GATED_RMSNORM, OP_ROPE, OP_CONV1D_SILU, OP_GDN_GATES, OP_DELTA_RULE, OP_ATTENTION,
-    OP_SILU_MUL, OP_GELU, OP_SIGMOID_MUL, OP_ADD, OP_COUNT
+    OP_SILU_MUL, OP_GELU, OP_SIGMOID_MUL, OP_ADD,
+    OP_DELTA_A, OP_DELTA_B, /* kernels inside delta_rule (their time is part of delta_rule's) */
+    OP_COUNT
 };
 extern const char *const op_names[OP_COUNT];
 
@@ -77,7 +79,7 @@ struct Impl {
     std::map<GemmKey, GemmPlan> plans;
     bool linear_split = true;      /* clef_cuda_kernels (cuda_ops.h) */
     int attn_kernel = CLEF_CUDA_ATTN_V2;
-    int delta_kernel = CLEF_CUDA_DELTA_V2;
+    int delta_kernel = CLEF_CUDA_DELTA_V3;
     int max_smem_optin = 48 * 1024;
     int sm_count = 0;
     int cc_major = 0;             /* compute capability (mma.sync TF32 needs 8.0) */

@@ -57,10 +57,11 @@ int clef_cuda_synthetic_weight(clef_ops *ops, clef_tensor *t, int dtype, const i
 /* Kernel variants. The newest are the default; the old ones stay selectable for side-by-side
  * runs and as a fallback. At create, $CLEF_CUDA_LINEAR=bf16 (one bf16 term per activation in the
  * fast GEMMs instead of the two-term split), $CLEF_CUDA_ATTN=simt (the first attention kernel) and
- * $CLEF_CUDA_DELTA=v1 (the first delta-rule kernels) select the old ones; clef_cuda_set_kernels
+ * $CLEF_CUDA_DELTA=v1 / v2 (the first delta-rule kernels / kernel B v2 only) select the old ones; clef_cuda_set_kernels
  * switches later (tests). */
 enum { CLEF_CUDA_ATTN_SIMT = 0, CLEF_CUDA_ATTN_V2 = 1 };   /* v2: fp32 register tiles / fast bf16 mma */
-enum { CLEF_CUDA_DELTA_V1 = 0, CLEF_CUDA_DELTA_V2 = 1 };
+/* delta: V1 = the first kernels A and B; V2 = A v1 + B v2 (run 2026-11-30b); V3 = A v2 + B v2 */
+enum { CLEF_CUDA_DELTA_V1 = 0, CLEF_CUDA_DELTA_V2 = 1, CLEF_CUDA_DELTA_V3 = 2 };
 typedef struct clef_cuda_kernels {
     int linear_split; /* fast GEMMs: 1 = x = h + l in two bf16 terms, 0 = one bf16 term */
     int attn;         /* CLEF_CUDA_ATTN_* */
