@@ -4,8 +4,8 @@
  *
  *   bench_cuda [--precision fast|fp32|both] [--tokens 436,2048,16384] [--reps N] [--records N]
  *              [--layers N] [--long-reps N (reps at T >= 8192, default 1)]
- * Kernel variants come from the environment (CLEF_CUDA_LINEAR=bf16, CLEF_CUDA_ATTN=simt,
- * CLEF_CUDA_DELTA=v1 or v2 select the old ones); every line names them in "kernels". Kernels inside
+ * Kernel variants come from the environment (CLEF_CUDA_LINEAR=bf16, CLEF_CUDA_ATTN=simt|v2|v3,
+ * CLEF_CUDA_DELTA=v1|v2|v3; cuda_ops.h says which are verified and default); every line names them in "kernels". Kernels inside
  * an op are reported as "op.X" lines (delta_rule.A / .B) and are not added to the total.
  *
  * One JSON object per line on stdout:
@@ -187,7 +187,7 @@ static int run_precision(int precision, const size_t *Ts, int nT, int reps, int 
     clef_cuda_kernels kv;
     clef_cuda_get_kernels(ops, &kv);
     snprintf(kern, sizeof kern, "\"kernels\":\"linear=%s,attn=%s,delta=%s\"", kv.linear_split ? "split" : "bf16",
-             kv.attn == CLEF_CUDA_ATTN_SIMT ? "simt" : "v2", kv.delta == CLEF_CUDA_DELTA_V1   ? "v1"
+             kv.attn == CLEF_CUDA_ATTN_SIMT ? "simt" : kv.attn == CLEF_CUDA_ATTN_V2 ? "v2" : "v3", kv.delta == CLEF_CUDA_DELTA_V1   ? "v1"
              : kv.delta == CLEF_CUDA_DELTA_V2 ? "v2"
                                               : "v3");
     clef_config cfg;

@@ -74,6 +74,9 @@ T0=$SECONDS
 say() { echo "$*" | tee -a "$SUM"; }
 log() { echo "[$((SECONDS - T0))s] $*" >> "$LOG"; }
 export PATH=/usr/local/cuda/bin:$PATH
+# The newest kernels, whether a device run has verified them yet or not (the library's defaults are
+# the verified ones: src/compute/cuda/cuda_ops.h); test_cuda_ops selects its own.
+export CLEF_CUDA_ATTN=${CLEF_CUDA_ATTN:-v3} CLEF_CUDA_DELTA=${CLEF_CUDA_DELTA:-v3}
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 # CUDA libraries: the toolkit's, else the pip wheels next to PyTorch
 extra_ld="$root/$DC/lib:$CUDA_HOME/lib64"

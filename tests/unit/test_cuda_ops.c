@@ -96,7 +96,7 @@ static clef_ops *G_of(int m) {
     clef_ops *g = gpu[m & 1];
     clef_cuda_kernels k;
     k.linear_split = m < 2;
-    k.attn = m < 2 ? CLEF_CUDA_ATTN_V2 : CLEF_CUDA_ATTN_SIMT;
+    k.attn = m < 2 ? CLEF_CUDA_ATTN_V3 : CLEF_CUDA_ATTN_SIMT; /* the newest, verified or not */
     k.delta = m < 2 ? CLEF_CUDA_DELTA_V3 : CLEF_CUDA_DELTA_V1;
     clef_cuda_set_kernels(g, &k);
     return g;

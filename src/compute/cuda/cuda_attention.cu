@@ -309,8 +309,9 @@ static bool launch_tc(clef_ops *ops, float *o, size_t ldo, const float *q, size_
     return true;
 }
 
-/* ---- register-tiled SIMT kernel for the fp32 (parity) precision (the default there;
- * CLEF_CUDA_ATTN=simt selects k_attention) ----
+/* ---- register-tiled SIMT kernel for the fp32 (parity) precision: CLEF_CUDA_ATTN=v3 (opt-in:
+ * written after the last device run and not yet run on a GPU; the default fp32 kernel stays
+ * k_attention until a run verifies this one) ----
  *
  * k_attention computes one score per lane with a serial dot product and one output column per lane
  * per row: ~3.6 TFLOP/s (run 2026-11-30b: 4.3 s of attention at 16k tokens, fp32). Here a block of
@@ -481,7 +482,7 @@ void op_attention(clef_ops *ops, float *o, size_t ldo, const float *q, size_t ld
         fail(ops, "attention", "head dim over 256 or bad head counts");
         return;
     }
-    if (im->attn_kernel == CLEF_CUDA_ATTN_V2 && im->precision == CLEF_CUDA_FAST && im->cc_major >= 8 &&
+    if (im->attn_kernel != CLEF_CUDA_ATTN_SIMT && im->precision == CLEF_CUDA_FAST && im->cc_major >= 8 &&
         (Tq + T2_BQ - 1) / T2_BQ <= 0x7fffffffu) {
         bool done = hd <= 32    ? launch_tc<32>(ops, o, ldo, q, ldq, k, ldk, v, ldv, Tq, Tk, nh, nkv, hd, scale, causal)
                     : hd <= 64  ? launch_tc<64>(ops, o, ldo, q, ldq, k, ldk, v, ldv, Tq, Tk, nh, nkv, hd, scale, causal)
@@ -490,7 +491,7 @@ void op_attention(clef_ops *ops, float *o, size_t ldo, const float *q, size_t ld
                                 : launch_tc<256>(ops, o, ldo, q, ldq, k, ldk, v, ldv, Tq, Tk, nh, nkv, hd, scale, causal);
         if (done) return;
     }
-    if (im->attn_kernel == CLEF_CUDA_ATTN_V2 && im->precision == CLEF_CUDA_FP32 &&
+    if (im->attn_kernel == CLEF_CUDA_ATTN_V3 && im->precision == CLEF_CUDA_FP32 &&
         (Tq + T3_BQ - 1) / T3_BQ <= 0x7fffffffu) {
         bool done = hd <= 32    ? launch_rt<32>(ops, o, ldo, q, ldq, k, ldk, v, ldv, Tq, Tk, nh, nkv, hd, scale, causal)
                     : hd <= 64  ? launch_rt<64>(ops, o, ldo, q, ldq, k, ldk, v, ldv, Tq, Tk, nh, nkv, hd, scale, causal)

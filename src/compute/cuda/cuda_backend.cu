@@ -364,11 +364,13 @@ extern "C" clef_ops *clef_cuda_ops_create(int device, int precision, clef_err *e
     const char *kv = getenv("CLEF_CUDA_LINEAR");
     im->linear_split = !(kv && !strcmp(kv, "bf16"));
     kv = getenv("CLEF_CUDA_ATTN");
-    im->attn_kernel = kv && !strcmp(kv, "simt") ? CLEF_CUDA_ATTN_SIMT : CLEF_CUDA_ATTN_V2;
+    im->attn_kernel = kv && !strcmp(kv, "simt") ? CLEF_CUDA_ATTN_SIMT
+                      : kv && !strcmp(kv, "v3") ? CLEF_CUDA_ATTN_V3
+                                                : CLEF_CUDA_ATTN_V2;
     kv = getenv("CLEF_CUDA_DELTA");
     im->delta_kernel = kv && !strcmp(kv, "v1")   ? CLEF_CUDA_DELTA_V1
-                       : kv && !strcmp(kv, "v2") ? CLEF_CUDA_DELTA_V2
-                                                 : CLEF_CUDA_DELTA_V3;
+                       : kv && !strcmp(kv, "v3") ? CLEF_CUDA_DELTA_V3
+                                                 : CLEF_CUDA_DELTA_V2;
     const char *pool = getenv("CLEF_CUDA_POOL_MB");
     size_t pool_mb = pool && atol(pool) > 0 ? (size_t)atol(pool) : 1024;
     im->grow_bytes = pool_mb << 20;
@@ -432,8 +434,8 @@ extern "C" void clef_cuda_get_kernels(const clef_ops *ops, clef_cuda_kernels *k)
 extern "C" void clef_cuda_set_kernels(clef_ops *ops, const clef_cuda_kernels *k) {
     Impl *im = IM(ops);
     im->linear_split = k->linear_split != 0;
-    im->attn_kernel = k->attn == CLEF_CUDA_ATTN_SIMT ? CLEF_CUDA_ATTN_SIMT : CLEF_CUDA_ATTN_V2;
-    im->delta_kernel = k->delta == CLEF_CUDA_DELTA_V1 || k->delta == CLEF_CUDA_DELTA_V2 ? k->delta : CLEF_CUDA_DELTA_V3;
+    im->attn_kernel = k->attn == CLEF_CUDA_ATTN_SIMT || k->attn == CLEF_CUDA_ATTN_V3 ? k->attn : CLEF_CUDA_ATTN_V2;
+    im->delta_kernel = k->delta == CLEF_CUDA_DELTA_V1 || k->delta == CLEF_CUDA_DELTA_V3 ? k->delta : CLEF_CUDA_DELTA_V2;
 }
 
 extern "C" const char *clef_cuda_device_name(const clef_ops *ops) { return static_cast<const Impl *>(ops->impl)->name; }

@@ -109,7 +109,7 @@ __global__ void k_delta_prep(DeltaScratch S, const float *q, const float *k, con
     if (threadIdx.x == 0) S.lam[blk] = expf(Gl);
 }
 
-/* ---- v2 of kernel A (CLEF_CUDA_DELTA=v3, the default; v1 / v2 keep the kernel above) ----
+/* ---- v2 of kernel A (CLEF_CUDA_DELTA=v3: opt-in, not yet run on a GPU; v1 / v2 keep the kernel above) ----
  *
  * Run 2026-11-30b: delta_rule took 0.85 ms per layer at 436 tokens although kernel B v2 does ~7 chunk
  * steps; the cost is kernel A's products: each thread reads its own row k_s straight from global

@@ -54,13 +54,17 @@ void clef_cuda_memory(const clef_ops *ops, size_t *arena_bytes, size_t *weight_b
 int clef_cuda_synthetic_weight(clef_ops *ops, clef_tensor *t, int dtype, const int64_t *shape, int ndim,
                                uint64_t seed, float center, float scale, clef_err *err);
 
-/* Kernel variants. The newest are the default; the old ones stay selectable for side-by-side
- * runs and as a fallback. At create, $CLEF_CUDA_LINEAR=bf16 (one bf16 term per activation in the
- * fast GEMMs instead of the two-term split), $CLEF_CUDA_ATTN=simt (the first attention kernel) and
- * $CLEF_CUDA_DELTA=v1 / v2 (the first delta-rule kernels / kernel B v2 only) select the old ones; clef_cuda_set_kernels
- * switches later (tests). */
-enum { CLEF_CUDA_ATTN_SIMT = 0, CLEF_CUDA_ATTN_V2 = 1 };   /* v2: fp32 register tiles / fast bf16 mma */
-/* delta: V1 = the first kernels A and B; V2 = A v1 + B v2 (run 2026-11-30b); V3 = A v2 + B v2 */
+/* Kernel variants. The default is the newest variant a device run has verified (test_cuda_ops and
+ * the corpus on an H200: run 2026-11-30b); newer ones written since are opt-in until a run checks
+ * them, and the old ones stay selectable for side-by-side runs and as a fallback. At create,
+ * $CLEF_CUDA_LINEAR=bf16 (one bf16 term per activation in the fast GEMMs instead of the two-term
+ * split), $CLEF_CUDA_ATTN=simt|v2|v3 and $CLEF_CUDA_DELTA=v1|v2|v3 choose; clef_cuda_set_kernels
+ * switches later (tests, bench_cuda). */
+/* attention: SIMT = the first kernel (both precisions); V2 (default) = fast: tensor cores 3xTF32
+ * (verified 2026-11-30b), fp32: SIMT; V3 = V2 + the register-tiled fp32 kernel (NOT YET RUN) */
+enum { CLEF_CUDA_ATTN_SIMT = 0, CLEF_CUDA_ATTN_V2 = 1, CLEF_CUDA_ATTN_V3 = 2 };
+/* delta: V1 = the first kernels A and B; V2 (default) = A v1 + B v2 (verified 2026-11-30b);
+ * V3 = A v2 + B v2 (NOT YET RUN) */
 enum { CLEF_CUDA_DELTA_V1 = 0, CLEF_CUDA_DELTA_V2 = 1, CLEF_CUDA_DELTA_V3 = 2 };
 typedef struct clef_cuda_kernels {
     int linear_split; /* fast GEMMs: 1 = x = h + l in two bf16 terms, 0 = one bf16 term */
