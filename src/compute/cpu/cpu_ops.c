@@ -8,12 +8,14 @@
 #include <string.h>
 
 #include "base/threads.h"
+#include "compute/cpu/cpu_arena.h"
 #include "compute/cpu/cpu_mixers.h"
 #include "compute/cpu/gemm.h"
 
 typedef struct cpu_impl {
     clef_pool *pool;
     int nthreads;
+    clef_arena *arena; /* ops->alloc / ops->free: buffers kept for the next forward */
 } cpu_impl;
 
 static clef_pool *POOL(clef_ops *ops) { return ((cpu_impl *)ops->impl)->pool; }
@@ -44,16 +46,18 @@ static inline float siluf_(float x) { return x / (1.0f + expf(-x)); }
 
 /* ---------------------------------------------------------------- memory */
 
-static float *cpu_alloc(clef_ops *ops, size_t n) {
-    (void)ops;
-    if (n == 0) n = 1;
-    if (n > ((size_t)-1) / sizeof(float) / 2) return NULL;
-    void *p = NULL;
-    size_t bytes = (n * sizeof(float) + 63) & ~(size_t)63;
-    if (posix_memalign(&p, 64, bytes) != 0) return NULL;
-    return p;
+static float *cpu_alloc(clef_ops *ops, size_t n) { return clef_arena_alloc(((cpu_impl *)ops->impl)->arena, n); }
+static void cpu_free(clef_ops *ops, float *p) { clef_arena_free(((cpu_impl *)ops->impl)->arena, p); }
+
+/* CLEF_CPU_CACHE_MB: the most MiB of freed activation buffers kept for reuse (0: none). */
+static size_t cache_cap(void) {
+    const char *e = getenv("CLEF_CPU_CACHE_MB");
+    if (!e || !*e) return CLEF_ARENA_CAP_DEFAULT;
+    char *end;
+    unsigned long long mb = strtoull(e, &end, 10);
+    if (*end || mb > ((size_t)-1 >> 21)) return CLEF_ARENA_CAP_DEFAULT;
+    return (size_t)mb << 20;
 }
-static void cpu_free(clef_ops *ops, float *p) { (void)ops; free(p); }
 static void cpu_upload(clef_ops *ops, float *dst, const float *src, size_t n) {
     (void)ops;
     if (n && dst != src) memmove(dst, src, n * sizeof(float));
@@ -364,7 +368,10 @@ static void cpu_add(clef_ops *ops, float *y, const float *a, const float *b, siz
 static void cpu_destroy(clef_ops *ops) {
     if (!ops) return;
     cpu_impl *im = ops->impl;
-    if (im) clef_pool_destroy(im->pool);
+    if (im) {
+        clef_pool_destroy(im->pool);
+        clef_arena_destroy(im->arena);
+    }
     free(im);
     free(ops);
 }
@@ -378,8 +385,15 @@ clef_ops *clef_cpu_ops_create(int nthreads, clef_err *err) {
         clef_err_set(err, CLEF_E_OOM, "out of memory creating the CPU backend");
         return NULL;
     }
+    im->arena = clef_arena_create(cache_cap());
+    if (!im->arena) {
+        free(ops);
+        free(im);
+        clef_err_set(err, CLEF_E_OOM, "out of memory creating the CPU backend");
+        return NULL;
+    }
     im->pool = clef_pool_create(nthreads, err);
-    if (!im->pool) { free(ops); free(im); return NULL; }
+    if (!im->pool) { clef_arena_destroy(im->arena); free(ops); free(im); return NULL; }
     im->nthreads = clef_pool_size(im->pool);
     ops->name = "cpu";
     ops->host_memory = 1;
