@@ -4,12 +4,14 @@
 #include "compute/cpu/cpu_ops.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/threads.h"
 #include "compute/cpu/cpu_arena.h"
 #include "compute/cpu/cpu_mixers.h"
+#include "compute/cpu/cpu_simd.h"
 #include "compute/cpu/gemm.h"
 
 typedef struct cpu_impl {
@@ -174,11 +176,27 @@ typedef struct {
 
 enum { K_RMS, K_LAYER, K_L2, K_GATED };
 
+/* rmsnorm rows 8 at a time with the AVX-512 loops (cpu_simd.h: the scalar loop's bits); returns
+ * the first row left for the scalar loop. */
+static size_t rms_simd(norm_ctx *c, size_t b, size_t e) {
+    size_t D = c->D;
+    if (c->kind != K_RMS || !clef_simd_ok() || 7 * c->ldx + D > (size_t)INT32_MAX) return b;
+    for (; e - b >= 8; b += 8) {
+        double ss[8];
+        clef_simd_sumsq8(ss, c->x + b * c->ldx, c->ldx, D);
+        for (size_t j = 0; j < 8; j++) {
+            float inv = (float)(1.0 / sqrt(ss[j] / (double)D + (double)c->eps));
+            clef_simd_rms_scale(c->y + (b + j) * c->ldy, c->x + (b + j) * c->ldx, inv, c->w, c->offset, D);
+        }
+    }
+    return b;
+}
+
 static void norm_fn(void *c_, size_t b, size_t e, int worker) {
     (void)worker;
     norm_ctx *c = c_;
     size_t D = c->D;
-    for (size_t r = b; r < e; r++) {
+    for (size_t r = rms_simd(c, b, e); r < e; r++) {
         const float *x = c->x + r * c->ldx;
         float *y = c->y + r * c->ldy;
         if (c->kind == K_LAYER) {
@@ -354,9 +372,21 @@ static void ew_fn(void *c_, size_t b, size_t e, int worker) {
     }
 }
 
+/* The same ops with the AVX-512 loops (cpu_simd.h: the same bits). */
+static void ew_simd_fn(void *c_, size_t b, size_t e, int worker) {
+    (void)worker;
+    ew_ctx *c = c_;
+    switch (c->kind) {
+    case E_SILU_MUL: clef_simd_silu_mul(c->y + b, c->a + b, c->b + b, e - b); break;
+    case E_SIGMOID_MUL: clef_simd_sigmoid_mul(c->y + b, c->a + b, e - b); break;
+    case E_ADD: clef_simd_add(c->y + b, c->a + b, c->b + b, e - b); break;
+    default: ew_fn(c_, b, e, worker); break;
+    }
+}
+
 static void ew(clef_ops *ops, float *y, const float *a, const float *b, size_t n, int kind) {
     ew_ctx c = {y, a, b, kind};
-    clef_pool_for(POOL(ops), n, 4096, ew_fn, &c);
+    clef_pool_for(POOL(ops), n, 4096, clef_simd_ok() ? ew_simd_fn : ew_fn, &c);
 }
 static void cpu_silu_mul(clef_ops *ops, float *y, const float *gate, const float *up, size_t n) { ew(ops, y, gate, up, n, E_SILU_MUL); }
 static void cpu_gelu(clef_ops *ops, float *x, size_t n, int tanh_approx) { ew(ops, x, NULL, NULL, n, tanh_approx ? E_GELU_TANH : E_GELU); }
