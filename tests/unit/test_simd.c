@@ -115,6 +115,25 @@ int main(void) {
         for (size_t d = 0; d < D; d++) { float nn = w[d] * (x[d] * inv); r[d] = nn * silu_s(z[d]); }
         clef_simd_gated_scale(y, x, z, inv, w, D);
         CHECK_MSG(same(y, r, D), "gated_scale D=%zu", D);
+        /* layernorm: statistics of 8 rows, then the scaling (bias in z) */
+        double mean[8], var[8];
+        for (size_t i = 0; i < 8 * ld; i++) x[i] = 3.0f + frand(2.0f);
+        clef_simd_meanvar8(mean, var, x, ld, D);
+        ok = 1;
+        for (size_t j = 0; j < 8; j++) {
+            const float *xr = x + j * ld;
+            double s = 0;
+            for (size_t d = 0; d < D; d++) s += xr[d];
+            double mu = s / (double)D, v = 0;
+            for (size_t d = 0; d < D; d++) { double t = xr[d] - mu; v += t * t; }
+            ok &= memcmp(&mu, &mean[j], sizeof mu) == 0 && memcmp(&v, &var[j], sizeof v) == 0;
+        }
+        CHECK_MSG(ok, "meanvar8 D=%zu", D);
+        double rstd = 1.0 / sqrt(var[2] / (double)D + 1e-5);
+        for (size_t d = 0; d < D; d++)
+            r[d] = (float)(((double)x[2 * ld + d] - mean[2]) * rstd * (double)w[d] + (double)z[d]);
+        clef_simd_ln_scale(y, x + 2 * ld, mean[2], rstd, w, z, D);
+        CHECK_MSG(same(y, r, D), "ln_scale D=%zu", D);
         free(x); free(z); free(w); free(y); free(r);
     }
     /* ---- conv1d + SiLU rows, K = 4, the first rows with fewer taps */

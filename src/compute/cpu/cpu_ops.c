@@ -176,11 +176,22 @@ typedef struct {
 
 enum { K_RMS, K_LAYER, K_L2, K_GATED };
 
-/* rmsnorm rows 8 at a time with the AVX-512 loops (cpu_simd.h: the scalar loop's bits); returns
- * the first row left for the scalar loop. */
-static size_t rms_simd(norm_ctx *c, size_t b, size_t e) {
+/* rmsnorm and layernorm rows 8 at a time with the AVX-512 loops (cpu_simd.h: the scalar loop's
+ * bits); returns the first row left for the scalar loop. */
+static size_t norm_simd(norm_ctx *c, size_t b, size_t e) {
     size_t D = c->D;
-    if (c->kind != K_RMS || !clef_simd_ok() || 7 * c->ldx + D > (size_t)INT32_MAX) return b;
+    if ((c->kind != K_RMS && c->kind != K_LAYER) || !clef_simd_ok() || 7 * c->ldx + D > (size_t)INT32_MAX) return b;
+    if (c->kind == K_LAYER) {
+        for (; e - b >= 8; b += 8) {
+            double mean[8], var[8];
+            clef_simd_meanvar8(mean, var, c->x + b * c->ldx, c->ldx, D);
+            for (size_t j = 0; j < 8; j++) {
+                double rstd = 1.0 / sqrt(var[j] / (double)D + (double)c->eps);
+                clef_simd_ln_scale(c->y + (b + j) * c->ldy, c->x + (b + j) * c->ldx, mean[j], rstd, c->w, c->z, D);
+            }
+        }
+        return b;
+    }
     for (; e - b >= 8; b += 8) {
         double ss[8];
         clef_simd_sumsq8(ss, c->x + b * c->ldx, c->ldx, D);
@@ -196,7 +207,7 @@ static void norm_fn(void *c_, size_t b, size_t e, int worker) {
     (void)worker;
     norm_ctx *c = c_;
     size_t D = c->D;
-    for (size_t r = rms_simd(c, b, e); r < e; r++) {
+    for (size_t r = norm_simd(c, b, e); r < e; r++) {
         const float *x = c->x + r * c->ldx;
         float *y = c->y + r * c->ldy;
         if (c->kind == K_LAYER) {

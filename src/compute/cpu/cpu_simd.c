@@ -1,4 +1,7 @@
 /* AVX-512 loops for the CPU backend's elementwise ops, norms and conv1d (see cpu_simd.h). */
+/* No contraction: a product followed by a sum must round twice, as in the scalar loops; the FMAs
+ * below are written out where one rounding is what the scalar code (or glibc's expf) does. */
+#pragma GCC optimize("fp-contract=off")
 #include "compute/cpu/cpu_simd.h"
 
 #include <immintrin.h>
@@ -150,6 +153,31 @@ T512 void clef_simd_gated_scale(float *y, const float *x, const float *z, float 
         __mmask16 m = tailmask(D - d);
         __m512 nv = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, w + d), _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + d), iv));
         _mm512_mask_storeu_ps(y + d, m, _mm512_mul_ps(nv, vsilu(_mm512_maskz_loadu_ps(m, z + d))));
+    }
+}
+
+T512 void clef_simd_meanvar8(double *mean, double *var, const float *x, size_t ld, size_t D) {
+    const __m256i idx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32((int)ld));
+    __m512d s = _mm512_setzero_pd();
+    for (size_t d = 0; d < D; d++) s = _mm512_add_pd(s, _mm512_cvtps_pd(_mm256_i32gather_ps(x + d, idx, 4)));
+    const __m512d m = _mm512_div_pd(s, _mm512_set1_pd((double)D));
+    __m512d v = _mm512_setzero_pd();
+    for (size_t d = 0; d < D; d++) {
+        __m512d t = _mm512_sub_pd(_mm512_cvtps_pd(_mm256_i32gather_ps(x + d, idx, 4)), m);
+        v = _mm512_add_pd(v, _mm512_mul_pd(t, t));
+    }
+    _mm512_storeu_pd(mean, m);
+    _mm512_storeu_pd(var, v);
+}
+
+T512 void clef_simd_ln_scale(float *y, const float *x, double mean, double rstd, const float *w, const float *b, size_t D) {
+    const __m512d mv = _mm512_set1_pd(mean), rv = _mm512_set1_pd(rstd);
+    for (size_t d = 0; d < D; d += 8) {
+        __mmask8 m = D - d >= 8 ? (__mmask8)0xff : (__mmask8)((1u << (D - d)) - 1);
+        __m512d xv = _mm512_cvtps_pd(_mm256_maskz_loadu_ps(m, x + d));
+        __m512d wv = _mm512_cvtps_pd(_mm256_maskz_loadu_ps(m, w + d)), bv = _mm512_cvtps_pd(_mm256_maskz_loadu_ps(m, b + d));
+        __m512d t = _mm512_add_pd(_mm512_mul_pd(_mm512_mul_pd(_mm512_sub_pd(xv, mv), rv), wv), bv);
+        _mm256_mask_storeu_ps(y + d, m, _mm512_cvtpd_ps(t));
     }
 }
 

@@ -34,6 +34,15 @@ void clef_simd_l2_scale(float *y, const float *x, float inv, float scale, size_t
 void clef_simd_gated_scale(float *y, const float *x, const float *z, float inv, const float *w,
                            size_t D);
 
+/* layernorm's statistics for 8 rows j (each lane one row, the scalar loop's order and roundings):
+ * mean[j] = (sum_d x) / D, var[j] = sum_d (x - mean)^2 (not yet divided by D), sums in double in d
+ * order. Needs 7 * ld + D < 2^31. */
+void clef_simd_meanvar8(double *mean, double *var, const float *x, size_t ld, size_t D);
+/* layernorm's second pass: y[d] = (float)(((x[d] - mean) * rstd) * w[d] + b[d]) in double; y may
+ * equal x. */
+void clef_simd_ln_scale(float *y, const float *x, double mean, double rstd, const float *w, const float *b,
+                        size_t D);
+
 /* One token row of the causal depthwise conv1d + SiLU: for every channel c < C,
  * y[c] = silu((float)sum_{k0 <= k < K} (double)wt[k*C + c] * x[(t + k + 1 - K)*C + c]), the sum in
  * k order in double (wt is the weight transposed to [K, C]); k0 = the first tap inside the
