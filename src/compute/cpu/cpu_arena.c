@@ -8,7 +8,8 @@
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/asan_interface.h>
 /* Cached blocks are poisoned, so a use after ops->free is still caught; a handed-out block is
- * unpoisoned only up to the requested size, so its class slack is caught as an overflow. */
+ * unpoisoned only up to the requested size, so its class slack is caught as an overflow; the
+ * header stays poisoned outside alloc/free, so an underflow is caught too. */
 #define POISON(p, n) ASAN_POISON_MEMORY_REGION((p), (n))
 #define UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION((p), (n))
 #else
@@ -80,6 +81,7 @@ float *clef_arena_alloc(clef_arena *a, size_t n) {
     if (need < CLEF_ARENA_MIN_BYTES) {
         if (posix_memalign(&base, 64, need) != 0) return NULL;
         ((hdr_t *)base)->cap = 0;
+        POISON(base, HDR);
         return (float *)((char *)base + HDR);
     }
     pthread_mutex_lock(&a->mu);
@@ -102,7 +104,9 @@ float *clef_arena_alloc(clef_arena *a, size_t n) {
         if (posix_memalign(&base, 64, cap) != 0) return NULL;
         POISON((char *)base + HDR, cap - HDR);
     }
+    UNPOISON(base, HDR);
     ((hdr_t *)base)->cap = cap;
+    POISON(base, HDR);
     UNPOISON((char *)base + HDR, bytes);
     return (float *)((char *)base + HDR);
 }
@@ -110,6 +114,7 @@ float *clef_arena_alloc(clef_arena *a, size_t n) {
 void clef_arena_free(clef_arena *a, float *p) {
     if (!p) return;
     void *base = (char *)p - HDR;
+    UNPOISON(base, HDR);
     size_t cap = ((hdr_t *)base)->cap;
     if (cap == 0 || cap > a->cap) {
         if (cap) {
