@@ -97,11 +97,11 @@ int clef_text_forward(clef_ops *ops, const clef_config *cfg, const clef_text_wei
     float *h = hidden_out; /* the residual stream lives in the output buffer */
     float *u = ops->alloc(ops, T * H), *mix = ops->alloc(ops, T * H);
     size_t MB = T < MLP_BLOCK ? T : MLP_BLOCK;
-    float *gate = ops->alloc(ops, MB * I), *up = ops->alloc(ops, MB * I);
+    float *gu = NULL; /* the MLP's gate | up scratch, taken per layer (see below) */
     float *cs = NULL, *sn = NULL;
     float *hc = malloc((half ? T * half : 1) * sizeof(float)), *hs = malloc((half ? T * half : 1) * sizeof(float));
     if (half) { cs = ops->alloc(ops, T * half); sn = ops->alloc(ops, T * half); }
-    if (!u || !mix || !gate || !up || !hc || !hs || (half && (!cs || !sn))) {
+    if (!u || !mix || !hc || !hs || (half && (!cs || !sn))) {
         clef_err_set(err, CLEF_E_OOM, "out of memory for a %zu-token forward pass", T);
         goto done;
     }
@@ -141,7 +141,11 @@ int clef_text_forward(clef_ops *ops, const clef_config *cfg, const clef_text_wei
         if (mrc != 0) goto done;
         ops->add(ops, h, h, mix, T * H);
         ops->rmsnorm(ops, u, H, h, H, T, H, &L->post_norm, 1, eps);
-        /* §4.5 SwiGLU MLP in token blocks */
+        /* §4.5 SwiGLU MLP in token blocks. Its scratch is taken after the mixer has returned its
+         * buffers, so a caching backend (the CPU's) hands it one of them instead of new pages. */
+        gu = ops->alloc(ops, 2 * MB * I);
+        if (!gu) { clef_err_set(err, CLEF_E_OOM, "out of memory for the MLP of layer %d", li); goto done; }
+        float *gate = gu, *up = gu + MB * I;
         for (size_t t0 = 0; t0 < T; t0 += MB) {
             size_t n = T - t0 < MB ? T - t0 : MB;
             ops->linear(ops, gate, u + t0 * H, n, &L->mlp_gate, 0, I, NULL);
@@ -150,6 +154,8 @@ int clef_text_forward(clef_ops *ops, const clef_config *cfg, const clef_text_wei
             ops->linear(ops, mix + t0 * H, gate, n, &L->mlp_down, 0, H, NULL);
         }
         ops->add(ops, h, h, mix, T * H);
+        ops->free(ops, gu);
+        gu = NULL;
         if (ops->failed) { clef_err_set(err, CLEF_E_OOM, "out of memory inside an op of layer %d", li); goto done; }
         if (report(ops, in, li, h, T, H, err) != 0) goto done;
     }
@@ -161,8 +167,7 @@ int clef_text_forward(clef_ops *ops, const clef_config *cfg, const clef_text_wei
 done:
     ops->free(ops, u);
     ops->free(ops, mix);
-    ops->free(ops, gate);
-    ops->free(ops, up);
+    ops->free(ops, gu);
     ops->free(ops, cs);
     ops->free(ops, sn);
     free(hc);

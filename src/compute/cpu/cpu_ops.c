@@ -4,16 +4,20 @@
 #include "compute/cpu/cpu_ops.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/threads.h"
+#include "compute/cpu/cpu_arena.h"
 #include "compute/cpu/cpu_mixers.h"
+#include "compute/cpu/cpu_simd.h"
 #include "compute/cpu/gemm.h"
 
 typedef struct cpu_impl {
     clef_pool *pool;
     int nthreads;
+    clef_arena *arena; /* ops->alloc / ops->free: buffers kept for the next forward */
 } cpu_impl;
 
 static clef_pool *POOL(clef_ops *ops) { return ((cpu_impl *)ops->impl)->pool; }
@@ -44,16 +48,18 @@ static inline float siluf_(float x) { return x / (1.0f + expf(-x)); }
 
 /* ---------------------------------------------------------------- memory */
 
-static float *cpu_alloc(clef_ops *ops, size_t n) {
-    (void)ops;
-    if (n == 0) n = 1;
-    if (n > ((size_t)-1) / sizeof(float) / 2) return NULL;
-    void *p = NULL;
-    size_t bytes = (n * sizeof(float) + 63) & ~(size_t)63;
-    if (posix_memalign(&p, 64, bytes) != 0) return NULL;
-    return p;
+static float *cpu_alloc(clef_ops *ops, size_t n) { return clef_arena_alloc(((cpu_impl *)ops->impl)->arena, n); }
+static void cpu_free(clef_ops *ops, float *p) { clef_arena_free(((cpu_impl *)ops->impl)->arena, p); }
+
+/* CLEF_CPU_CACHE_MB: the most MiB of freed activation buffers kept for reuse (0: none). */
+static size_t cache_cap(void) {
+    const char *e = getenv("CLEF_CPU_CACHE_MB");
+    if (!e || !*e) return CLEF_ARENA_CAP_DEFAULT;
+    char *end;
+    unsigned long long mb = strtoull(e, &end, 10);
+    if (*end || mb > ((size_t)-1 >> 21)) return CLEF_ARENA_CAP_DEFAULT;
+    return (size_t)mb << 20;
 }
-static void cpu_free(clef_ops *ops, float *p) { (void)ops; free(p); }
 static void cpu_upload(clef_ops *ops, float *dst, const float *src, size_t n) {
     (void)ops;
     if (n && dst != src) memmove(dst, src, n * sizeof(float));
@@ -170,11 +176,38 @@ typedef struct {
 
 enum { K_RMS, K_LAYER, K_L2, K_GATED };
 
+/* rmsnorm and layernorm rows 8 at a time with the AVX-512 loops (cpu_simd.h: the scalar loop's
+ * bits); returns the first row left for the scalar loop. */
+static size_t norm_simd(norm_ctx *c, size_t b, size_t e) {
+    size_t D = c->D;
+    if ((c->kind != K_RMS && c->kind != K_LAYER) || !clef_simd_ok() || 7 * c->ldx + D > (size_t)INT32_MAX) return b;
+    if (c->kind == K_LAYER) {
+        for (; e - b >= 8; b += 8) {
+            double mean[8], var[8];
+            clef_simd_meanvar8(mean, var, c->x + b * c->ldx, c->ldx, D);
+            for (size_t j = 0; j < 8; j++) {
+                double rstd = 1.0 / sqrt(var[j] / (double)D + (double)c->eps);
+                clef_simd_ln_scale(c->y + (b + j) * c->ldy, c->x + (b + j) * c->ldx, mean[j], rstd, c->w, c->z, D);
+            }
+        }
+        return b;
+    }
+    for (; e - b >= 8; b += 8) {
+        double ss[8];
+        clef_simd_sumsq8(ss, c->x + b * c->ldx, c->ldx, D);
+        for (size_t j = 0; j < 8; j++) {
+            float inv = (float)(1.0 / sqrt(ss[j] / (double)D + (double)c->eps));
+            clef_simd_rms_scale(c->y + (b + j) * c->ldy, c->x + (b + j) * c->ldx, inv, c->w, c->offset, D);
+        }
+    }
+    return b;
+}
+
 static void norm_fn(void *c_, size_t b, size_t e, int worker) {
     (void)worker;
     norm_ctx *c = c_;
     size_t D = c->D;
-    for (size_t r = b; r < e; r++) {
+    for (size_t r = norm_simd(c, b, e); r < e; r++) {
         const float *x = c->x + r * c->ldx;
         float *y = c->y + r * c->ldy;
         if (c->kind == K_LAYER) {
@@ -350,9 +383,21 @@ static void ew_fn(void *c_, size_t b, size_t e, int worker) {
     }
 }
 
+/* The same ops with the AVX-512 loops (cpu_simd.h: the same bits). */
+static void ew_simd_fn(void *c_, size_t b, size_t e, int worker) {
+    (void)worker;
+    ew_ctx *c = c_;
+    switch (c->kind) {
+    case E_SILU_MUL: clef_simd_silu_mul(c->y + b, c->a + b, c->b + b, e - b); break;
+    case E_SIGMOID_MUL: clef_simd_sigmoid_mul(c->y + b, c->a + b, e - b); break;
+    case E_ADD: clef_simd_add(c->y + b, c->a + b, c->b + b, e - b); break;
+    default: ew_fn(c_, b, e, worker); break;
+    }
+}
+
 static void ew(clef_ops *ops, float *y, const float *a, const float *b, size_t n, int kind) {
     ew_ctx c = {y, a, b, kind};
-    clef_pool_for(POOL(ops), n, 4096, ew_fn, &c);
+    clef_pool_for(POOL(ops), n, 4096, clef_simd_ok() ? ew_simd_fn : ew_fn, &c);
 }
 static void cpu_silu_mul(clef_ops *ops, float *y, const float *gate, const float *up, size_t n) { ew(ops, y, gate, up, n, E_SILU_MUL); }
 static void cpu_gelu(clef_ops *ops, float *x, size_t n, int tanh_approx) { ew(ops, x, NULL, NULL, n, tanh_approx ? E_GELU_TANH : E_GELU); }
@@ -364,7 +409,10 @@ static void cpu_add(clef_ops *ops, float *y, const float *a, const float *b, siz
 static void cpu_destroy(clef_ops *ops) {
     if (!ops) return;
     cpu_impl *im = ops->impl;
-    if (im) clef_pool_destroy(im->pool);
+    if (im) {
+        clef_pool_destroy(im->pool);
+        clef_arena_destroy(im->arena);
+    }
     free(im);
     free(ops);
 }
@@ -378,8 +426,15 @@ clef_ops *clef_cpu_ops_create(int nthreads, clef_err *err) {
         clef_err_set(err, CLEF_E_OOM, "out of memory creating the CPU backend");
         return NULL;
     }
+    im->arena = clef_arena_create(cache_cap());
+    if (!im->arena) {
+        free(ops);
+        free(im);
+        clef_err_set(err, CLEF_E_OOM, "out of memory creating the CPU backend");
+        return NULL;
+    }
     im->pool = clef_pool_create(nthreads, err);
-    if (!im->pool) { free(ops); free(im); return NULL; }
+    if (!im->pool) { clef_arena_destroy(im->arena); free(ops); free(im); return NULL; }
     im->nthreads = clef_pool_size(im->pool);
     ops->name = "cpu";
     ops->host_memory = 1;

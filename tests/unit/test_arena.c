@@ -1,0 +1,109 @@
+/* The CPU backend's buffer cache (src/compute/cpu/cpu_arena.c): reuse, size classes, the cap,
+ * small blocks, and concurrent use. */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "compute/cpu/cpu_arena.h"
+#include "test.h"
+
+#define MB ((size_t)1 << 20)
+
+static void *hammer(void *arg) { /* alloc/write/free of varied sizes; returns non-NULL on a bad block */
+    clef_arena *a = arg;
+    for (int i = 0; i < 300; i++) {
+        size_t n = ((size_t)(i % 7) + 1) * (MB / 4) + (size_t)i;
+        float *p = clef_arena_alloc(a, n), *q = clef_arena_alloc(a, n / 3 + 1);
+        if (!p || !q || ((uintptr_t)p & 63) || ((uintptr_t)q & 63)) return a;
+        p[0] = p[n - 1] = (float)i;
+        q[0] = (float)i;
+        if (p[0] != (float)i || q[0] != (float)i) return a;
+        clef_arena_free(a, q);
+        clef_arena_free(a, p);
+    }
+    return NULL;
+}
+
+int main(void) {
+    clef_arena_stats st;
+    {
+        clef_arena *a = clef_arena_create(64 * MB);
+        CHECK(a != NULL);
+        /* a large block comes back for the same request, and for a slightly smaller one */
+        float *p = clef_arena_alloc(a, 2 * MB);
+        CHECK(p && ((uintptr_t)p & 63) == 0);
+        p[0] = 1.0f;
+        p[2 * MB - 1] = 2.0f;
+        clef_arena_free(a, p);
+        clef_arena_get_stats(a, &st);
+        CHECK(st.cached_blocks == 1 && st.cached_bytes >= 8 * MB && st.misses == 1);
+        float *p2 = clef_arena_alloc(a, 2 * MB);
+        CHECK(p2 == p);
+        clef_arena_free(a, p2);
+        float *p3 = clef_arena_alloc(a, 2 * MB - 1000);
+        CHECK(p3 == p);
+        /* a request that would leave more than half of the cached block unused gets a new one */
+        clef_arena_free(a, p3);
+        float *s = clef_arena_alloc(a, MB / 2);
+        CHECK(s != NULL && s != p);
+        clef_arena_get_stats(a, &st);
+        CHECK(st.hits == 2 && st.misses == 2 && st.cached_blocks == 1);
+        clef_arena_free(a, s);
+        /* two blocks alive at once are distinct; the smallest fitting one is chosen */
+        float *b1 = clef_arena_alloc(a, 2 * MB), *b2 = clef_arena_alloc(a, 2 * MB);
+        CHECK(b1 && b2 && b1 != b2);
+        clef_arena_free(a, b1);
+        clef_arena_free(a, b2);
+        float *sm = clef_arena_alloc(a, MB / 2);
+        CHECK(sm == s);
+        clef_arena_free(a, sm);
+        /* over the cap, the oldest blocks are released */
+        float *big[5];
+        for (int i = 0; i < 5; i++) big[i] = clef_arena_alloc(a, 4 * MB); /* 16 MiB each */
+        for (int i = 0; i < 5; i++) clef_arena_free(a, big[i]);
+        clef_arena_get_stats(a, &st);
+        CHECK_MSG(st.cached_bytes <= 64 * MB, "cached %zu", st.cached_bytes);
+        CHECK(st.released >= 2);
+        float *again = clef_arena_alloc(a, 4 * MB);
+        CHECK(again == big[4] || again == big[3] || again == big[2] || again == big[1]);
+        clef_arena_free(a, again);
+        /* small blocks: aligned, not cached */
+        float *t = clef_arena_alloc(a, 10), *z = clef_arena_alloc(a, 0);
+        CHECK(t && z && ((uintptr_t)t & 63) == 0 && ((uintptr_t)z & 63) == 0);
+        size_t before = st.cached_blocks;
+        clef_arena_free(a, t);
+        clef_arena_free(a, z);
+        clef_arena_free(a, NULL);
+        clef_arena_get_stats(a, &st);
+        CHECK(st.cached_blocks == before);
+        CHECK(clef_arena_alloc(a, SIZE_MAX / 2) == NULL);
+        clef_arena_destroy(a);
+    }
+    {   /* cap 0: nothing is kept */
+        clef_arena *a = clef_arena_create(0);
+        float *p = clef_arena_alloc(a, 2 * MB);
+        CHECK(p != NULL);
+        clef_arena_free(a, p);
+        clef_arena_get_stats(a, &st);
+        CHECK(st.cached_blocks == 0 && st.cached_bytes == 0 && st.released == 1);
+        clef_arena_destroy(a);
+    }
+    {   /* concurrent alloc/free from several threads */
+        clef_arena *a = clef_arena_create(40 * MB);
+        pthread_t th[4];
+        int started = 0;
+        for (int i = 0; i < 4; i++) started += pthread_create(&th[i], NULL, hammer, a) == 0;
+        CHECK(started == 4);
+        int bad = 0;
+        for (int i = 0; i < started; i++) {
+            void *r = NULL;
+            pthread_join(th[i], &r);
+            bad += r != NULL;
+        }
+        CHECK(bad == 0);
+        clef_arena_get_stats(a, &st);
+        CHECK(st.cached_bytes <= 40 * MB && st.hits > 0);
+        clef_arena_destroy(a);
+    }
+    return TEST_END();
+}
