@@ -15,17 +15,16 @@ same message; a decoder failure (torchvision's RuntimeError) must be Unsupported
 Known divergence (KNOWN): where literal <|image_pad|> tokens in the text make up the count, the reference's
 forward scatters the frames' features over them and answers; we refuse with UnsupportedMedia (our text).
 """
-import base64
 import json
 import os
 import subprocess
 import sys
 
+from test_image_processor import FIX, entry_for  # the same image entries (base64 / data URL) as there
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-FIX = os.path.join(ROOT, "tests", "fixtures", "images")
 BUILD = os.environ.get("CLEF_BUILD", os.path.join(ROOT, "build"))
 TOKENIZER = os.path.join(ROOT, "models", "tiny", "tokenizer.json")
-MIME = {"png": "png", "jpg": "jpeg", "webp": "webp", "gif": "gif", "bin": "png", "txt": "png"}
 
 # case name -> why we refuse where the reference answers; the refusal must be UnsupportedMedia with KNOWN_MSG
 KNOWN = {
@@ -36,14 +35,6 @@ KNOWN_MSG = "literal <|image_pad|> tokens in the text stand in for image feature
 
 # reference messages we copy for UnsupportedMedia (the processor's own ValueErrors)
 COPIED_MEDIA = ("too many values to unpack (expected 4)", "absolute aspect ratio must be smaller than 200")
-
-
-def entry_for(rec):
-    data = open(os.path.join(FIX, rec["file"]), "rb").read()
-    b64 = base64.b64encode(data).decode()
-    if rec["entry"] == "base64":
-        return b64
-    return f"data:image/{MIME[rec['file'].rsplit('.', 1)[1]]};base64,{b64}"
 
 
 def expected(out):

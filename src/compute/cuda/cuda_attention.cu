@@ -298,9 +298,7 @@ static bool launch_tc(clef_ops *ops, float *o, size_t ldo, const float *q, size_
     Impl *im = IM(ops);
     size_t smem = t2_smem_bytes<DP>();
     if (smem > (size_t)im->max_smem_optin) return false;
-    if (smem > 48 * 1024 &&
-        !cuda_ok(ops, cudaFuncSetAttribute(k_attention_tc<DP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
-                 "attention (shared memory)"))
+    if (!smem_optin(ops, k_attention_tc<DP>, smem, "attention (shared memory)"))
         return true; /* failed is set: nothing more to do */
     dim3 grid((unsigned)((Tq + T2_BQ - 1) / T2_BQ), (unsigned)nh);
     k_attention_tc<DP><<<grid, T2_NT, smem, im->stream>>>(o, ldo, q, ldq, k, ldk, v, ldv, Tq, Tk, nh, nkv, (int)hd,
@@ -461,10 +459,7 @@ static bool launch_rt(clef_ops *ops, float *o, size_t ldo, const float *q, size_
     Impl *im = IM(ops);
     size_t smem = t3_smem_bytes<DP>();
     if (smem > (size_t)im->max_smem_optin) return false;
-    if (smem > 48 * 1024 &&
-        !cuda_ok(ops, cudaFuncSetAttribute(k_attention_rt<DP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
-                 "attention (shared memory)"))
-        return true; /* failed is set */
+    if (!smem_optin(ops, k_attention_rt<DP>, smem, "attention (shared memory)")) return true; /* failed is set */
     dim3 grid((unsigned)((Tq + T3_BQ - 1) / T3_BQ), (unsigned)nh);
     k_attention_rt<DP><<<grid, T3_NT, smem, im->stream>>>(o, ldo, q, ldq, k, ldk, v, ldv, Tq, Tk, nh, nkv, (int)hd,
                                                           scale, causal);
@@ -505,10 +500,7 @@ void op_attention(clef_ops *ops, float *o, size_t ldo, const float *q, size_t ld
         fail(ops, "attention", "not enough shared memory on this device");
         return;
     }
-    if (smem > 48 * 1024 &&
-        !cuda_ok(ops, cudaFuncSetAttribute(k_attention, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
-                 "attention (shared memory)"))
-        return;
+    if (!smem_optin(ops, k_attention, smem, "attention (shared memory)")) return;
     size_t nb = (Tq + BQ - 1) / BQ;
     if (nb > 0x7fffffffu) {
         fail(ops, "attention", "too many query rows");

@@ -558,9 +558,7 @@ void op_delta_rule(clef_ops *ops, float *o, const float *q, const float *k, cons
         scratch_free(ops, base);
         return;
     }
-    if (smB > 48 * 1024 &&
-        !cuda_ok(ops, cudaFuncSetAttribute(k_delta_scan, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smB),
-                 "delta_rule (shared memory)")) {
+    if (!smem_optin(ops, k_delta_scan, smB, "delta_rule (shared memory)")) {
         scratch_free(ops, base);
         return;
     }
@@ -571,8 +569,7 @@ void op_delta_rule(clef_ops *ops, float *o, const float *q, const float *k, cons
     {
         ProfScope pa(ops, OP_DELTA_A);
         if (a2) {
-            if (!cuda_ok(ops, cudaFuncSetAttribute(k_delta_prep2, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smA2),
-                         "delta_rule (shared memory)")) {
+            if (!smem_optin(ops, k_delta_prep2, smA2, "delta_rule (shared memory)")) {
                 scratch_free(ops, base);
                 return;
             }
@@ -587,10 +584,8 @@ void op_delta_rule(clef_ops *ops, float *o, const float *q, const float *k, cons
                     sm2 <= (size_t)im->max_smem_optin;
     if (v2) {
         const bool fast = im->precision == CLEF_CUDA_FAST;
-        if (!cuda_ok(ops,
-                     fast ? cudaFuncSetAttribute(k_delta_scan2<float>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm2)
-                          : cudaFuncSetAttribute(k_delta_scan2<double>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm2),
-                     "delta_rule (shared memory)")) {
+        if (!(fast ? smem_optin(ops, k_delta_scan2<float>, sm2, "delta_rule (shared memory)")
+                   : smem_optin(ops, k_delta_scan2<double>, sm2, "delta_rule (shared memory)"))) {
             scratch_free(ops, base);
             return;
         }

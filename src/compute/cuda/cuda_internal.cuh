@@ -105,6 +105,14 @@ static inline Impl *IM(clef_ops *ops) { return static_cast<Impl *>(ops->impl); }
 /* Records a failure (sticky ops->failed) with a message; returns false. */
 bool fail(clef_ops *ops, const char *what, const char *detail);
 bool cuda_ok(clef_ops *ops, cudaError_t e, const char *what);
+/* Lets `kernel` launch with `bytes` of dynamic shared memory: above the default 48 KB that needs a
+ * per-kernel opt-in (the caller has checked bytes <= Impl::max_smem_optin). False, with
+ * ops->failed set, when CUDA refuses. */
+template <typename Kernel>
+static inline bool smem_optin(clef_ops *ops, Kernel kernel, size_t bytes, const char *what) {
+    return bytes <= 48 * 1024 ||
+           cuda_ok(ops, cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes), what);
+}
 /* Checks the last launch. */
 bool launch_ok(clef_ops *ops, const char *what);
 
