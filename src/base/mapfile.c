@@ -41,6 +41,19 @@ int clef_mapfile_open(clef_mapfile *m, const char *path, clef_err *err) {
     return 0;
 }
 
+size_t clef_mapfile_release(const clef_mapfile *m, const void *p, size_t n) {
+    if (!m || !m->data || !p || n == 0) return 0;
+    uintptr_t base = (uintptr_t)m->data, a = (uintptr_t)p;
+    if (a < base || a - base > m->size || n > m->size - (a - base)) return 0;
+    long ps = sysconf(_SC_PAGESIZE);
+    if (ps <= 0) return 0;
+    uintptr_t pg = (uintptr_t)ps;
+    uintptr_t lo = (a + pg - 1) / pg * pg, hi = (a + n) / pg * pg;
+    if (hi <= lo) return 0;
+    if (madvise((void *)lo, hi - lo, MADV_DONTNEED) != 0) return 0;
+    return hi - lo;
+}
+
 void clef_mapfile_close(clef_mapfile *m) {
     if (!m) return;
     if (m->data && m->size) munmap((void *)m->data, m->size);

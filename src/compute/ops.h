@@ -8,7 +8,8 @@
  *   distance between consecutive rows.
  * - Weights are clef_tensor views (model/safetensors.h) of the mapped checkpoint, BF16 or F32 (F16
  *   accepted too), row-major. A backend may cache device copies keyed by the tensor's data
- *   pointer; the model passes the tensors as bound by model/weights.h.
+ *   pointer; the model passes the tensors as bound by model/weights.h, with the backend's
+ *   prepared form (prepare_weight) in w->prep where it made one.
  * - Arrays documented as "host" (token ids, positions) are ordinary host memory.
  * - Ops do not fail on valid arguments. A backend that runs out of scratch memory inside an op
  *   sets ops->failed (sticky) and leaves the output unspecified; callers check it at safe points
@@ -26,6 +27,17 @@
 #include "model/safetensors.h"
 
 typedef struct clef_ops clef_ops;
+
+/* A backend's own form of one weight tensor (e.g. the CPU's AMX kernel layout), made once at load
+ * by ops->prepare_weight. The model owns it (clef_tensor.prep; model/weights.h): it is freed with
+ * destroy, which needs no clef_ops, so the model may outlive the backend or the reverse. A
+ * backend uses only the ones it made (kind, compared by address) and reads the tensor's data
+ * otherwise. Backends embed this as the first member of their own struct. */
+typedef struct clef_prepared {
+    const void *kind;                         /* the address of a backend's tag */
+    size_t bytes;                             /* memory held (for reports) */
+    void (*destroy)(struct clef_prepared *p);
+} clef_prepared;
 
 struct clef_ops {
     const char *name;     /* "cpu", ... */
@@ -51,6 +63,13 @@ struct clef_ops {
      * (torch's mean of an empty slice). */
     void (*row_mean)(clef_ops *ops, float *y, const float *x, size_t ldx, size_t r0, size_t r1,
                      size_t D);
+
+    /* ---- weights (optional: NULL when the backend has nothing to prepare) ---- */
+    /* Called by the model once per Linear weight ([N, ...] with K = numel / N) at load. Returns the
+     * backend's form of w, or NULL (nothing to prepare here, or out of memory: linear then reads
+     * w->data, as without the hook). Once it returns non-NULL the model may release the pages of
+     * w->data (they fault back in if read). */
+    clef_prepared *(*prepare_weight)(clef_ops *ops, const clef_tensor *w);
 
     /* ---- linear algebra ---- */
     /* nn.Linear on a block of weight rows: y[t, n] = sum_k x[t, k] * W[row0 + n, k] (+ b[row0 + n])

@@ -307,3 +307,8 @@ const void *clef_st_bytes(const clef_st_file *f, size_t *size) {
     if (size) *size = f ? f->len : 0;
     return f ? f->bytes : NULL;
 }
+
+size_t clef_st_release(const clef_st_file *f, const void *p, size_t n) {
+    /* map.data is set only by clef_st_open: parsed caller bytes are left alone (see the header) */
+    return f && f->map.data ? clef_mapfile_release(&f->map, p, n) : 0;
+}

@@ -40,13 +40,18 @@ enum {
     CLEF_ST_F64,
 };
 
+struct clef_prepared; /* compute/ops.h */
+
 /* A view of one tensor inside a mapped file. Row-major, contiguous; `data` points into the
  * mapping (valid until the file is closed) and may be NULL only for an empty tensor. Unused
  * shape entries (>= ndim) are 0. A zeroed clef_tensor (data == NULL, name == NULL) means "not
  * bound". The data is aligned to the element size when the file was written by the safetensors
- * library (header padded to 8 bytes); the model binder (weights.h) checks this. */
+ * library (header padded to 8 bytes); the model binder (weights.h) checks this. `prep` is NULL
+ * in the file's views; the model sets it on its own bound copy when a backend prepared the
+ * tensor (ops->prepare_weight: e.g. the weights in a kernel's layout) and frees it on close. */
 typedef struct clef_tensor {
     const void *data;
+    struct clef_prepared *prep;   /* a backend's form of the tensor, or NULL (model/weights.h) */
     int dtype;                    /* CLEF_ST_* */
     int ndim;                     /* 0 .. CLEF_MAX_DIMS (0 = a scalar, numel 1) */
     int64_t shape[CLEF_MAX_DIMS];
@@ -81,5 +86,11 @@ const char *clef_st_metadata(const clef_st_file *f, const char *key);
 const char *clef_st_label(const clef_st_file *f);
 /* The whole file image (mapping) and its size. */
 const void *clef_st_bytes(const clef_st_file *f, size_t *size);
+/* Drops this process's pages of bytes [p, p + n) of the file (the whole pages inside the range;
+ * base/mapfile.h clef_mapfile_release) when f was opened with clef_st_open (a file mapping) and
+ * the range lies inside it; a later read faults them back in from the page cache. A file parsed
+ * from caller memory (clef_st_parse) is never touched: there the bytes may be anonymous memory,
+ * which MADV_DONTNEED would replace with zeros. Returns the bytes released. */
+size_t clef_st_release(const clef_st_file *f, const void *p, size_t n);
 
 #endif

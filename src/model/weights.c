@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "base/mapfile.h"
+#include "compute/ops.h"
 #include "text/json.h"
 
 #define INDEX_MAX_BYTES (64u * 1024u * 1024u)
@@ -484,8 +485,106 @@ out:
     return rc;
 }
 
+/* ------------------------------------------------------------------------------------------ */
+/* Prepared Linear weights (clef_model_prepare).                                               */
+
+typedef void (*linear_fn)(clef_model_files *m, clef_tensor *t, void *ctx);
+
+/* Every weight the model passes to ops->linear, of the chosen parts. Not embed_tokens / lm_head:
+ * those are gathered by rows (a prepared copy would make the whole 2 GB table resident). */
+static void for_each_linear(clef_model_files *m, unsigned parts, linear_fn fn, void *ctx) {
+    if (parts & CLEF_PREP_TEXT)
+        for (int i = 0; m->text.layers && i < m->text.n_layers; i++) {
+            clef_text_layer *L = &m->text.layers[i];
+            clef_tensor *ts[] = {&L->gdn.in_proj_qkv, &L->gdn.in_proj_z, &L->gdn.in_proj_b, &L->gdn.in_proj_a,
+                                 &L->gdn.out_proj,    &L->attn.q_proj,   &L->attn.k_proj,   &L->attn.v_proj,
+                                 &L->attn.o_proj,     &L->mlp_gate,      &L->mlp_up,        &L->mlp_down};
+            for (size_t k = 0; k < sizeof ts / sizeof ts[0]; k++) fn(m, ts[k], ctx);
+        }
+    if ((parts & CLEF_PREP_VISION) && m->vision.present) {
+        clef_vision_weights *v = &m->vision;
+        fn(m, &v->patch_w, ctx);
+        for (int j = 0; v->blocks && j < v->depth; j++) {
+            clef_vision_block *k = &v->blocks[j];
+            fn(m, &k->qkv_w, ctx);
+            fn(m, &k->proj_w, ctx);
+            fn(m, &k->fc1_w, ctx);
+            fn(m, &k->fc2_w, ctx);
+        }
+        fn(m, &v->merger_fc1_w, ctx);
+        fn(m, &v->merger_fc2_w, ctx);
+    }
+    if (parts & CLEF_PREP_HEAD) {
+        clef_head_weights *h = &m->head;
+        clef_tensor *ts[] = {&h->memory_projection,         &h->question_projection,
+                             &h->option_question_projection, &h->global_projection,
+                             &h->option_context_projection,  &h->option_lexical_projection,
+                             &h->scorer0_w,                  &h->scorer3_w};
+        for (size_t k = 0; k < sizeof ts / sizeof ts[0]; k++) fn(m, ts[k], ctx);
+        for (int i = 0; h->evidence && i < h->n_evidence; i++) {
+            clef_head_evidence_layer *e = &h->evidence[i];
+            fn(m, &e->attn_in_w, ctx);
+            fn(m, &e->attn_out_w, ctx);
+            fn(m, &e->ff0_w, ctx);
+            fn(m, &e->ff3_w, ctx);
+        }
+        for (int j = 0; h->layers && j < h->n_layers; j++) {
+            clef_head_decoder_layer *d = &h->layers[j];
+            fn(m, &d->sa_in_w, ctx);
+            fn(m, &d->sa_out_w, ctx);
+            fn(m, &d->ca_in_w, ctx);
+            fn(m, &d->ca_out_w, ctx);
+            fn(m, &d->linear1_w, ctx);
+            fn(m, &d->linear2_w, ctx);
+        }
+    }
+}
+
+/* The mapped file holding [p, p + n): its pages of that range are released. */
+static size_t release_pages(const clef_model_files *m, const void *p, size_t n) {
+    const clef_model_files_priv *pv = m->priv;
+    for (size_t i = 0; i <= pv->n_shards; i++) {
+        const clef_st_file *f = i < pv->n_shards ? pv->shards[i] : pv->head;
+        size_t len;
+        const unsigned char *b = f ? clef_st_bytes(f, &len) : NULL;
+        if (b && (uintptr_t)p >= (uintptr_t)b && (uintptr_t)p - (uintptr_t)b <= len &&
+            n <= len - ((uintptr_t)p - (uintptr_t)b))
+            return clef_st_release(f, p, n);
+    }
+    return 0;
+}
+
+typedef struct { clef_ops *ops; int n; } prep_ctx;
+
+static void prepare_one(clef_model_files *m, clef_tensor *t, void *ctx) {
+    prep_ctx *c = ctx;
+    if (!t->data || t->prep) return;
+    t->prep = c->ops->prepare_weight(c->ops, t);
+    if (!t->prep) return;
+    c->n++;
+    m->n_prepared++;
+    m->prepared_bytes += t->prep->bytes;
+    /* right away, so at most one matrix is resident twice during the load */
+    m->released_bytes += release_pages(m, t->data, t->nbytes);
+}
+
+static void unprepare_one(clef_model_files *m, clef_tensor *t, void *ctx) {
+    (void)m;
+    (void)ctx;
+    if (t->prep) t->prep->destroy(t->prep);
+    t->prep = NULL;
+}
+
+int clef_model_prepare(clef_model_files *m, clef_ops *ops, unsigned parts) {
+    if (!m || !m->priv || !ops || !ops->prepare_weight) return 0;
+    prep_ctx c = {ops, 0};
+    for_each_linear(m, parts, prepare_one, &c);
+    return c.n;
+}
+
 void clef_model_close(clef_model_files *m) {
     if (!m) return;
+    for_each_linear(m, CLEF_PREP_TEXT | CLEF_PREP_HEAD | CLEF_PREP_VISION, unprepare_one, NULL);
     clef_model_files_priv *p = m->priv;
     if (p) {
         for (size_t i = 0; i < p->n_shards; i++) {

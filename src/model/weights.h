@@ -138,6 +138,9 @@ typedef struct clef_model_files {
     clef_vision_weights vision;
     clef_head_weights head;
     size_t mapped_bytes;        /* total size of the mapped files */
+    int n_prepared;             /* Linear weights a backend prepared (clef_model_prepare) */
+    size_t prepared_bytes;      /* the memory those hold */
+    size_t released_bytes;      /* mapped bytes whose pages were released after preparing */
     clef_model_files_priv *priv; /* shards, index; do not touch */
 } clef_model_files;
 
@@ -160,6 +163,21 @@ void clef_model_close(clef_model_files *m);
  * the process RSS does not grow) so that the first forward pass does not wait on the disk;
  * reports progress as stage "prefetch". Returns -1 on a read error or cancel. */
 int clef_model_prefetch(clef_model_files *m, clef_progress_fn progress, void *user, clef_err *err);
+
+/* Hands every Linear weight of the chosen parts to ops->prepare_weight (when the backend has
+ * that hook) and keeps what it returns in the tensor's `prep` (freed by clef_model_close, which
+ * needs no ops). A tensor already prepared is skipped, so calling again is cheap. After each
+ * matrix is prepared, its pages of the file mapping are released (clef_st_release: madvise
+ * MADV_DONTNEED on the whole pages inside it): the prepared copy replaces them in the process's
+ * RSS instead of sitting beside them, and whatever still reads the original (the parity path, a
+ * row slice a backend cannot take from its copy, another backend) faults it back in from the
+ * page cache. The text model and the head are prepared at load by the engine; the vision tower
+ * when it first runs (a text-only workload never pays for it). Returns how many weights this
+ * call prepared; one the backend cannot prepare (e.g. out of memory) stays as it was and linear
+ * reads the mapping. Not thread-safe against a forward running on the same model. */
+enum { CLEF_PREP_TEXT = 1, CLEF_PREP_HEAD = 2, CLEF_PREP_VISION = 4 };
+struct clef_ops;
+int clef_model_prepare(clef_model_files *m, struct clef_ops *ops, unsigned parts);
 
 /* Looks up any backbone tensor by exact name across the shards (NULL when absent). */
 const clef_tensor *clef_model_find(const clef_model_files *m, const char *name);

@@ -11,6 +11,8 @@
  *                                     |y - y_double| <= (3K + 2) * 2^-24 * 1.01 * S
  *     (|h| + |m| + |l| <= (1 + 2^-7 + 2^-15) |x|); its own bits, fixed for any thread count,
  *     batch and row position, not those of the exact kernels
+ * amx with its weights packed once (clef_gemm_pack): the bits of the amx path above, for every
+ *     thread count, batch, row and panel-aligned row slice (check_packed).
  * A kernel this CPU cannot run is skipped with its reason printed. */
 #include <math.h>
 #include <stdint.h>
@@ -110,6 +112,65 @@ static double check_err(const problem *p, const float *y, double bound_rel, doub
     return ok;
 }
 
+/* The AMX kernel with the weights packed once (clef_gemm_pack) against the per-call packing
+ * (y1 = clef_gemm_bf16_with(AMX) on 1 thread): the same bits for every pool, for rows alone and as
+ * smaller batches, and for row slices [row0, row0 + n) at panel boundaries (the model's
+ * linear(..., row0, N, ...)), n a multiple of 32 or not; a slice off a panel boundary is refused
+ * (the caller then uses the unpacked path). */
+static void check_packed(const problem *p, const float *y1, clef_pool *pools[4], size_t s) {
+    clef_gemm_packed *g = clef_gemm_pack(pools[s % 4], p->W, p->ldw, p->N, p->K);
+    CHECK_MSG(g != NULL, "clef_gemm_pack T=%zu K=%zu N=%zu", p->T, p->K, p->N);
+    if (!g) return;
+    CHECK(clef_gemm_packed_bytes(g) >= (p->N + 31) / 32 * 32 * ((p->K + 31) / 32 * 32) * 2);
+    float *y = malloc((p->T * p->ldy + 1) * sizeof(float));
+    for (int th = 0; th < 4; th++) {
+        for (size_t i = 0; i < p->T * p->ldy; i++) y[i] = NAN;
+        CHECK(clef_gemm_bf16_packed(pools[th], y, p->ldy, p->x, p->ldx, p->T, g, 0, p->N, p->bias) == 0);
+        CHECK_MSG(same_bits(p, y, y1), "packed threads=%d T=%zu K=%zu N=%zu bias=%d", th, p->T, p->K, p->N,
+                  p->bias != NULL);
+        int pad_ok = 1;
+        for (size_t t = 0; t < p->T; t++)
+            for (size_t n = p->N; n < p->ldy; n++) if (!isnan(y[t * p->ldy + n])) pad_ok = 0;
+        CHECK(pad_ok);
+    }
+    size_t step = p->T > 100 ? p->T / 4 + 1 : 7;
+    for (size_t t = 0; t < p->T; t += step) { /* row t alone; rows [t, T) as a batch */
+        CHECK(clef_gemm_bf16_packed(pools[2], y, p->N, p->x + t * p->ldx, p->ldx, 1, g, 0, p->N, p->bias) == 0);
+        CHECK_MSG(memcmp(y, y1 + t * p->ldy, p->N * sizeof(float)) == 0, "packed row %zu alone (T=%zu K=%zu N=%zu)",
+                  t, p->T, p->K, p->N);
+        CHECK(clef_gemm_bf16_packed(pools[3], y, p->ldy, p->x + t * p->ldx, p->ldx, p->T - t, g, 0, p->N,
+                                    p->bias) == 0);
+        int ok = 1;
+        for (size_t r = 0; r < p->T - t; r++)
+            if (memcmp(y + r * p->ldy, y1 + (t + r) * p->ldy, p->N * sizeof(float))) ok = 0;
+        CHECK_MSG(ok, "packed rows [%zu, %zu) as a batch differ (K=%zu N=%zu)", t, p->T, p->K, p->N);
+    }
+    /* row slices: every panel boundary (at most 6) x (to the end, 5 short of it, 1 row) */
+    for (size_t row0 = 0, nb = 0; row0 < p->N && nb < 6; row0 += 32, nb++) {
+        size_t ns[3] = {p->N - row0, p->N - row0 > 5 ? p->N - row0 - 5 : 1, 1};
+        for (int v = 0; v < 3; v++) {
+            size_t n = ns[v];
+            float *ys = malloc(p->T * n * sizeof(float)), *yu = malloc(p->T * n * sizeof(float));
+            const float *b = p->bias ? p->bias + row0 : NULL;
+            CHECK(clef_gemm_packed_fits(g, row0, n));
+            CHECK(clef_gemm_bf16_packed(pools[s % 3 + 1], ys, n, p->x, p->ldx, p->T, g, row0, n, b) == 0);
+            CHECK(clef_gemm_bf16_with(CLEF_GEMM_AMX, pools[2], yu, n, p->x, p->ldx, p->T, p->K, p->W + row0 * p->ldw,
+                                      p->ldw, n, b) == 0);
+            CHECK_MSG(memcmp(ys, yu, p->T * n * sizeof(float)) == 0, "packed slice [%zu, %zu) T=%zu K=%zu N=%zu", row0,
+                      row0 + n, p->T, p->K, p->N);
+            free(ys);
+            free(yu);
+        }
+    }
+    /* off a panel boundary or out of range: refused, y untouched */
+    float z = 7.0f;
+    CHECK(!clef_gemm_packed_fits(g, 1, 1) && clef_gemm_bf16_packed(pools[2], &z, 1, p->x, p->ldx, 1, g, 1, 1, NULL) == -1);
+    CHECK(!clef_gemm_packed_fits(g, 0, p->N + 1) && !clef_gemm_packed_fits(g, (p->N + 31) / 32 * 32 + 32, 0));
+    CHECK(z == 7.0f);
+    free(y);
+    clef_gemm_packed_free(g);
+}
+
 int main(void) {
     char feat[256];
     printf("cpu: %s\n", clef_cpu_feature_string(feat, sizeof feat));
@@ -206,6 +267,7 @@ int main(void) {
                     CHECK_MSG(ok, "%s rows [%zu, %zu) as a batch differ", clef_gemm_name(k), t, p.T);
                     free(yb);
                 }
+                if (k == CLEF_GEMM_AMX) check_packed(&p, y1, pools, s);
                 free(y1);
             }
             free(yexact);
@@ -284,6 +346,14 @@ int main(void) {
         CHECK(clef_gemm_bf16(pools[2], &y, 1, &x, 1, 1, 1, &w, 1, 0, NULL) == 0 && y == 7.0f);
         CHECK(clef_gemm_bf16(pools[2], &y, 1, &x, 1, 1, 1, &w, 1, 1, NULL) == 0 && y == 1.0f);
     }
+    /* packing: nothing to pack, or no AMX here */
+    CHECK(clef_gemm_pack(pools[2], NULL, 0, 0, 16) == NULL);
+    if (!avail[CLEF_GEMM_AMX]) {
+        uint16_t w1[32] = {0};
+        CHECK(clef_gemm_pack(pools[2], w1, 32, 1, 32) == NULL);
+        printf("skip packed AMX weights: no AMX here\n");
+    }
+    clef_gemm_packed_free(NULL);
     /* an unavailable / bogus kernel is refused */
     CHECK(clef_gemm_bf16_with(CLEF_GEMM_NKERNELS, NULL, NULL, 0, NULL, 0, 1, 1, NULL, 0, 1, NULL) == -1);
 

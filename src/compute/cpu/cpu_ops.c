@@ -143,6 +143,45 @@ static int linear_force_double(void) {
     return v;
 }
 
+/* BF16 weights packed once for the AMX kernel (gemm.h clef_gemm_pack), made at load through
+ * prepare_weight and owned by the model. Only where the AMX kernel is the one linear runs
+ * (clef_gemm_default(): not with CLEF_GEMM=avx512|avx2|ref), not on the parity path
+ * (CLEF_LINEAR=double) and not with CLEF_AMX_PACKED=0 (the per-call packing, for comparing). */
+typedef struct {
+    clef_prepared base;
+    clef_gemm_packed *g;
+} cpu_packed;
+static const char cpu_packed_kind = 0; /* its address tags our prepared weights */
+
+static void cpu_packed_destroy(clef_prepared *p) {
+    if (!p) return;
+    clef_gemm_packed_free(((cpu_packed *)p)->g);
+    free(p);
+}
+
+static int amx_packed_enabled(void) {
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("CLEF_AMX_PACKED");
+        v = !(e && !strcmp(e, "0")) && !linear_force_double() && clef_gemm_default() == CLEF_GEMM_AMX;
+    }
+    return v;
+}
+
+static clef_prepared *cpu_prepare_weight(clef_ops *ops, const clef_tensor *w) {
+    if (!amx_packed_enabled() || !w || w->dtype != CLEF_ST_BF16 || !w->data || w->ndim < 2 ||
+        w->shape[0] <= 0 || w->numel <= 0)
+        return NULL;
+    size_t N = (size_t)w->shape[0], K = (size_t)(w->numel / w->shape[0]);
+    cpu_packed *p = malloc(sizeof *p);
+    if (!p) return NULL;
+    p->g = clef_gemm_pack(POOL(ops), w->data, K, N, K);
+    if (!p->g) { free(p); return NULL; }
+    p->base = (clef_prepared){.kind = &cpu_packed_kind, .bytes = clef_gemm_packed_bytes(p->g) + sizeof *p,
+                              .destroy = cpu_packed_destroy};
+    return &p->base;
+}
+
 static void cpu_linear(clef_ops *ops, float *y, const float *x, size_t T, const clef_tensor *w,
                        size_t row0, size_t N, const clef_tensor *b) {
     if (T == 0 || N == 0) return;
@@ -154,8 +193,15 @@ static void cpu_linear(clef_ops *ops, float *y, const float *x, size_t T, const 
             if (!bias) { ops->failed = 1; return; }
             for (size_t n = 0; n < N; n++) bias[n] = wat(b, row0 + n);
         }
-        const uint16_t *W = (const uint16_t *)w->data + row0 * K;
-        if (clef_gemm_bf16(POOL(ops), y, N, x, K, T, K, W, K, N, bias)) ops->failed = 1;
+        const clef_gemm_packed *g = w->prep && w->prep->kind == &cpu_packed_kind ? ((cpu_packed *)w->prep)->g : NULL;
+        int rc;
+        if (g && clef_gemm_packed_fits(g, row0, N)) {
+            rc = clef_gemm_bf16_packed(POOL(ops), y, N, x, K, T, g, row0, N, bias);
+        } else { /* a row slice not at a panel boundary (none in the release model) reads the mapping */
+            const uint16_t *W = (const uint16_t *)w->data + row0 * K;
+            rc = clef_gemm_bf16(POOL(ops), y, N, x, K, T, K, W, K, N, bias);
+        }
+        if (rc) ops->failed = 1;
         free(bias);
         return;
     }
@@ -447,6 +493,7 @@ clef_ops *clef_cpu_ops_create(int nthreads, clef_err *err) {
     ops->copy2d = cpu_copy2d;
     ops->embed = cpu_embed;
     ops->row_mean = cpu_row_mean;
+    ops->prepare_weight = cpu_prepare_weight;
     ops->linear = cpu_linear;
     ops->rmsnorm = cpu_rmsnorm;
     ops->layernorm = cpu_layernorm;

@@ -4,6 +4,7 @@
 #include "compute/cpu/gemm.h"
 
 #include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
@@ -144,11 +145,14 @@ static void run_amx_panels(void *ctx, size_t b, size_t e, int worker) {
     clef_gemm_amx_panels(&j->c, b, e, j->scratch + (size_t)worker * j->per_worker);
 }
 
+/* W (unpacked: weights copied into tile layout per panel block) or wp (clef_gemm_pack's buffer,
+ * panel 0 = column 0 of this call; read in place). Either way the same products in the same order. */
 static int gemm_amx(clef_pool *pool, float *y, size_t ldy, const float *x, size_t ldx, size_t T,
-                    size_t K, const uint16_t *W, size_t ldw, size_t N, const float *bias) {
+                    size_t K, const uint16_t *W, size_t ldw, const uint16_t *wp, size_t N,
+                    const float *bias) {
     size_t tc = T < CLEF_AMX_TC ? T : CLEF_AMX_TC;
     size_t xbytes = (clef_gemm_amx_xp_elems(tc, K) * sizeof(uint16_t) + 63) / 64 * 64;
-    size_t per_worker = (clef_gemm_amx_scratch_bytes(K) + 63) / 64 * 64;
+    size_t per_worker = (clef_gemm_amx_scratch_bytes(K, wp != NULL) + 63) / 64 * 64;
     size_t npanel = (N + 31) / 32, nth = (size_t)clef_pool_size(pool);
     size_t need = xbytes + nth * per_worker;
     unsigned char *buf;
@@ -171,7 +175,7 @@ static int gemm_amx(clef_pool *pool, float *y, size_t ldy, const float *x, size_
             amx_pack_job pj = {xp, x + t0 * ldx, ldx, rows, K};
             clef_pool_for(pool, (rows + 31) / 32 * 32, 16, run_amx_pack, &pj);
             amx_job j = {{.xp = xp, .rows = rows, .y = y + t0 * ldy, .ldy = ldy, .W = W, .ldw = ldw,
-                          .bias = bias, .K = K, .N = N}, buf + xbytes, per_worker};
+                          .wp = wp, .bias = bias, .K = K, .N = N}, buf + xbytes, per_worker};
             clef_pool_for(pool, npanel, 1, run_amx_panels, &j);
         }
         rc = 0;
@@ -181,13 +185,65 @@ static int gemm_amx(clef_pool *pool, float *y, size_t ldy, const float *x, size_
     return rc;
 }
 
+/* ---------------------------------------------------------------- AMX, weights packed once */
+
+struct clef_gemm_packed {
+    uint16_t *wp;   /* npanel * clef_gemm_amx_panel_elems(K) bf16 */
+    size_t N, K, npanel, bytes;
+};
+
+typedef struct { const clef_gemm_packed *p; const uint16_t *W; size_t ldw; } pack_w_job;
+static void run_pack_w(void *ctx, size_t b, size_t e, int worker) {
+    (void)worker;
+    const pack_w_job *j = ctx;
+    clef_gemm_amx_pack_w(j->p->wp, j->W, j->ldw, j->p->N, j->p->K, b, e - b);
+}
+
+clef_gemm_packed *clef_gemm_pack(clef_pool *pool, const uint16_t *W, size_t ldw, size_t N, size_t K) {
+    if (N == 0 || K == 0 || !clef_gemm_available(CLEF_GEMM_AMX, NULL)) return NULL;
+    size_t npanel = (N + 31) / 32, pe = clef_gemm_amx_panel_elems(K);
+    if (pe > SIZE_MAX / sizeof(uint16_t) / npanel) return NULL;
+    size_t bytes = npanel * pe * sizeof(uint16_t); /* a multiple of 2 KB: aligned_alloc's rule holds */
+    clef_gemm_packed *p = malloc(sizeof *p);
+    if (!p) return NULL;
+    *p = (clef_gemm_packed){.wp = aligned_alloc(64, bytes), .N = N, .K = K, .npanel = npanel, .bytes = bytes};
+    if (!p->wp) { free(p); return NULL; }
+    /* blocks of 8 panels per worker piece: each reads 16-row groups along all of K (pack_w) */
+    pack_w_job j = {p, W, ldw};
+    clef_pool_for(pool, npanel, CLEF_AMX_NCB, run_pack_w, &j);
+    return p;
+}
+
+void clef_gemm_packed_free(clef_gemm_packed *p) {
+    if (!p) return;
+    free(p->wp);
+    free(p);
+}
+
+size_t clef_gemm_packed_bytes(const clef_gemm_packed *p) { return p ? p->bytes + sizeof *p : 0; }
+
+int clef_gemm_packed_fits(const clef_gemm_packed *p, size_t row0, size_t N) {
+    return p && row0 % CLEF_GEMM_PACKED_ALIGN == 0 && row0 <= p->N && N <= p->N - row0;
+}
+
+/* A slice whose N is not a multiple of 32 reads, in its last panel, the next slice's rows where
+ * the unpacked path has zeros: those columns of the tiles are computed and never stored, and a
+ * column of C depends only on its own column of B, so the stored bits are the same. */
+int clef_gemm_bf16_packed(clef_pool *pool, float *y, size_t ldy, const float *x, size_t ldx, size_t T,
+                          const clef_gemm_packed *p, size_t row0, size_t N, const float *bias) {
+    if (!clef_gemm_packed_fits(p, row0, N)) return -1;
+    if (T == 0 || N == 0) return 0;
+    const uint16_t *wp = p->wp + row0 / 32 * clef_gemm_amx_panel_elems(p->K);
+    return gemm_amx(pool, y, ldy, x, ldx, T, p->K, NULL, 0, wp, N, bias);
+}
+
 int clef_gemm_bf16_with(clef_gemm_kernel kern, clef_pool *pool, float *y, size_t ldy,
                         const float *x, size_t ldx, size_t T, size_t K, const uint16_t *W,
                         size_t ldw, size_t N, const float *bias) {
     if (kern == CLEF_GEMM_AUTO) kern = clef_gemm_default();
     if (!clef_gemm_available(kern, NULL)) return -1;
     if (T == 0 || N == 0) return 0;
-    if (kern == CLEF_GEMM_AMX && K > 0) return gemm_amx(pool, y, ldy, x, ldx, T, K, W, ldw, N, bias);
+    if (kern == CLEF_GEMM_AMX && K > 0) return gemm_amx(pool, y, ldy, x, ldx, T, K, W, ldw, NULL, N, bias);
     job j;
     memset(&j, 0, sizeof j);
     j.a = (clef_gemm_args){.y = y, .ldy = ldy, .x = x, .ldx = ldx, .W = W, .ldw = ldw,

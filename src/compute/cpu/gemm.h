@@ -57,6 +57,27 @@ int clef_gemm_bf16_with(clef_gemm_kernel kern, clef_pool *pool, float *y, size_t
                         const float *x, size_t ldx, size_t T, size_t K, const uint16_t *W,
                         size_t ldw, size_t N, const float *bias);
 
+/* Weights packed once for the AMX kernel. The unpacked AMX path copies every block of weights
+ * into its tile layout on every call (a DRAM-bound copy, ~35% of a one-thread GEMM: docs/
+ * performance.md, GEMM); a packed matrix holds all of W in exactly that layout (32-column panels,
+ * each [K/32 blocks][2 column tiles][16 pair rows][32 bf16], zero rows past N and zero k past K),
+ * so the kernel reads it in place. Same products in the same order as clef_gemm_bf16_with(AMX):
+ * the same bits, for any thread count, T and row slice. */
+typedef struct clef_gemm_packed clef_gemm_packed;
+#define CLEF_GEMM_PACKED_ALIGN 32 /* row0 of a slice must be a multiple of this (the panel width) */
+/* Packs W [N x K] (row stride ldw >= K) with the pool's workers. NULL when AMX is not available
+ * (clef_gemm_available), N or K is 0, or out of memory. */
+clef_gemm_packed *clef_gemm_pack(clef_pool *pool, const uint16_t *W, size_t ldw, size_t N, size_t K);
+void clef_gemm_packed_free(clef_gemm_packed *p); /* NULL ok */
+size_t clef_gemm_packed_bytes(const clef_gemm_packed *p); /* the memory it holds */
+/* 1 when rows [row0, row0 + N) of the packed matrix can be used (row0 a multiple of
+ * CLEF_GEMM_PACKED_ALIGN, in range); otherwise call clef_gemm_bf16_with on the original rows. */
+int clef_gemm_packed_fits(const clef_gemm_packed *p, size_t row0, size_t N);
+/* y = x . W[row0 .. row0 + N)^T (+ bias[0 .. N)) from the packed matrix, K = the packed K. Returns
+ * 0, or -1 when the slice does not fit (clef_gemm_packed_fits) or scratch memory ran out. */
+int clef_gemm_bf16_packed(clef_pool *pool, float *y, size_t ldy, const float *x, size_t ldx, size_t T,
+                          const clef_gemm_packed *p, size_t row0, size_t N, const float *bias);
+
 /* 1 when this CPU (after CLEF_CPU_MASK, base/cpu_features.h) runs the kernel; else 0 and *why
  * (when why != NULL) names what is missing. */
 int clef_gemm_available(clef_gemm_kernel kern, const char **why);
@@ -113,18 +134,25 @@ void clef_gemm_avx512bf16_round(uint16_t *dst, const float *src, size_t n);
 #ifndef CLEF_AMX_NCB
 #define CLEF_AMX_NCB 8 /* 32-column panels per block sharing one pass over a K block of x */
 #endif
-size_t clef_gemm_amx_scratch_bytes(size_t K); /* per worker: NCB panels' weights, partial sums */
+/* per worker: NCB panels' weights (not with packed weights) and the partial sums */
+size_t clef_gemm_amx_scratch_bytes(size_t K, int packed_weights);
 typedef struct {
     const uint16_t *xp;   /* the chunk's packed x terms (clef_gemm_amx_pack) */
     size_t rows;          /* rows in the chunk */
     float *y; size_t ldy; /* row 0 of the chunk */
     const uint16_t *W; size_t ldw;
+    const uint16_t *wp;   /* or NULL: all of W packed (clef_gemm_amx_pack_w), panel 0 = column 0 */
     const float *bias;
     size_t K, N;
 } clef_gemm_amx_chunk;
 size_t clef_gemm_amx_xp_elems(size_t rows, size_t K);
 void clef_gemm_amx_pack(uint16_t *xp, const float *x, size_t ldx, size_t rows, size_t K, size_t r0,
                         size_t r1);
+/* bf16 elements of W [N x K] packed whole, and the packing of panels [p0, p0 + np) into wp (the
+ * whole matrix's buffer: panel p starts at element p * clef_gemm_amx_panel_elems(K)). */
+size_t clef_gemm_amx_panel_elems(size_t K);
+void clef_gemm_amx_pack_w(uint16_t *wp, const uint16_t *W, size_t ldw, size_t N, size_t K, size_t p0,
+                          size_t np);
 void clef_gemm_amx_panels(const clef_gemm_amx_chunk *c, size_t p0, size_t p1, void *scratch);
 /* Loads, on the calling thread, the tile configuration every AMX user here runs with: palette 1,
  * tiles 0-7 of 16 rows x 64 bytes. Only where clef_gemm_available(CLEF_GEMM_AMX) (which also asks

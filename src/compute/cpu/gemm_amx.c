@@ -29,7 +29,8 @@
  * are packed once per call, for all K, by all workers (clef_gemm_amx_pack); then each worker
  * takes blocks of CLEF_AMX_NCB 32-column panels (clef_gemm_amx_panels: the loop order is at the
  * function), keeping partial sums in a per-worker [NCB][rows][32] fp32 buffer; after the last K
- * block it adds the bias and writes y. */
+ * block it adds the bias and writes y. Weights packed once (clef_gemm_amx_pack_w, gemm.c
+ * clef_gemm_pack: the model's Linear weights at load) skip the per-block packing. */
 #include <immintrin.h>
 #include <string.h>
 
@@ -141,14 +142,26 @@ static TGT void pack_w(uint16_t *wb, const uint16_t *W, size_t ldw, size_t N, si
         }
 }
 
-size_t clef_gemm_amx_scratch_bytes(size_t K) {
-    return (size_t)CLEF_AMX_NCB * ((K + 31) / 32) * 2 * TILE * sizeof(uint16_t) +
+size_t clef_gemm_amx_scratch_bytes(size_t K, int packed_weights) {
+    return (packed_weights ? 0 : (size_t)CLEF_AMX_NCB * clef_gemm_amx_panel_elems(K) * sizeof(uint16_t)) +
            (size_t)CLEF_AMX_NCB * CLEF_AMX_TC * 32 * sizeof(float);
 }
 
-/* Columns [32 p0, 32 p1) of the chunk, for all its rows. scratch: clef_gemm_amx_scratch_bytes(K).
- * Loop order: blocks of CLEF_AMX_NCB panels, their weights packed for all of K first; in each,
- * K blocks of CLEF_AMX_KC; in each, the 32-row blocks of the chunk; in each, the block's panels.
+size_t clef_gemm_amx_panel_elems(size_t K) { return (K + 31) / 32 * 2 * TILE; }
+
+/* The whole matrix in pack_w's layout, panel after panel: a panel block of the kernel below is
+ * then one contiguous run of it, exactly what pack_w would have written into the scratch. */
+TGT void clef_gemm_amx_pack_w(uint16_t *wp, const uint16_t *W, size_t ldw, size_t N, size_t K, size_t p0,
+                          size_t np) {
+    pack_w(wp + p0 * clef_gemm_amx_panel_elems(K), W, ldw, N, K, p0, np);
+}
+
+/* Columns [32 p0, 32 p1) of the chunk, for all its rows. scratch: clef_gemm_amx_scratch_bytes(K,
+ * c->wp != NULL).
+ * Loop order: blocks of CLEF_AMX_NCB panels, their weights packed for all of K first (or, with
+ * c->wp, read in place: the same bytes, so only where the tiles come from changes, not a bit of
+ * what is computed); in each, K blocks of CLEF_AMX_KC; in each, the 32-row blocks of the chunk;
+ * in each, the block's panels.
  * A row block's x terms for one K block (32 x KC x 6 bytes) are read from L2 once and used by
  * all the panels; the packed weights of the K block (NCB x 16 KB) and the partial sums
  * (NCB x rows x 32 floats) stay in L2. */
@@ -156,16 +169,17 @@ TGT void clef_gemm_amx_panels(const clef_gemm_amx_chunk *c, size_t p0, size_t p1
     clef_gemm_amx_tile_config();
 
     const size_t ntp = (c->rows + 31) / 32, nkb = (c->K + 31) / 32;
-    uint16_t *wb = scratch; /* [NCB][nkb][2 tiles] */
-    float *csall = (float *)(wb + (size_t)CLEF_AMX_NCB * nkb * 2 * TILE); /* [NCB][ntp * 32][32] */
+    uint16_t *wb = c->wp ? NULL : scratch; /* [NCB][nkb][2 tiles] */
+    float *csall = c->wp ? scratch : (void *)(wb + (size_t)CLEF_AMX_NCB * nkb * 2 * TILE); /* [NCB][ntp * 32][32] */
     for (size_t nb0 = p0; nb0 < p1; nb0 += CLEF_AMX_NCB) {
         const size_t nbp = p1 - nb0 < CLEF_AMX_NCB ? p1 - nb0 : CLEF_AMX_NCB;
-        pack_w(wb, c->W, c->ldw, c->N, c->K, nb0, nbp);
+        const uint16_t *wblk = c->wp ? c->wp + nb0 * nkb * 2 * TILE : wb;
+        if (!c->wp) pack_w(wb, c->W, c->ldw, c->N, c->K, nb0, nbp);
         for (size_t kb0 = 0; kb0 < nkb; kb0 += KB_PER_KC) {
             const size_t nkbl = nkb - kb0 < KB_PER_KC ? nkb - kb0 : KB_PER_KC;
             for (size_t tp = 0; tp < ntp; tp++) {
                 for (size_t pi = 0; pi < nbp; pi++) {
-                    const uint16_t *wp = wb + (pi * nkb + kb0) * 2 * TILE;
+                    const uint16_t *wp = wblk + (pi * nkb + kb0) * 2 * TILE;
                     float *ct = csall + (pi * ntp + tp) * 32 * 32;
                     if (kb0 == 0) {
                         _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
