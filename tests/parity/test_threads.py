@@ -6,7 +6,10 @@ unrounded fp32 probabilities are printed, so any difference in any bit of a prob
 through `clef batch --threads 1` and once through `clef batch --threads 3` (more threads than this
 machine's cores: the static partition still differs), on the default path and on the parity path
 (CLEF_LINEAR=double; under ASan the default path only, for time). The outputs must be
-byte-identical; the 16,384-token request is left out (minutes of CPU). Exit 0 pass, 1 fail, 77 skip.
+byte-identical; the 16,384-token request is left out (minutes of CPU). The default path also runs
+once more (3 threads) with CLEF_AMX_PACKED=0: the Linear weights then stay unpacked (the AMX kernel
+packs them per call, as before weights were packed at load), and the bytes must be the same as with
+the packed weights (where there is no AMX both runs take the same path). Exit 0 pass, 1 fail, 77 skip.
 Binary: $CLEF_BUILD/clef (default build/clef); checkpoint $CLEF_TINY (default models/tiny)."""
 import json
 import os
@@ -62,9 +65,24 @@ def main():
                     fails.append(f"{mode}: {len(a) - n_ok} of {len(a)} lines differ between 1 and 3 threads")
                 print(f"{mode}: {len(lines)} requests ({answered} answered with raw probabilities): "
                       f"{n_ok}/{len(a)} lines byte-identical, 1 vs 3 threads")
+                if mode == "default":
+                    out = os.path.join(tmp, "out_unpacked_3.jsonl")
+                    p = subprocess.run([clef, "batch", "--model", MODEL, "--threads", "3", inp, out],
+                                       capture_output=True, env=dict(env, CLEF_AMX_PACKED="0"))
+                    if p.returncode != 0:
+                        fails.append(f"CLEF_AMX_PACKED=0: clef batch exited {p.returncode}: {p.stderr[-300:]!r}")
+                    else:
+                        c = open(out, "rb").read().split(b"\n")
+                        n_ok = sum(1 for x, y in zip(a, c) if x == y)
+                        if a != c:
+                            fails.append(f"CLEF_AMX_PACKED=0: {len(a) - n_ok} of {len(a)} lines differ from the "
+                                         "packed weights")
+                        print(f"default, CLEF_AMX_PACKED=0 (weights packed per call): {n_ok}/{len(a)} lines "
+                              "byte-identical to the packed weights")
     for f in fails:
         print("FAIL", f)
-    print(f"{'PASS' if not fails else 'FAIL'}: 1 vs 3 threads on {len(lines)} corpus requests, default and parity paths")
+    print(f"{'PASS' if not fails else 'FAIL'}: 1 vs 3 threads on {len(lines)} corpus requests, default and parity "
+          "paths; packed vs unpacked AMX weights")
     return 0 if not fails else 1
 
 
