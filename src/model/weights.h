@@ -2,12 +2,12 @@
  *
  * A model folder holds config.json, joint_head_config.json, joint_head.safetensors and either
  * model.safetensors.index.json (+ the shards it names, plain file names inside the folder) or one
- * model.safetensors. clef_model_open maps every file read-only (no weights are read at load: RSS
- * grows only with the pages the forward pass touches), validates every header, and binds each
- * tensor the engine needs by exact name with exact dtype and shape (from the config). A missing
- * tensor, a wrong dtype or a wrong shape is refused (BadModel) naming the tensor. `mtp.*` and
- * other extra backbone tensors are ignored; joint_head.safetensors must hold exactly the 122 head
- * tensors (the reference loads it with strict=True).
+ * model.safetensors. clef_model_open maps every file read-only (no weights are read here: RSS
+ * grows with the pages the forward pass, or clef_model_prepare, touches), validates every header,
+ * and binds each tensor the engine needs by exact name with exact dtype and shape (from the
+ * config). A missing tensor, a wrong dtype or a wrong shape is refused (BadModel) naming the
+ * tensor. `mtp.*` and other extra backbone tensors are ignored; joint_head.safetensors must hold
+ * exactly the 122 head tensors (the reference loads it with strict=True).
  *
  * Dtypes (model.md §3.1, contract.md §6.2): everything BF16 except linear_attn.A_log and
  * linear_attn.norm.weight (F32). Data pointers are aligned to the element size (checked).
