@@ -147,7 +147,8 @@ clef_engine *clef_open(const clef_options *o, char *errbuf, size_t err_len) {
     e->ops = create_ops(&e->opts, &err);
     if (!e->ops) goto fail;
     /* The backend's own form of the Linear weights, made once (the CPU: AMX tile layout, the
-     * mapped pages released); the vision tower's when it first runs (run_images). */
+     * mapped pages released). Not the vision tower's: no gain measured there (its weights are
+     * small enough to stay in L3 between the per-call copies; docs/performance.md). */
     clef_model_prepare(e->mf, e->ops, CLEF_PREP_TEXT | CLEF_PREP_HEAD);
 
     clef_image_opts_default(&e->image_opts);
@@ -309,7 +310,6 @@ static int run_images(clef_engine *e, const clef_record *r, img_inputs *im, clef
     for (size_t k = 0; k < n; k++)
         for (size_t t = 0; t < r->images[k].n_pad; t++) im->rpos[o++] = (int32_t)(r->images[k].pad_start + t);
     im->n_rows = total;
-    clef_model_prepare(e->mf, ops, CLEF_PREP_VISION); /* once: prepared tensors are skipped */
     rc = clef_vision_forward(ops, vc, &e->mf->vision, vi, n, NULL, im->rows, err);
 done:
     free(vi);

@@ -171,8 +171,8 @@ int clef_model_prefetch(clef_model_files *m, clef_progress_fn progress, void *us
  * MADV_DONTNEED on the whole pages inside it): the prepared copy replaces them in the process's
  * RSS instead of sitting beside them, and whatever still reads the original (the parity path, a
  * row slice a backend cannot take from its copy, another backend) faults it back in from the
- * page cache. The text model and the head are prepared at load by the engine; the vision tower
- * when it first runs (a text-only workload never pays for it). Returns how many weights this
+ * page cache. The engine prepares the text model and the head at load (the vision tower gained
+ * nothing measurable, so it is left to callers who ask). Returns how many weights this
  * call prepared; one the backend cannot prepare (e.g. out of memory) stays as it was and linear
  * reads the mapping. Not thread-safe against a forward running on the same model. */
 enum { CLEF_PREP_TEXT = 1, CLEF_PREP_HEAD = 2, CLEF_PREP_VISION = 4 };

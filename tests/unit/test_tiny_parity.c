@@ -206,7 +206,7 @@ int main(void) {
     CHECK(ops != NULL);
     if (!ops) return TEST_END();
     /* as the engine does (AMX-packed Linear weights where they apply; the same bits: test_prepared) */
-    printf("prepared weights: %d\n", clef_model_prepare(m, ops, CLEF_PREP_TEXT | CLEF_PREP_HEAD | CLEF_PREP_VISION));
+    printf("prepared weights: %d\n", clef_model_prepare(m, ops, CLEF_PREP_TEXT | CLEF_PREP_HEAD));
     const json_value *reqs = jget(root, "requests");
     double worst_layer = 0, worst_final = 0, worst_dp = 0, worst_dl = 0, worst_dp_head = 0, worst_dl_head = 0;
     int n_text = 0, n_head_only = 0, n_skipped = 0, n_long = 0, n_nan = 0;
