@@ -3,7 +3,7 @@
  * thread and on N threads; GFLOP/s (2*T*K*N / time, median of R runs) and the fraction of the
  * peak of the instruction each kernel uses, measured in the same run (peak.h).
  *   bench/build.sh && build-bench/bench_gemm [-r reps] [-t maxthreads] [-T tokens] [-k kernels]
- * kernels: comma list of amx,avx512,avx2,avx512bf16,ref,openblas (default: all but ref); -s i runs
+ * kernels: comma list of amx,amxp,avx512,avx2,avx512bf16,ref,openblas (default: all but ref); -s i runs
  * only shape i (0: 4096->12288, 1: 4096->8192, 2: 4096->4096, 3: 12288->4096). */
 #include <math.h>
 #include <stdint.h>
@@ -49,7 +49,7 @@ int main(int argc, char **argv) {
     int reps = 5, maxth = (int)sysconf(_SC_NPROCESSORS_ONLN);
     size_t T = 512;
     int only = -1; /* -s i: only shape i */
-    const char *kl = "amx,avx512,avx2,avx512bf16,openblas";
+    const char *kl = "amx,amxp,avx512,avx2,avx512bf16,openblas";
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "-r")) reps = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "-t")) maxth = atoi(argv[i + 1]);
@@ -103,12 +103,15 @@ int main(int argc, char **argv) {
         double flop = 2.0 * (double)T * (double)K * (double)N;
         char shape[64];
         snprintf(shape, sizeof shape, "%zux%zu->%zu", T, K, N);
-        struct { const char *name; clef_gemm_kernel k; peak_kind p; } ks[] = {
-            {"avx512", CLEF_GEMM_AVX512, PEAK_FMA_ZMM},
-            {"avx2", CLEF_GEMM_AVX2, PEAK_FMA_YMM},
-            {"avx512bf16", CLEF_GEMM_AVX512_BF16, PEAK_DPBF16_ZMM},
-            {"ref", CLEF_GEMM_REF, PEAK_FMA_YMM},
-            {"amx", CLEF_GEMM_AMX, PEAK_AMX_BF16},
+        /* amxp: the AMX kernel on weights packed once beforehand (clef_gemm_pack, outside the
+         * timing), as the model's Linear layers run it since session 4 */
+        struct { const char *name; clef_gemm_kernel k; peak_kind p; int packed; } ks[] = {
+            {"avx512", CLEF_GEMM_AVX512, PEAK_FMA_ZMM, 0},
+            {"avx2", CLEF_GEMM_AVX2, PEAK_FMA_YMM, 0},
+            {"avx512bf16", CLEF_GEMM_AVX512_BF16, PEAK_DPBF16_ZMM, 0},
+            {"ref", CLEF_GEMM_REF, PEAK_FMA_YMM, 0},
+            {"amx", CLEF_GEMM_AMX, PEAK_AMX_BF16, 0},
+            {"amxp", CLEF_GEMM_AMX, PEAK_AMX_BF16, 1},
         };
         for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++) {
             if (!has(kl, ks[ki].name)) continue;
@@ -117,12 +120,19 @@ int main(int argc, char **argv) {
                 printf("%-22s %-11s skipped: %s\n", shape, ks[ki].name, why);
                 continue;
             }
+            clef_gemm_packed *P = NULL;
+            if (ks[ki].packed && !(P = clef_gemm_pack(pools[0], W, K, N, K))) {
+                fprintf(stderr, "packing failed\n");
+                return 1;
+            }
             for (int ti = 0; ti < nths; ti++) {
                 double v[64], c[64];
-                clef_gemm_bf16_with(ks[ki].k, pools[ti], y, N, x, K, T, K, W, K, N, NULL); /* warm */
-                for (int r = 0; r < reps; r++) {
+                for (int r = -1; r < reps; r++) { /* r = -1: warm-up */
                     double t0 = now_s(), c0 = cpu_s();
-                    if (clef_gemm_bf16_with(ks[ki].k, pools[ti], y, N, x, K, T, K, W, K, N, NULL)) {
+                    int rc = P ? clef_gemm_bf16_packed(pools[ti], y, N, x, K, T, P, 0, N, NULL)
+                               : clef_gemm_bf16_with(ks[ki].k, pools[ti], y, N, x, K, T, K, W, K, N, NULL);
+                    if (r < 0) continue;
+                    if (rc) {
                         fprintf(stderr, "gemm failed\n");
                         return 1;
                     }
@@ -136,6 +146,7 @@ int main(int argc, char **argv) {
                        pkc[ti][ks[ki].p] / ex, ks[ki].k == CLEF_GEMM_AMX ? "tdpbf16ps (AMX), 3 per product" : peak_names[ks[ki].p]);
                 fflush(stdout);
             }
+            clef_gemm_packed_free(P);
         }
 #ifdef HAVE_OPENBLAS
         if (has(kl, "openblas")) {
