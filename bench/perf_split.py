@@ -9,13 +9,18 @@ kernels and packing -> GEMM; the mixers' kernels -> mixers; memmove under a GEMM
 kernel samples go by their path: page faults on the mapped weights taken in the GEMM's packing ->
 GEMM, faults on anonymous pages (first touch of activation buffers) -> everything else,
 futex/schedule -> sync, interrupts and other kernel time -> the category of the interrupted user
-frame. Prints the four shares and the largest pieces of "everything else". Needs only perf."""
+frame. Samples under clef_model_prepare or the pool's run_pack_w (the weights packed once at
+open, session 4: the packing and the first touch of its fresh memory) are a one-time cost of loading, not of a forward: they
+go to their own line, "load:pack", and the four shares are printed once over all samples and once
+over the rest. Prints the shares and the largest pieces of "everything else". Needs only perf."""
 import collections
 import subprocess
 import sys
 
 GEMM = {"clef_gemm_amx_panels", "pack_w", "clef_gemm_amx_pack", "clef_gemm_bf16", "run_amx_pack",
         "gemm_avx512_f32", "gemm_avx2_f32"}
+# the packing at open: clef_model_prepare on the opening thread, run_pack_w on the pool's workers
+PREP = {"clef_model_prepare", "cpu_prepare_weight", "clef_gemm_pack", "run_pack_w"}
 MIX = {"gemm_avx512", "gemm_avx2", "gemm_generic", "chunk_avx512", "row_avx512", "att_fn", "prep_fn",
        "dfast_fn", "clef_mix_gemm", "chunk_ref"}
 
@@ -56,7 +61,9 @@ def split(path):
         syms = [s for s, _ in smp]
         user = [s for s, d in smp if "kernel" not in d]
         u = user[0] if user else "?"
-        if "kernel" in smp[0][1]:
+        if any(x in PREP for x in user):
+            t, d = "load:pack", "weights packed at open"
+        elif "kernel" in smp[0][1]:
             if any("futex" in s or s == "schedule" for s in syms):
                 t, d = "sync", "futex/schedule"
             elif any(s in ("do_anonymous_page", "clear_page_erms") for s in syms):
@@ -92,8 +99,10 @@ def main():
             print(f"{path}: no samples")
             continue
         print(f"== {path}: {n} samples")
+        rest = n - top["load:pack"]
+        print(f"  load:pack {100 * top['load:pack'] / n:6.2f}%  (the shares: of all samples / without it)")
         for t in ("gemm", "mixers", "sync", "else"):
-            print(f"  {t:7s} {100 * top[t] / n:6.2f}%")
+            print(f"  {t:7s} {100 * top[t] / n:6.2f}% / {100 * top[t] / rest if rest else 0:6.2f}%")
         print("  everything else, pieces >= 0.08%:")
         for (t, d), v in det.most_common():
             if t == "else" and 100 * v / n >= 0.08:
