@@ -123,6 +123,8 @@ static void check_packed(const problem *p, const float *y1, clef_pool *pools[4],
     if (!g) return;
     CHECK(clef_gemm_packed_bytes(g) >= (p->N + 31) / 32 * 32 * ((p->K + 31) / 32 * 32) * 2);
     float *y = malloc((p->T * p->ldy + 1) * sizeof(float));
+    CHECK(y != NULL);
+    if (!y) { clef_gemm_packed_free(g); return; }
     for (int th = 0; th < 4; th++) {
         for (size_t i = 0; i < p->T * p->ldy; i++) y[i] = NAN;
         CHECK(clef_gemm_bf16_packed(pools[th], y, p->ldy, p->x, p->ldx, p->T, g, 0, p->N, p->bias) == 0);
@@ -151,6 +153,8 @@ static void check_packed(const problem *p, const float *y1, clef_pool *pools[4],
         for (int v = 0; v < 3; v++) {
             size_t n = ns[v];
             float *ys = malloc(p->T * n * sizeof(float)), *yu = malloc(p->T * n * sizeof(float));
+            CHECK(ys != NULL && yu != NULL);
+            if (!ys || !yu) { free(ys); free(yu); continue; }
             const float *b = p->bias ? p->bias + row0 : NULL;
             CHECK(clef_gemm_packed_fits(g, row0, n));
             CHECK(clef_gemm_bf16_packed(pools[s % 3 + 1], ys, n, p->x, p->ldx, p->T, g, row0, n, b) == 0);
