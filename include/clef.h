@@ -44,6 +44,11 @@ typedef struct clef_options {
      * CUDA; the CPU backend ignores it). $CLEF_PRECISION = fp32|fast applies when device is auto. */
     int precision;
     int gpu;                   /* CUDA device index (0 = the first) */
+    /* 1 when the engine will answer one request and close (clef decide): open then skips work
+     * that pays only over many forwards — the CPU backend's packing of the Linear weights for the
+     * AMX kernel (docs/performance.md "Weights packed at load": +0.5-1 s of open on real4 against
+     * ~10% per forward). The answers are the same bits either way. */
+    int single_request;
     /* Called while weights are bound / touched: done and total in arbitrary units. */
     void (*progress)(void *ctx, uint64_t done, uint64_t total);
     void *progress_ctx;
@@ -56,6 +61,9 @@ void clef_options_default(clef_options *o);
 
 /* The backend an open engine computes with: "cpu", "cuda" (fp32) or "cuda-fast". */
 const char *clef_engine_backend(const clef_engine *e);
+/* Bytes the backend holds in its own form of the weights, made at open (the CPU's AMX-packed
+ * Linear weights; 0 when nothing was prepared, e.g. with single_request). */
+size_t clef_engine_prepared_bytes(const clef_engine *e);
 
 /* Opens the model folder. On failure returns NULL and writes one clear line into err. */
 clef_engine *clef_open(const clef_options *o, char *err, size_t err_len);

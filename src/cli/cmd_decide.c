@@ -19,6 +19,7 @@ static void usage(void) {
 int cmd_decide(int argc, char **argv) {
     clef_options o;
     clef_options_default(&o);
+    o.single_request = 1; /* one forward: no weight packing at open (clef.h) */
     const char *request = "-", *dump = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];

@@ -112,6 +112,8 @@ static clef_ops *create_ops(const clef_options *o, clef_err *err) {
 
 const char *clef_engine_backend(const clef_engine *e) { return e && e->ops ? e->ops->name : "none"; }
 
+size_t clef_engine_prepared_bytes(const clef_engine *e) { return e && e->mf ? e->mf->prepared_bytes : 0; }
+
 clef_engine *clef_open(const clef_options *o, char *errbuf, size_t err_len) {
     clef_err err;
     clef_err_clear(&err);
@@ -148,8 +150,9 @@ clef_engine *clef_open(const clef_options *o, char *errbuf, size_t err_len) {
     if (!e->ops) goto fail;
     /* The backend's own form of the Linear weights, made once (the CPU: AMX tile layout, the
      * mapped pages released). Not the vision tower's: no gain measured there (its weights are
-     * small enough to stay in L3 between the per-call copies; docs/performance.md). */
-    clef_model_prepare(e->mf, e->ops, CLEF_PREP_TEXT | CLEF_PREP_HEAD);
+     * small enough to stay in L3 between the per-call copies; docs/performance.md). Not for a
+     * single request: one forward gains less than the packing costs. */
+    if (!e->opts.single_request) clef_model_prepare(e->mf, e->ops, CLEF_PREP_TEXT | CLEF_PREP_HEAD);
 
     clef_image_opts_default(&e->image_opts);
     e->image_opts.tile = e->opts.image_tile;

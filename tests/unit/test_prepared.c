@@ -7,7 +7,9 @@
  *    gathered tables (embed_tokens, lm_head) is;
  *  - the mapped pages of the prepared weights were released and the original bytes still read
  *    back unchanged (faulted in again from the file);
- *  - a file parsed from caller memory (anonymous pages) is never released: its bytes stay.
+ *  - a file parsed from caller memory (anonymous pages) is never released: its bytes stay;
+ *  - an engine prepares at open (clef_engine_prepared_bytes > 0 where the model layer did), but
+ *    not when opened for a single request (clef_options.single_request, as clef decide).
  * Without AMX (or with CLEF_AMX_PACKED=0, CLEF_LINEAR=double, CLEF_GEMM=avx512) nothing is
  * prepared: the outputs are still checked equal, then the test reports a skip (77). */
 #include <stdint.h>
@@ -15,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "clef.h"
 #include "compute/cpu/cpu_ops.h"
 #include "model/head.h"
 #include "model/text.h"
@@ -184,6 +187,21 @@ int main(void) {
         CHECK_MSG(fnv(probe[i]->data, probe[i]->nbytes) == sum0[i], "%s reads back changed after its pages were released",
                   probe[i]->name);
 
+    /* the engine prepares at open, except for a single request (clef decide) */
+    for (int single = 0; single <= 1; single++) {
+        clef_options eo;
+        clef_options_default(&eo);
+        eo.model_dir = dir;
+        eo.device = CLEF_DEVICE_CPU;
+        eo.single_request = single;
+        char ebuf[256];
+        clef_engine *e = clef_open(&eo, ebuf, sizeof ebuf);
+        CHECK_MSG(e != NULL, "clef_open: %s", ebuf);
+        if (!e) continue;
+        size_t pb = clef_engine_prepared_bytes(e);
+        CHECK_MSG(single || n == 0 ? pb == 0 : pb > 0, "engine (single_request=%d) holds %zu prepared bytes", single, pb);
+        clef_close(e);
+    }
     int rc;
     if (n == 0) {
         rc = TEST_END();
