@@ -147,9 +147,12 @@ int cmd_serve(int argc, char **argv) {
         clef_close(e);
         return 1;
     }
-    clef_log_line("\"event\":\"ready\",\"load_ms\":%.1f,\"warmup_ms\":%.1f,\"batch_tokens\":%zu,\"max_batch\":%zu,"
-                  "\"queue\":%zu",
-                  (t1 - t0) * 1e3, (t2 - t1) * 1e3, sc.batch_tokens, sc.max_batch, sc.queue_len);
+    /* prepared_mb: the backend's own copy of the weights made at open (the CPU's AMX-packed Linear
+     * weights; load_ms includes making it) */
+    clef_log_line("\"event\":\"ready\",\"load_ms\":%.1f,\"warmup_ms\":%.1f,\"prepared_mb\":%.1f,"
+                  "\"batch_tokens\":%zu,\"max_batch\":%zu,\"queue\":%zu",
+                  (t1 - t0) * 1e3, (t2 - t1) * 1e3, (double)clef_engine_prepared_bytes(e) / 1048576.0,
+                  sc.batch_tokens, sc.max_batch, sc.queue_len);
 
     int sig = 0;
     while (sigwait(&set, &sig) != 0) {
