@@ -24,6 +24,7 @@
 #include "model/vision.h"
 #include "model/weights.h"
 #include "test.h"
+#include "tiny_model.h"
 
 typedef struct {
     float *rows[64];
@@ -149,13 +150,10 @@ static void test_anonymous_not_released(void) {
 
 int main(void) {
     test_anonymous_not_released();
-    const char *dir = getenv("CLEF_TINY") ? getenv("CLEF_TINY") : "models/tiny";
+    const char *dir;
+    clef_model_files *m = tiny_model_open(&dir);
+    if (!m) return 77;
     clef_err err = {0};
-    clef_model_files *m = clef_model_open(dir, &err);
-    if (!m) {
-        printf("skip: %s not loadable (%s: %s); run make tiny\n", dir, err.type ? err.type : "?", err.msg);
-        return 77;
-    }
     clef_ops *o1 = clef_cpu_ops_create(1, &err), *o3 = clef_cpu_ops_create(3, &err);
     CHECK(o1 && o3);
     if (!o1 || !o3) return TEST_END();

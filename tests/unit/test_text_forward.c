@@ -18,6 +18,7 @@
 #include "model/text.h"
 #include "model/weights.h"
 #include "test.h"
+#include "tiny_model.h"
 
 typedef struct {
     int calls, final_seen, order_ok, nl;
@@ -54,13 +55,9 @@ static int run(clef_ops *ops, clef_model_files *m, const int32_t *ids, size_t n,
 }
 
 int main(void) {
-    const char *dir = getenv("CLEF_TINY") ? getenv("CLEF_TINY") : "models/tiny";
+    clef_model_files *m = tiny_model_open(NULL);
+    if (!m) return 77;
     clef_err err = {0};
-    clef_model_files *m = clef_model_open(dir, &err);
-    if (!m) {
-        printf("skip: %s not loadable (%s: %s); run make tiny\n", dir, err.type ? err.type : "?", err.msg);
-        return 77;
-    }
     const size_t H = (size_t)m->cfg.text.hidden_size, N = 150;
     const int nl = m->cfg.text.num_hidden_layers;
     int32_t ids[150];
