@@ -11,8 +11,8 @@ typedef struct clef_err {
     char msg[1024];
 } clef_err;
 
-/* Sets type and a printf-formatted message (truncated to fit); returns -1 for `return clef_err_set(...)`.
- * `e` may be NULL (then nothing is recorded). */
+/* Sets type and a printf-formatted message (truncated to fit, never inside a UTF-8 sequence);
+ * returns -1 for `return clef_err_set(...)`. `e` may be NULL (then nothing is recorded). */
 int clef_err_set(clef_err *e, const char *type, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 void clef_err_clear(clef_err *e);

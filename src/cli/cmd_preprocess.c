@@ -90,9 +90,9 @@ static void put_error(const char *type, const char *msg) {
     clef_buf o;
     clef_buf_init(&o);
     clef_buf_puts(&o, "{\"error\":{\"type\":");
-    json_render_string(&o, type, strlen(type));
+    json_render_string_utf8(&o, type, strlen(type));
     clef_buf_puts(&o, ",\"message\":");
-    json_render_string(&o, msg, strlen(msg));
+    json_render_string_utf8(&o, msg, strlen(msg));
     clef_buf_puts(&o, "}}\n");
     if (!o.oom) fwrite(o.data, 1, o.len, stdout);
     clef_buf_free(&o);

@@ -66,9 +66,9 @@ static void put_ids(clef_buf *o, const clef_ids *ids) {
 
 static void put_error(clef_buf *o, const char *type, const char *msg) {
     clef_buf_puts(o, "{\"error\":{\"type\":");
-    json_render_string(o, type, strlen(type));
+    json_render_string_utf8(o, type, strlen(type));
     clef_buf_puts(o, ",\"message\":");
-    json_render_string(o, msg, strlen(msg));
+    json_render_string_utf8(o, msg, strlen(msg));
     clef_buf_puts(o, "}}\n");
 }
 

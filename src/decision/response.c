@@ -166,9 +166,9 @@ int clef_error_render(clef_buf *o, const clef_err *e) {
     const char *type = e && e->type ? e->type : CLEF_E_INTERNAL;
     const char *msg = e && e->type ? e->msg : "unknown error";
     clef_buf_puts(o, "{\"error\":{\"type\":");
-    json_render_string(o, type, strlen(type));
+    json_render_string_utf8(o, type, strlen(type));
     clef_buf_puts(o, ",\"message\":");
-    json_render_string(o, msg, strlen(msg));
+    json_render_string_utf8(o, msg, strlen(msg)); /* may quote a request's ids: lone surrogates too */
     clef_buf_puts(o, "}}");
     return o->oom ? -1 : 0;
 }

@@ -736,11 +736,11 @@ json_doc *json_parse(const char *text, size_t len, const json_limits *lim, clef_
 
 /* ---- render ---- */
 
-int json_render_string(clef_buf *out, const char *s, size_t len) {
+/* The bytes of s, escaped as json_render_string does, without the quotes. */
+static int render_escaped(clef_buf *out, const char *s, size_t len) {
     static const char hex[] = "0123456789abcdef";
     const unsigned char *u = (const unsigned char *)s;
     if (clef_buf_reserve(out, len + 2)) return -1;
-    clef_buf_putc(out, '"');
     size_t run = 0;
     for (size_t i = 0; i < len; i++) {
         unsigned char c = u[i];
@@ -764,6 +764,38 @@ int json_render_string(clef_buf *out, const char *s, size_t len) {
         clef_buf_put(out, e, (size_t)n);
     }
     if (len > run) clef_buf_put(out, s + run, len - run);
+    return out->oom ? -1 : 0;
+}
+
+int json_render_string(clef_buf *out, const char *s, size_t len) {
+    clef_buf_putc(out, '"');
+    render_escaped(out, s, len);
+    return clef_buf_putc(out, '"');
+}
+
+int json_render_string_utf8(clef_buf *out, const char *s, size_t len) {
+    static const char hex[] = "0123456789abcdef";
+    size_t i = 0;
+    if (clef_buf_putc(out, '"')) return -1;
+    while (i < len) {
+        /* the longest valid run, escaped as json_render_string does */
+        size_t run = utf8_valid_prefix(s + i, len - i);
+        if (run) {
+            if (render_escaped(out, s + i, run)) return -1;
+            i += run;
+            continue;
+        }
+        uint32_t cp;
+        int k = utf8_decode_wtf8(s + i, len - i, &cp);
+        if (k == 3 && utf8_is_surrogate(cp)) {
+            char e[6] = {'\\', 'u', hex[cp >> 12], hex[(cp >> 8) & 15], hex[(cp >> 4) & 15], hex[cp & 15]};
+            clef_buf_put(out, e, sizeof e);
+            i += 3;
+        } else {
+            clef_buf_put(out, "\xef\xbf\xbd", 3); /* U+FFFD for one invalid byte */
+            i += 1;
+        }
+    }
     return clef_buf_putc(out, '"');
 }
 

@@ -106,6 +106,11 @@ int json_truthy(const json_value *v);
 int json_render(clef_buf *out, const json_value *v, int sort_keys);
 /* Appends one JSON string literal for the given bytes, escaped as above. */
 int json_render_string(clef_buf *out, const char *s, size_t len);
+/* The same, but the literal is always valid UTF-8, whatever the bytes: a lone surrogate (kept in its
+ * 3-byte form, see above) becomes a \udxxx escape, as json.dumps with ensure_ascii=True writes it (a
+ * client decodes the same string), and any other invalid byte U+FFFD. For text that is not known to
+ * be UTF-8, such as error messages quoting a request's ids. */
+int json_render_string_utf8(clef_buf *out, const char *s, size_t len);
 
 /* Python render() of the reference: a string as is (no quotes); anything else json.dumps with
  * sort_keys=True. */

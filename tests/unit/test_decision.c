@@ -220,6 +220,29 @@ static void test_response(void) {
     clef_error_render(&b, &e);
     CHECK_STR(b.data, "{\"error\":{\"type\":\"NoQuestions\",\"message\":\"at least one \\\"question\\\" is required\"}}");
     clef_buf_free(&b);
+    /* a message quoting an id with a lone surrogate (kept as WTF-8 bytes) still renders valid UTF-8:
+     * the surrogate as its \\u escape (found by fuzz/fuzz_request.c: the raw bytes went out) */
+    clef_buf_init(&b);
+    clef_err_set(&e, "BadQuestionType", "%s: type must be noul, choice, or score", "\xed\xa0\x80");
+    clef_error_render(&b, &e);
+    CHECK_STR(b.data, "{\"error\":{\"type\":\"BadQuestionType\",\"message\":\"\\ud800: type must be noul, choice, or score\"}}");
+    clef_buf_free(&b);
+    /* a message truncated to fit ends on a character boundary: a character straddling the end is
+     * dropped whole; one that ends exactly there is kept */
+    char longid[2048];
+    memset(longid, 'a', sizeof longid);
+    longid[sizeof longid - 1] = 0;
+    const size_t end = sizeof e.msg - 1; /* bytes that fit */
+    memcpy(longid + end - 1, "\xc3\xa9", 2); /* U+00E9 with its 2nd byte cut off */
+    clef_err_set(&e, "BadQuestion", "%s", longid);
+    CHECK(strlen(e.msg) == end - 1);
+    memcpy(longid + end - 2, "\xe2\x80\xa9", 3); /* U+2029, 2 of its 3 bytes fit */
+    clef_err_set(&e, "BadQuestion", "%s", longid);
+    CHECK(strlen(e.msg) == end - 2);
+    memset(longid, 'a', 2000);
+    memcpy(longid + end - 2, "\xc3\xa9", 2); /* ends exactly at the limit */
+    clef_err_set(&e, "BadQuestion", "%s", longid);
+    CHECK(strlen(e.msg) == end && (unsigned char)e.msg[end - 1] == 0xa9);
     CHECK(clef_error_http_status("BadJson") == 400 && clef_error_http_status("EmptyCriteria") == 422 &&
           clef_error_http_status("SchemaTooLong") == 413 && clef_error_http_status("RequestTooLong") == 413);
 }

@@ -201,6 +201,21 @@ static void test_builders_and_lookups(void) {
     clef_buf_reset(&b);
     json_render_string(&b, "\x01\x1f\x7f\xe2\x80\xa9/", 7);
     CHECK_STR(b.data, "\"\\u0001\\u001f\x7f\xe2\x80\xa9/\"");
+    /* the always-UTF-8 variant: valid text as above; a lone surrogate as its escape; other invalid
+     * bytes (a stray continuation, a sequence cut short, 0xff) as U+FFFD each */
+    clef_buf_reset(&b);
+    json_render_string_utf8(&b, "\x01\x1f\x7f\xe2\x80\xa9/", 7);
+    CHECK_STR(b.data, "\"\\u0001\\u001f\x7f\xe2\x80\xa9/\"");
+    clef_buf_reset(&b);
+    json_render_string_utf8(&b, "a\xed\xa0\x80\"\xed\xbf\xbf: x", 11);
+    CHECK_STR(b.data, "\"a\\ud800\\\"\\udfff: x\"");
+    clef_buf_reset(&b);
+    json_render_string_utf8(&b, "\x80z\xff\xe2\x80", 5);
+    CHECK_STR(b.data, "\"\xef\xbf\xbdz\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\"");
+    CHECK(utf8_valid(b.data, b.len));
+    clef_buf_reset(&b);
+    json_render_string_utf8(&b, "", 0);
+    CHECK_STR(b.data, "\"\"");
     clef_buf_free(&b);
     json_doc_free(d);
 }
