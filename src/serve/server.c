@@ -25,6 +25,7 @@
 #include "base/buf.h"
 #include "serve/metrics.h"
 #include "serve/scheduler.h"
+#include "text/json.h"
 
 #define ROUTE_DECIDE "/v1/systemone"
 
@@ -75,25 +76,9 @@ static pthread_mutex_t log_mu = PTHREAD_MUTEX_INITIALIZER;
 
 /* ---------- small helpers ---------- */
 
-static void json_str(clef_buf *b, const char *s, size_t n) {
-    static const char hex[] = "0123456789abcdef";
-    clef_buf_putc(b, '"');
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c == '"' || c == '\\') {
-            clef_buf_putc(b, '\\');
-            clef_buf_putc(b, c);
-        } else if (c == '\n') {
-            clef_buf_puts(b, "\\n");
-        } else if (c < 0x20 || c == 0x7f) {
-            char u[7] = {'\\', 'u', '0', '0', hex[c >> 4], hex[c & 15], 0};
-            clef_buf_puts(b, u);
-        } else {
-            clef_buf_putc(b, c);
-        }
-    }
-    clef_buf_putc(b, '"');
-}
+/* One JSON string, valid UTF-8 whatever the bytes: messages quote what clients sent (a path, a
+ * Content-Type), which need not be UTF-8. */
+static void json_str(clef_buf *b, const char *s, size_t n) { json_render_string_utf8(b, s, n); }
 
 static double wall_now(void) {
     struct timespec ts;

@@ -251,6 +251,17 @@ def test_routes(srv):
     check(st == 404 and json.loads(data)["error"]["type"] == "NotFound", "404 unknown path")
     st, hd, data = request(srv.port, "GET", "/v1/systemone")
     check(st == 405 and hd.get("allow") == "POST" and json.loads(data)["error"]["type"] == "MethodNotAllowed", "405 GET decide")
+    # error bodies quote what the client sent; they stay valid UTF-8 JSON whatever it was
+    st, hd, data = request(srv.port, "GET", "/%ff%fe")
+    check(st == 404 and json.loads(data.decode("utf-8"))["error"]["message"] == "no route /\ufffd\ufffd",
+          "404 body for a non-UTF-8 path is UTF-8 (got %r)" % data)
+    st, hd, data = request(srv.port, "POST", "/v1/systemone", b"{}", {"Content-Type": "text/\xff"})
+    check(st == 415 and json.loads(data.decode("utf-8"))["error"]["message"].endswith("text/\ufffd"),
+          "415 body for a non-UTF-8 Content-Type is UTF-8 (got %r)" % data)
+    st, hd, data = post(srv.port, b'{"model":"clef-flash","state":"x","questions":{"\\ud800":{"typ":"noul"}}}')
+    check(st == 422 and json.loads(data.decode("utf-8"))["error"] == {
+        "type": "BadQuestionType", "message": "\ud800: type must be noul, choice, or score"},
+          "422 body quoting a lone-surrogate key is UTF-8, the key escaped (got %r)" % data)
     st, hd, data = request(srv.port, "DELETE", "/health")
     check(st == 405 and "GET" in hd.get("allow", ""), "405 DELETE health")
     st, hd, data = request(srv.port, "HEAD", "/health")
