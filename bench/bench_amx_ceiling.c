@@ -12,6 +12,8 @@
  *   L1 real, C    the same, plus the 4 C tiles stored and another 4 loaded every 8 k steps, as the
  *                 kernel does at each K block (CLEF_AMX_KC = 256), or every 32 (a K block of 1,024)
  *   L1 zeros      the kernel's loop on all-zero tiles (how much the operand bits cost)
+ *   1x4           an alternative loop (ceil_loop_1x4: 7 loads per 12 products), without and with
+ *                 the partial sums moved every 8 k steps
  * GFLOP/s count executed products (3 per useful one in the GEMM), as bench_gemm's "% pk". */
 #include <math.h>
 #include <stdio.h>
@@ -22,11 +24,11 @@
 #include "base/cpu_features.h"
 #include "peak.h"
 
-enum { STEPS = 4, K = 32 * STEPS, ROWS = 32, COLS = 32, TILE = 16 * 32 };
-enum { MODE_REAL, MODE_REAL_C, MODE_REAL_C32, MODE_ZERO, NMODE };
+enum { STEPS = 4, K = 32 * STEPS, ROWS = 32, COLS = 64, TILE = 16 * 32 };
+enum { MODE_REAL, MODE_REAL_C, MODE_REAL_C32, MODE_ZERO, MODE_1X4, MODE_1X4_C, NMODE };
 static const char *const mode_names[NMODE] = {"L1 real", "L1 real, C every 8", "L1 real, C every 32",
-                                              "L1 zeros"};
-static const int swap_every[NMODE] = {0, 8, 32, 0};
+                                              "L1 zeros", "1x4: L1 real", "1x4: L1 real, C every 8"};
+static const int swap_every[NMODE] = {0, 8, 32, 0, 0, 8};
 
 typedef struct {
     int mode;
@@ -46,7 +48,7 @@ static double nrand(void) { /* Box-Muller */
 /* Tiles of one thread: x terms of ROWS rows x K (STEPS x 6 tiles) then the weights of one
  * 32-column panel (STEPS x 2 tiles), in the kernel's layouts. */
 static uint16_t *make_tiles(int zero) {
-    size_t xe = clef_gemm_amx_xp_elems(ROWS, K), we = clef_gemm_amx_panel_elems(K);
+    size_t xe = clef_gemm_amx_xp_elems(ROWS, K), we = COLS / 32 * clef_gemm_amx_panel_elems(K);
     uint16_t *t = aligned_alloc(64, (xe + we) * sizeof(uint16_t));
     float *x = malloc(sizeof(float) * ROWS * K);
     uint16_t *w = malloc(sizeof(uint16_t) * COLS * K);
@@ -59,7 +61,7 @@ static uint16_t *make_tiles(int zero) {
         w[i] = (uint16_t)(b >> 16);
     }
     clef_gemm_amx_pack(t, x, K, ROWS, K, 0, ROWS);
-    clef_gemm_amx_pack_w(t + xe, w, K, COLS, K, 0, 1);
+    clef_gemm_amx_pack_w(t + xe, w, K, COLS, K, 0, COLS / 32);
     free(x);
     free(w);
     return t;
@@ -103,12 +105,52 @@ __attribute__((target("amx-tile,amx-bf16"), noinline)) static void ceil_loop(con
     _tile_release();
 }
 
+/* The 1 x 4 alternative: one 16-row tile of x, its three terms held in tiles 4-6 for the k step,
+ * and 4 C tiles = 64 columns (2 panels), each weight tile loaded once into tile 7 and used by the
+ * 3 terms in a row (the tile unit forwards a C tile between dependent products at full rate:
+ * measured, /tmp harness): 7 loads per 12 products instead of 8. */
+__attribute__((target("amx-tile,amx-bf16"), noinline)) static void ceil_loop_1x4(const uint16_t *tiles, long iters, int swap_every_n, float (*cb)[32 * 32]) {
+    const uint16_t *wp = tiles + clef_gemm_amx_xp_elems(ROWS, K);
+    const size_t pe = clef_gemm_amx_panel_elems(K);
+    clef_gemm_amx_tile_config();
+    _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
+    int which = 0, left = swap_every_n;
+    for (long i = 0; i < iters; i++) {
+        long b = i & (STEPS - 1);
+        const uint16_t *xt = tiles + (size_t)b * 6 * TILE; /* row tile 0: terms at +0, +2, +4 tiles */
+        const uint16_t *w0 = wp + (size_t)b * 2 * TILE, *w1 = w0 + pe;
+        _tile_loadd(4, xt, 64);
+        _tile_loadd(5, xt + 2 * TILE, 64);
+        _tile_loadd(6, xt + 4 * TILE, 64);
+        _tile_loadd(7, w0, 64);
+        _tile_dpbf16ps(0, 4, 7); _tile_dpbf16ps(0, 5, 7); _tile_dpbf16ps(0, 6, 7);
+        _tile_loadd(7, w0 + TILE, 64);
+        _tile_dpbf16ps(1, 4, 7); _tile_dpbf16ps(1, 5, 7); _tile_dpbf16ps(1, 6, 7);
+        _tile_loadd(7, w1, 64);
+        _tile_dpbf16ps(2, 4, 7); _tile_dpbf16ps(2, 5, 7); _tile_dpbf16ps(2, 6, 7);
+        _tile_loadd(7, w1 + TILE, 64);
+        _tile_dpbf16ps(3, 4, 7); _tile_dpbf16ps(3, 5, 7); _tile_dpbf16ps(3, 6, 7);
+        if (swap_every_n && --left == 0) {
+            left = swap_every_n;
+            float *c = cb[which], *d = cb[which ^ 1];
+            _tile_stored(0, c, 256); _tile_stored(1, c + 16, 256);
+            _tile_stored(2, c + 32, 256); _tile_stored(3, c + 48, 256);
+            _tile_loadd(0, d, 256); _tile_loadd(1, d + 16, 256);
+            _tile_loadd(2, d + 32, 256); _tile_loadd(3, d + 48, 256);
+            which ^= 1;
+        }
+    }
+    _tile_release();
+}
+
 typedef struct { int mode; long iters; int id; } job;
 static void *ceil_thread(void *p) {
     job *j = p;
     uint16_t *t = make_tiles(j->mode == MODE_ZERO);
-    ceil_loop(t, 64, swap_every[j->mode], cbuf_store[j->id]); /* warm the tiles into L1 */
-    ceil_loop(t, j->iters, swap_every[j->mode], cbuf_store[j->id]);
+    void (*loop)(const uint16_t *, long, int, float (*)[32 * 32]) =
+        j->mode == MODE_1X4 || j->mode == MODE_1X4_C ? ceil_loop_1x4 : ceil_loop;
+    loop(t, 64, swap_every[j->mode], cbuf_store[j->id]); /* warm the tiles into L1 */
+    loop(t, j->iters, swap_every[j->mode], cbuf_store[j->id]);
     free(t);
     return NULL;
 }
