@@ -100,6 +100,27 @@ static int default_media(void *ctx, size_t index, const json_value *entry, const
     return clef_image_prepare(entry->u.string.s, entry->u.string.len, o, out, err);
 }
 
+/* Entry k failed in the media step. The processor decodes every entry before it resizes any, so when
+ * entry k itself decodes (its failure came later: its aspect ratio, say), the first later entry that
+ * fails to decode is what the reference reports (measured: tests/fixtures/images "aspect_then_bad").
+ * Error path only; the pixels decoded here are freed at once. Non-string entries end the search
+ * (default_media refuses them in order, as before). */
+static void first_decoder_failure(const json_value *const *entries, size_t k, size_t n, const clef_image_opts *o,
+                                  clef_err *err) {
+    clef_err e;
+    clef_err_clear(&e);
+    if (entries[k]->kind != JSON_STRING ||
+        clef_image_decodes(entries[k]->u.string.s, entries[k]->u.string.len, o, &e))
+        return; /* entry k's own failure is a fetch or decoder failure: the first one */
+    for (size_t j = k + 1; j < n; j++) {
+        if (entries[j]->kind != JSON_STRING) return;
+        if (clef_image_decodes(entries[j]->u.string.s, entries[j]->u.string.len, o, &e)) {
+            *err = e;
+            return;
+        }
+    }
+}
+
 static int kw_int(const json_value *v, const char *name, int64_t *out, clef_err *err) {
     if (v->kind == JSON_INT) {
         char *end;
@@ -273,7 +294,10 @@ int clef_encode_record(const clef_tokenizer *tok, const clef_request *req, const
         /* every entry first: the processor decodes all of them, then resizes, then patchifies */
         for (size_t k = 0; k < n_entries; k++) {
             clef_enc_image *im = &out->images[k];
-            if (fn(ctx, k, entries[k], &io, &im->image, err)) goto done;
+            if (fn(ctx, k, entries[k], &io, &im->image, err)) {
+                if (fn == default_media) first_decoder_failure(entries, k, n_entries, &io, err);
+                goto done;
+            }
             out->n_images = k + 1;
             int t = im->image.grid_t, h = im->image.grid_h, w = im->image.grid_w;
             if (t <= 0 || h <= 0 || w <= 0 || h % merge || w % merge) {

@@ -201,3 +201,17 @@ int clef_image_prepare(const char *entry, size_t len, const clef_image_opts *o, 
     clef_rgb_free_all(frames, nf);
     return rc;
 }
+
+int clef_image_decodes(const char *entry, size_t len, const clef_image_opts *o, clef_err *err) {
+    if (validate_opts(o, err)) return -1;
+    uint8_t *bytes = NULL;
+    size_t n = 0;
+    if (clef_image_entry_bytes(entry, len, o, &bytes, &n, err)) return -1;
+    clef_rgb *frames = NULL;
+    int nf = 0;
+    int rc = clef_image_decode_all(bytes, n, o, &frames, &nf, err);
+    free(bytes);
+    if (rc) return -1;
+    clef_rgb_free_all(frames, nf);
+    return 0;
+}

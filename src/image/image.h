@@ -61,6 +61,13 @@ typedef struct clef_image {
 int clef_image_prepare(const char *entry, size_t len, const clef_image_opts *o, clef_image *out, clef_err *err);
 void clef_image_free(clef_image *im);
 
+/* The processor's first pass over one entry: fetch it (data URL, base64, or a path when allowed) and
+ * decode every frame, then free the pixels. 0 when that succeeds; otherwise -1 with the error
+ * clef_image_prepare reports for that entry. The processor decodes all entries before it resizes
+ * any, so a request's first decoder failure outranks an earlier entry's later-step error
+ * (encode.c); this answers which, on the error path only. */
+int clef_image_decodes(const char *entry, size_t len, const clef_image_opts *o, clef_err *err);
+
 /* Image tokens the prompt carries for one image of this grid: (grid_h / merge) * (grid_w / merge) * grid_t. */
 size_t clef_image_tokens(const clef_image *im, int merge_size);
 

@@ -5,7 +5,8 @@ one per frame), against what the reference's systemone() did with them on the ti
 
   - every image record with native.request (the GIF as the request's only image);
   - every case of "requests": the GIF first or after single images, with other GIFs, a bad entry, a bad
-    state, an over-long schema, media_kwargs, literal <|image_pad|> tokens in the state.
+    state, an over-long schema, media_kwargs, literal <|image_pad|> tokens in the state; and entries that
+    fail at different steps (a later entry's decoder failure outranks an earlier entry's aspect ratio).
 
 Each request is encoded by build/tests/decision_bridge (encode_record with the real image path, models/tiny's
 tokenizer). A reference failure must be ours with the engine name of docs/errors.md and, where we copy the
@@ -107,7 +108,7 @@ def main():
             n_equal += 1
     for b in bad:
         print("MISMATCH", b)
-    print(f"{len(cases)} requests with an animated GIF: {n_equal} same name and message, {n_type} same name "
+    print(f"{len(cases)} requests (an animated GIF, or entries failing at different steps): {n_equal} same name and message, {n_type} same name "
           f"(decoder failure: our text), {n_known} known divergence(s) answered with our refusal, {len(bad)} different")
     return 1 if bad else 0
 

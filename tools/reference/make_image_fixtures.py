@@ -402,6 +402,12 @@ def request_cases():
         ("gif_first_then_bad", ["gif_animated.gif", "bad_truncated.png"], base),
         ("still_gif_then_bad", ["png_rgb_48x64.png", "gif_animated.gif", "bad_truncated.png"], base),
         ("still_gif_then_aspect", ["png_rgb_48x64.png", "gif_animated.gif", "png_rgb_1x201.png"], base),
+        # the processor decodes every entry before it resizes any: a later entry's decoder failure comes first
+        ("aspect_then_bad", ["png_rgb_1x201.png", "bad_truncated.png"], base),
+        ("still_aspect_then_bad", ["png_rgb_48x64.png", "png_rgb_1x201.png", "png_rgb_224x224.png",
+                                   "bad_truncated.png"], base),
+        ("bad_then_aspect", ["bad_truncated.png", "png_rgb_1x201.png"], base),
+        ("aspect_then_good", ["png_rgb_1x201.png", "png_rgb_48x64.png"], base),
         ("gif_first_animated_webp", ["gif_animated.gif", "webp_animated.webp"], base),
         ("gif_alone_state_surrogate", ["gif_animated.gif"], dict(base, state="a\ud800")),
         ("gif_first_state_surrogate", ["gif_animated.gif", "png_rgb_224x224.png"], dict(base, state="a\ud800")),
@@ -473,8 +479,8 @@ def main():
         "processor_class": mro[0], "processor_mro": mro, "processor_config": PROCESSOR_CONFIG,
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "images": [],
-        "requests_what": "requests: systemone() on the tiny checkpoint for requests with several images, one of them "
-                         "an animated GIF. images: the files of this folder in order, each sent as its record's entry; "
+        "requests_what": "requests: systemone() on the tiny checkpoint for requests with several images (one of "
+                         "them an animated GIF, or entries that fail at different steps). images: the files of this folder in order, each sent as its record's entry; "
                          "request: the other fields; outcome: usage or error (class, message), and encoded (input "
                          "length, <|image_pad|> count, the processor's image_grid_thw) when encode_record returned.",
         "requests": [],
