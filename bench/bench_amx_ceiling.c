@@ -1,4 +1,4 @@
-/* The ceiling of the AMX GEMM's micro-kernel on this CPU: its exact loop (gemm_amx.c: per 32-k
+/* The ceiling of the AMX GEMM's micro-kernel on this CPU: its exact loop (clef_amx_step: per 32-k
  * step 2 weight tiles + 6 x-term tiles loaded, 12 tdpbf16ps into 4 C tiles) with every tile in
  * L1, so no cache level, packing or epilogue costs anything; compared with bench_peak's
  * register-only tdpbf16ps loop in the same run. What a whole GEMM built on this loop can reach
@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "base/cpu_features.h"
+#include "compute/cpu/gemm_amx_step.h"
 #include "peak.h"
 
 enum { STEPS = 4, K = 32 * STEPS, ROWS = 32, COLS = 64, TILE = 16 * 32 };
@@ -76,22 +77,7 @@ __attribute__((target("amx-tile,amx-bf16"), noinline)) static void ceil_loop(con
     int which = 0, left = swap_every_n;
     for (long i = 0; i < iters; i++) {
         long b = i & (STEPS - 1);
-        const uint16_t *xt = tiles + (size_t)b * 6 * TILE, *w = wp + (size_t)b * 2 * TILE;
-        _tile_loadd(4, w, 64);
-        _tile_loadd(6, xt, 64);
-        _tile_dpbf16ps(0, 6, 4);
-        _tile_loadd(5, w + TILE, 64);
-        _tile_dpbf16ps(1, 6, 5);
-        _tile_loadd(7, xt + TILE, 64);
-        _tile_dpbf16ps(2, 7, 4); _tile_dpbf16ps(3, 7, 5);
-        _tile_loadd(6, xt + 2 * TILE, 64);
-        _tile_dpbf16ps(0, 6, 4); _tile_dpbf16ps(1, 6, 5);
-        _tile_loadd(7, xt + 3 * TILE, 64);
-        _tile_dpbf16ps(2, 7, 4); _tile_dpbf16ps(3, 7, 5);
-        _tile_loadd(6, xt + 4 * TILE, 64);
-        _tile_dpbf16ps(0, 6, 4); _tile_dpbf16ps(1, 6, 5);
-        _tile_loadd(7, xt + 5 * TILE, 64);
-        _tile_dpbf16ps(2, 7, 4); _tile_dpbf16ps(3, 7, 5);
+        clef_amx_step(wp + (size_t)b * 2 * TILE, tiles + (size_t)b * 6 * TILE);
         if (swap_every_n && --left == 0) {
             left = swap_every_n; /* the end of a K block: partial sums out, the next panel's in */
             float *c = cb[which], *d = cb[which ^ 1];

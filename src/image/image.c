@@ -183,17 +183,24 @@ static int frames_grid(const clef_rgb *first, int n, const clef_image_opts *o, c
     return 0;
 }
 
-int clef_image_prepare(const char *entry, size_t len, const clef_image_opts *o, clef_image *out, clef_err *err) {
-    memset(out, 0, sizeof *out);
+/* The processor's first pass over one entry: its bytes (data URL, base64, or a path when allowed),
+ * decoded into every frame. */
+static int fetch_decode(const char *entry, size_t len, const clef_image_opts *o, clef_rgb **frames, int *nf,
+                        clef_err *err) {
     if (validate_opts(o, err)) return -1;
     uint8_t *bytes = NULL;
     size_t n = 0;
     if (clef_image_entry_bytes(entry, len, o, &bytes, &n, err)) return -1;
-    clef_rgb *frames = NULL;
-    int nf = 0;
-    int rc = clef_image_decode_all(bytes, n, o, &frames, &nf, err);
+    int rc = clef_image_decode_all(bytes, n, o, frames, nf, err);
     free(bytes);
-    if (rc) return -1;
+    return rc ? -1 : 0;
+}
+
+int clef_image_prepare(const char *entry, size_t len, const clef_image_opts *o, clef_image *out, clef_err *err) {
+    memset(out, 0, sizeof *out);
+    clef_rgb *frames = NULL;
+    int nf = 0, rc;
+    if (fetch_decode(entry, len, o, &frames, &nf, err)) return -1;
     if (nf == 1) rc = clef_image_prepare_rgb(&frames[0], o, out, err);
     else if (!o->all_images) rc = several_images(&frames[0], nf, o, err);
     else if (o->all_images == 2) rc = frames_grid(&frames[0], nf, o, out, err);
@@ -203,15 +210,9 @@ int clef_image_prepare(const char *entry, size_t len, const clef_image_opts *o, 
 }
 
 int clef_image_decodes(const char *entry, size_t len, const clef_image_opts *o, clef_err *err) {
-    if (validate_opts(o, err)) return -1;
-    uint8_t *bytes = NULL;
-    size_t n = 0;
-    if (clef_image_entry_bytes(entry, len, o, &bytes, &n, err)) return -1;
     clef_rgb *frames = NULL;
     int nf = 0;
-    int rc = clef_image_decode_all(bytes, n, o, &frames, &nf, err);
-    free(bytes);
-    if (rc) return -1;
+    if (fetch_decode(entry, len, o, &frames, &nf, err)) return -1;
     clef_rgb_free_all(frames, nf);
     return 0;
 }

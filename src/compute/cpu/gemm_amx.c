@@ -35,6 +35,7 @@
 #include <string.h>
 
 #include "compute/cpu/gemm.h"
+#include "compute/cpu/gemm_amx_step.h"
 #include "compute/cpu/gemm_x86.h"
 
 #define TGT __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,amx-tile,amx-bf16")))
@@ -190,26 +191,7 @@ TGT void clef_gemm_amx_panels(const clef_gemm_amx_chunk *c, size_t p0, size_t p1
                         _tile_loadd(3, ct + 16 * 32 + 16, 128);
                     }
                     const uint16_t *xt = c->xp + xtile(nkb, ntp, kb0, tp, 0, 0) * TILE;
-                    /* h, then m, then l for each kb: the order the header promises. Loads sit
-                     * just before their first use: tile registers are not renamed, so a load
-                     * into tile 6 or 7 waits for the products still reading it. */
-                    for (size_t b = 0; b < nkbl; b++, xt += 6 * TILE) {
-                        _tile_loadd(4, wp + (b * 2 + 0) * TILE, 64);
-                        _tile_loadd(6, xt, 64);
-                        _tile_dpbf16ps(0, 6, 4);
-                        _tile_loadd(5, wp + (b * 2 + 1) * TILE, 64);
-                        _tile_dpbf16ps(1, 6, 5);
-                        _tile_loadd(7, xt + TILE, 64);
-                        _tile_dpbf16ps(2, 7, 4); _tile_dpbf16ps(3, 7, 5);
-                        _tile_loadd(6, xt + 2 * TILE, 64);
-                        _tile_dpbf16ps(0, 6, 4); _tile_dpbf16ps(1, 6, 5);
-                        _tile_loadd(7, xt + 3 * TILE, 64);
-                        _tile_dpbf16ps(2, 7, 4); _tile_dpbf16ps(3, 7, 5);
-                        _tile_loadd(6, xt + 4 * TILE, 64);
-                        _tile_dpbf16ps(0, 6, 4); _tile_dpbf16ps(1, 6, 5);
-                        _tile_loadd(7, xt + 5 * TILE, 64);
-                        _tile_dpbf16ps(2, 7, 4); _tile_dpbf16ps(3, 7, 5);
-                    }
+                    for (size_t b = 0; b < nkbl; b++, xt += 6 * TILE) clef_amx_step(wp + b * 2 * TILE, xt);
                     _tile_stored(0, ct, 128);
                     _tile_stored(1, ct + 16, 128);
                     _tile_stored(2, ct + 16 * 32, 128);
