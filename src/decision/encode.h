@@ -9,10 +9,11 @@
  * deferred BadCriteria is raised; LoneSurrogate from any piece) -> prefix/suffix -> media
  * (UnsupportedMedia: every entry in order, except that the first decoder failure of any entry comes
  * before an earlier entry's later-step failure, as the processor decodes all before it resizes any;
- * then an animated GIF after the first entry, "too many values to unpack (expected 4)") -> state (LoneSurrogate) -> length check (SchemaTooLong) -> our checks after
- * the reference's (MediaTokenMismatch, what its model forward raises: the prompt's <|image_pad|> count,
- * literal ones included, against every processor image's features; LoneSurrogate in `model`, which the
- * response echoes; UnsupportedMedia when literal pads make up an animated GIF's count: ours).
+ * then an animated GIF after the first entry, "too many values to unpack (expected 4)") -> state
+ * (LoneSurrogate) -> length check (SchemaTooLong) -> our checks after the reference's
+ * (MediaTokenMismatch, what its model forward raises: the prompt's <|image_pad|> count, literal ones
+ * included, against every processor image's features; LoneSurrogate in `model`, which the response
+ * echoes; UnsupportedMedia when literal pads make up an animated GIF's count: ours).
  *
  * An animated GIF (native grid) is several processor images, one per frame (the media step asks for
  * grids only: clef_image_opts.all_images = 2). When it is the first entry the processor flattens the

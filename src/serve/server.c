@@ -76,10 +76,6 @@ static pthread_mutex_t log_mu = PTHREAD_MUTEX_INITIALIZER;
 
 /* ---------- small helpers ---------- */
 
-/* One JSON string, valid UTF-8 whatever the bytes: messages quote what clients sent (a path, a
- * Content-Type), which need not be UTF-8. */
-static void json_str(clef_buf *b, const char *s, size_t n) { json_render_string_utf8(b, s, n); }
-
 static double wall_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -108,7 +104,7 @@ static void mhd_logger(void *cls, const char *fmt, va_list ap) {
     while (n && (msg[n - 1] == '\n' || msg[n - 1] == '\r')) n--;
     clef_buf b;
     clef_buf_init(&b);
-    json_str(&b, msg, n);
+    json_render_string_utf8(&b, msg, n);
     if (!b.oom) clef_log_line("\"event\":\"http\",\"message\":%s", b.data);
     clef_buf_free(&b);
 }
@@ -153,6 +149,8 @@ static enum MHD_Result send_bytes(req *r, int status, const char *ctype, const c
     return rc;
 }
 
+/* The message may quote what the client sent (a path, a Content-Type), which need not be UTF-8:
+ * json_render_string_utf8 keeps the body valid UTF-8 JSON all the same. */
 static enum MHD_Result send_error(req *r, int status, const char *type, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 static enum MHD_Result send_error(req *r, int status, const char *type, const char *fmt, ...) {
@@ -164,9 +162,9 @@ static enum MHD_Result send_error(req *r, int status, const char *type, const ch
     clef_buf b;
     clef_buf_init(&b);
     clef_buf_puts(&b, "{\"error\":{\"type\":");
-    json_str(&b, type, strlen(type));
+    json_render_string_utf8(&b, type, strlen(type));
     clef_buf_puts(&b, ",\"message\":");
-    json_str(&b, msg, strlen(msg));
+    json_render_string_utf8(&b, msg, strlen(msg));
     clef_buf_puts(&b, "}}");
     snprintf(r->outcome, sizeof r->outcome, "%s", type);
     enum MHD_Result rc = b.oom ? MHD_NO : send_bytes(r, status, "application/json", b.data, b.len);
@@ -279,7 +277,7 @@ static enum MHD_Result answer_get(clef_server *s, req *r, const char *url) {
         rc = b.oom ? MHD_NO : send_bytes(r, 200, "text/plain; version=0.0.4; charset=utf-8", b.data, b.len);
     } else if (!strcmp(url, "/v1/models")) {
         clef_buf_puts(&b, "{\"object\":\"list\",\"data\":[{\"id\":");
-        json_str(&b, s->cfg.model_id, strlen(s->cfg.model_id));
+        json_render_string_utf8(&b, s->cfg.model_id, strlen(s->cfg.model_id));
         clef_buf_printf(&b, ",\"object\":\"model\",\"owned_by\":\"cloudflare\",\"ready\":%s}]}",
                         atomic_load(&s->ready) ? "true" : "false");
         snprintf(r->outcome, sizeof r->outcome, "ok");
