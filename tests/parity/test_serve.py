@@ -241,6 +241,25 @@ def test_routes(srv):
         check(p in doc["paths"], "openapi names %s" % p)
     for code in ["200", "400", "413", "415", "422", "429", "503"]:
         check(code in doc["paths"]["/v1/systemone"]["post"]["responses"], "openapi documents %s" % code)
+    # structure (OpenAPI 3.0): every content map holds media type objects with a schema, and every $ref
+    # resolves inside the document (schemathesis stopped on '"content": {"$ref": ...}' here once)
+    def walk(o, path):
+        if isinstance(o, dict):
+            for k, v in o.items():
+                if k == "content":
+                    for mt, mo in v.items():
+                        yield (path + [k, mt], isinstance(mo, dict) and "schema" in mo, "media type object")
+                if k == "$ref":
+                    node = doc
+                    for part in v.lstrip("#/").split("/"):
+                        node = node.get(part) if isinstance(node, dict) else None
+                    yield (path + [k], v.startswith("#/") and node is not None, "resolvable $ref " + v)
+                yield from walk(v, path + [k])
+        elif isinstance(o, list):
+            for i, v in enumerate(o):
+                yield from walk(v, path + [i])
+    bad = [(p, what) for p, ok, what in walk(doc, []) if not ok]
+    check(not bad, "openapi structure: %s" % bad[:3])
     st, hd, data = request(srv.port, "GET", "/metrics")
     text = data.decode()
     for name in ["clef_requests_total", "clef_queue_depth", "clef_input_tokens_total", "clef_request_duration_seconds_bucket",
