@@ -4,7 +4,8 @@
  * register-only tdpbf16ps loop in the same run. What a whole GEMM built on this loop can reach
  * is at most the "L1" rows; issue 8 asks >= 80% of the register-only peak.
  *   bench/build.sh && build-bench/bench_amx_ceiling [threads] [reps]
- * Rows (each thread has its own 32 KB of tiles: 4 k steps of one 32-row block and one panel):
+ * Rows (each thread has its own 40 KB of tiles, in L1: 4 k steps of one 32-row block and two
+ * panels; the 2 x 2 loop uses the first panel):
  *   peak          bench_peak's loop: 4 tdpbf16ps on fixed random operands, no loads
  *   L1 real       the kernel's loop; x terms = the library's exact split (clef_gemm_amx_pack) of
  *                 activation-like fp32 values, weights = the library's packing (clef_gemm_amx_pack_w)
@@ -31,11 +32,6 @@ static const char *const mode_names[NMODE] = {"L1 real", "L1 real, C every 8", "
                                               "L1 zeros", "1x4: L1 real", "1x4: L1 real, C every 8"};
 static const int swap_every[NMODE] = {0, 8, 32, 0, 0, 8};
 
-typedef struct {
-    int mode;
-    long iters; /* k steps */
-} ceil_arg;
-
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
 static double urand(void) {
     rng_state ^= rng_state << 13; rng_state ^= rng_state >> 7; rng_state ^= rng_state << 17;
@@ -46,8 +42,8 @@ static double nrand(void) { /* Box-Muller */
     return sqrt(-2.0 * log(u + 1e-300)) * cos(6.283185307179586 * v);
 }
 
-/* Tiles of one thread: x terms of ROWS rows x K (STEPS x 6 tiles) then the weights of one
- * 32-column panel (STEPS x 2 tiles), in the kernel's layouts. */
+/* Tiles of one thread: x terms of ROWS rows x K (STEPS x 6 tiles) then the weights of COLS / 32
+ * panels (STEPS x 2 tiles each), in the kernel's layouts. */
 static uint16_t *make_tiles(int zero) {
     size_t xe = clef_gemm_amx_xp_elems(ROWS, K), we = COLS / 32 * clef_gemm_amx_panel_elems(K);
     uint16_t *t = aligned_alloc(64, (xe + we) * sizeof(uint16_t));
@@ -129,7 +125,7 @@ __attribute__((target("amx-tile,amx-bf16"), noinline)) static void ceil_loop_1x4
     _tile_release();
 }
 
-typedef struct { int mode; long iters; int id; } job;
+typedef struct { int mode; long iters /* k steps */; int id; } job;
 static void *ceil_thread(void *p) {
     job *j = p;
     uint16_t *t = make_tiles(j->mode == MODE_ZERO);
