@@ -490,68 +490,54 @@ out:
 
 typedef void (*linear_fn)(clef_model_files *m, clef_tensor *t, void *ctx);
 
+static void each(clef_model_files *m, clef_tensor *const *ts, size_t n, linear_fn fn, void *ctx) {
+    for (size_t k = 0; k < n; k++) fn(m, ts[k], ctx);
+}
+#define EACH(m, fn, ctx, ...) \
+    each((m), (clef_tensor *const[]){__VA_ARGS__}, sizeof((clef_tensor *const[]){__VA_ARGS__}) / sizeof(clef_tensor *), (fn), (ctx))
+
 /* Every weight the model passes to ops->linear, of the chosen parts. Not embed_tokens / lm_head:
  * those are gathered by rows (a prepared copy would make the whole 2 GB table resident). */
 static void for_each_linear(clef_model_files *m, unsigned parts, linear_fn fn, void *ctx) {
     if (parts & CLEF_PREP_TEXT)
         for (int i = 0; m->text.layers && i < m->text.n_layers; i++) {
             clef_text_layer *L = &m->text.layers[i];
-            clef_tensor *ts[] = {&L->gdn.in_proj_qkv, &L->gdn.in_proj_z, &L->gdn.in_proj_b, &L->gdn.in_proj_a,
-                                 &L->gdn.out_proj,    &L->attn.q_proj,   &L->attn.k_proj,   &L->attn.v_proj,
-                                 &L->attn.o_proj,     &L->mlp_gate,      &L->mlp_up,        &L->mlp_down};
-            for (size_t k = 0; k < sizeof ts / sizeof ts[0]; k++) fn(m, ts[k], ctx);
+            EACH(m, fn, ctx, &L->gdn.in_proj_qkv, &L->gdn.in_proj_z, &L->gdn.in_proj_b, &L->gdn.in_proj_a,
+                 &L->gdn.out_proj, &L->attn.q_proj, &L->attn.k_proj, &L->attn.v_proj, &L->attn.o_proj,
+                 &L->mlp_gate, &L->mlp_up, &L->mlp_down);
         }
     if ((parts & CLEF_PREP_VISION) && m->vision.present) {
         clef_vision_weights *v = &m->vision;
         fn(m, &v->patch_w, ctx);
         for (int j = 0; v->blocks && j < v->depth; j++) {
             clef_vision_block *k = &v->blocks[j];
-            fn(m, &k->qkv_w, ctx);
-            fn(m, &k->proj_w, ctx);
-            fn(m, &k->fc1_w, ctx);
-            fn(m, &k->fc2_w, ctx);
+            EACH(m, fn, ctx, &k->qkv_w, &k->proj_w, &k->fc1_w, &k->fc2_w);
         }
-        fn(m, &v->merger_fc1_w, ctx);
-        fn(m, &v->merger_fc2_w, ctx);
+        EACH(m, fn, ctx, &v->merger_fc1_w, &v->merger_fc2_w);
     }
     if (parts & CLEF_PREP_HEAD) {
         clef_head_weights *h = &m->head;
-        clef_tensor *ts[] = {&h->memory_projection,         &h->question_projection,
-                             &h->option_question_projection, &h->global_projection,
-                             &h->option_context_projection,  &h->option_lexical_projection,
-                             &h->scorer0_w,                  &h->scorer3_w};
-        for (size_t k = 0; k < sizeof ts / sizeof ts[0]; k++) fn(m, ts[k], ctx);
+        EACH(m, fn, ctx, &h->memory_projection, &h->question_projection, &h->option_question_projection,
+             &h->global_projection, &h->option_context_projection, &h->option_lexical_projection,
+             &h->scorer0_w, &h->scorer3_w);
         for (int i = 0; h->evidence && i < h->n_evidence; i++) {
             clef_head_evidence_layer *e = &h->evidence[i];
-            fn(m, &e->attn_in_w, ctx);
-            fn(m, &e->attn_out_w, ctx);
-            fn(m, &e->ff0_w, ctx);
-            fn(m, &e->ff3_w, ctx);
+            EACH(m, fn, ctx, &e->attn_in_w, &e->attn_out_w, &e->ff0_w, &e->ff3_w);
         }
         for (int j = 0; h->layers && j < h->n_layers; j++) {
             clef_head_decoder_layer *d = &h->layers[j];
-            fn(m, &d->sa_in_w, ctx);
-            fn(m, &d->sa_out_w, ctx);
-            fn(m, &d->ca_in_w, ctx);
-            fn(m, &d->ca_out_w, ctx);
-            fn(m, &d->linear1_w, ctx);
-            fn(m, &d->linear2_w, ctx);
+            EACH(m, fn, ctx, &d->sa_in_w, &d->sa_out_w, &d->ca_in_w, &d->ca_out_w, &d->linear1_w, &d->linear2_w);
         }
     }
 }
 
-/* The mapped file holding [p, p + n): its pages of that range are released. */
+/* Releases the pages of [p, p + n) in whichever mapped file holds it (clef_st_release checks the
+ * range and returns 0 for the others). */
 static size_t release_pages(const clef_model_files *m, const void *p, size_t n) {
     const clef_model_files_priv *pv = m->priv;
-    for (size_t i = 0; i <= pv->n_shards; i++) {
-        const clef_st_file *f = i < pv->n_shards ? pv->shards[i] : pv->head;
-        size_t len;
-        const unsigned char *b = f ? clef_st_bytes(f, &len) : NULL;
-        if (b && (uintptr_t)p >= (uintptr_t)b && (uintptr_t)p - (uintptr_t)b <= len &&
-            n <= len - ((uintptr_t)p - (uintptr_t)b))
-            return clef_st_release(f, p, n);
-    }
-    return 0;
+    size_t r = 0;
+    for (size_t i = 0; i < pv->n_shards && !r; i++) r = clef_st_release(pv->shards[i], p, n);
+    return r ? r : clef_st_release(pv->head, p, n);
 }
 
 typedef struct { clef_ops *ops; int n; } prep_ctx;
