@@ -306,6 +306,8 @@ int main(int argc, char **argv) {
     check_attention(7, 300, 8, 8, 72, 0, 3, 1, 0);        /* cross, head_dim 72, strided */
     check_attention(200, 200, 16, 16, 72, 0, 0, 2, 1);    /* vision-like: non-causal, no GQA */
     check_attention(70, 70, 4, 2, 32, 1, 5, 2, 0);        /* tiny checkpoint's attention dims */
+    check_attention(90, 90, 4, 2, 8, 1, 1, 1, 0);         /* head_dim 8: the kernel's 8-column tail only */
+    check_attention(65, 130, 6, 3, 40, 0, 2, 1, 1);       /* head_dim 40: one 32-column tile + the tail */
     check_long_attention();
     check_isa_paths();
     printf("worst max|fast-ref|/max|ref|: delta_rule %.3g, attention %.3g\n", worst_d, worst_a);

@@ -28,49 +28,53 @@ typedef double vd8 __attribute__((vector_size(64)));
 typedef double vd8u __attribute__((vector_size(64), aligned(8), may_alias));
 typedef long long vl8 __attribute__((vector_size(64)));
 
-/* exp(x) for 8 doubles, x <= 0 or -inf: 2^k * e^r with k = round(x / ln 2), r = x - k ln 2
- * (two-part ln 2, |r| <= 0.35), e^r by its Taylor series to degree 13 (truncation < 1e-17
- * relative), results below 2^-1022 flushed to 0. Within a few ulp of exp. */
-static inline __attribute__((always_inline)) void vexp(vd8 *xp) {
-    vd8 x = *xp;
-    vl8 tiny = x < -708.0;                      /* all-ones where flushed (and -inf) */
-    vd8 lim = (vd8){0} - 708.0, xc;
-    vl8 xb, lb;
-    memcpy(&xb, &x, sizeof xb);
-    memcpy(&lb, &lim, sizeof lb);
-    xb = (xb & ~tiny) | (lb & tiny);
-    memcpy(&xc, &xb, sizeof xc);
+/* exp(x) for NX vectors of 8 doubles each, x <= 0 or -inf: 2^k * e^r with k = round(x / ln 2),
+ * r = x - k ln 2 (two-part ln 2, |r| <= 0.35), e^r by its Taylor series to degree 13 (truncation
+ * < 1e-17 relative), results below 2^-1022 flushed to 0. Within a few ulp of exp. Every step runs
+ * over all NX vectors before the next: the 14-step Horner chain is latency-bound one vector at a
+ * time (a row's 8 vectors then took more time than its two GEMMs); interleaved, the FMA units stay
+ * busy. Each lane's operations, and so its bits, are those of the one-vector form. */
+#define VEXP_NX (ATT_KB / 8)
+static inline __attribute__((always_inline)) void vexp(vd8 *xs) {
     const double magic = 6755399441055744.0;    /* 1.5 * 2^52: rounds to an integer */
-    vd8 t = xc * 1.4426950408889634 + magic;
-    vd8 k = t - magic;
-    vd8 r = xc - k * 0.693147180559890330187;   /* ln 2 high part (exact times k) */
-    r = r - k * 5.4979230187083711552e-14;      /* ln 2 low part */
-    vd8 p = (vd8){0} + 1.0 / 6227020800.0;      /* 1/13! */
-    p = p * r + 1.0 / 479001600.0;
-    p = p * r + 1.0 / 39916800.0;
-    p = p * r + 1.0 / 3628800.0;
-    p = p * r + 1.0 / 362880.0;
-    p = p * r + 1.0 / 40320.0;
-    p = p * r + 1.0 / 5040.0;
-    p = p * r + 1.0 / 720.0;
-    p = p * r + 1.0 / 120.0;
-    p = p * r + 1.0 / 24.0;
-    p = p * r + 1.0 / 6.0;
-    p = p * r + 0.5;
-    p = p * r + 1.0;
-    p = p * r + 1.0;
-    vl8 ki, bits;
-    memcpy(&ki, &t, sizeof ki);
-    ki = ki - 0x4338000000000000LL;             /* k as an integer */
-    bits = (ki + 1023) << 52;
-    vd8 sc;
-    memcpy(&sc, &bits, sizeof sc);
-    vd8 e = p * sc;
-    vl8 eb;
-    memcpy(&eb, &e, sizeof eb);
-    eb &= ~tiny;
-    memcpy(&e, &eb, sizeof e);
-    *xp = e;
+    static const double coef[] = {1.0 / 479001600.0, 1.0 / 39916800.0, 1.0 / 3628800.0,
+                                  1.0 / 362880.0, 1.0 / 40320.0, 1.0 / 5040.0, 1.0 / 720.0,
+                                  1.0 / 120.0, 1.0 / 24.0, 1.0 / 6.0, 0.5, 1.0, 1.0};
+    vl8 tiny[VEXP_NX];
+    vd8 t[VEXP_NX], r[VEXP_NX], p[VEXP_NX];
+    for (int i = 0; i < VEXP_NX; i++) {
+        vd8 x = xs[i];
+        tiny[i] = x < -708.0;                   /* all-ones where flushed (and -inf) */
+        vd8 lim = (vd8){0} - 708.0, xc;
+        vl8 xb, lb;
+        memcpy(&xb, &x, sizeof xb);
+        memcpy(&lb, &lim, sizeof lb);
+        xb = (xb & ~tiny[i]) | (lb & tiny[i]);
+        memcpy(&xc, &xb, sizeof xc);
+        t[i] = xc * 1.4426950408889634 + magic;
+        vd8 k = t[i] - magic;
+        r[i] = xc - k * 0.693147180559890330187;  /* ln 2 high part (exact times k) */
+        r[i] = r[i] - k * 5.4979230187083711552e-14; /* ln 2 low part */
+        p[i] = (vd8){0} + 1.0 / 6227020800.0;   /* 1/13! */
+    }
+#pragma GCC unroll 13
+    for (int c = 0; c < (int)(sizeof coef / sizeof coef[0]); c++)
+#pragma GCC unroll 8
+        for (int i = 0; i < VEXP_NX; i++) p[i] = p[i] * r[i] + coef[c];
+    for (int i = 0; i < VEXP_NX; i++) {
+        vl8 ki, bits;
+        memcpy(&ki, &t[i], sizeof ki);
+        ki = ki - 0x4338000000000000LL;         /* k as an integer */
+        bits = (ki + 1023) << 52;
+        vd8 sc;
+        memcpy(&sc, &bits, sizeof sc);
+        vd8 e = p[i] * sc;
+        vl8 eb;
+        memcpy(&eb, &e, sizeof eb);
+        eb &= ~tiny[i];
+        memcpy(&e, &eb, sizeof e);
+        xs[i] = e;
+    }
 }
 
 /* The online-softmax step of one row for one key tile (ATT_KB scores in sr, the first nv valid):
@@ -111,22 +115,20 @@ static inline __attribute__((always_inline)) void row_step_body(double *sr, size
         *l *= alpha;
         *m = mn;
     }
+    /* p = exp(s - m) for the whole tile at once (masked keys: computed, then 0; adding +0 to
+     * the sum, which is >= +0, changes no bit) */
+    vd8 e[VEXP_NX];
+    for (int i = 0; i < VEXP_NX; i++) e[i] = *(const vd8u *)(sr + 8 * i) - mn;
+    vexp(e);
     vd8 acc = {0};
-    for (size_t t0 = 0; t0 < ATT_KB; t0 += 8) {
-        if (t0 >= nv) { /* a vector of masked keys */
-            *(vd8u *)(sr + t0) = (vd8){0};
-            continue;
-        }
-        vd8 x = *(const vd8u *)(sr + t0) - mn;
-        vd8 e = x;
-        vexp(&e);
-        vl8 valid = (lane + (long long)t0) < (long long)nv;
+    for (int i = 0; i < VEXP_NX; i++) {
+        vl8 valid = (lane + (long long)(8 * i)) < (long long)nv;
         vl8 eb;
-        memcpy(&eb, &e, sizeof eb);
+        memcpy(&eb, &e[i], sizeof eb);
         eb &= valid;
-        memcpy(&e, &eb, sizeof e);
-        *(vd8u *)(sr + t0) = e;
-        acc += e;
+        memcpy(&e[i], &eb, sizeof e[i]);
+        *(vd8u *)(sr + 8 * i) = e[i];
+        acc += e[i];
     }
     double s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
     *l += s;
@@ -144,7 +146,7 @@ static void row_generic(ROW_ARGS) { row_step_body(sr, nv, scale, m, l, orow, hdp
 
 typedef struct {
     float *o; const float *q, *k, *v;
-    size_t ldo, ldq, ldk, ldv, Tq, Tk, nh, nkv, hd, hdp, group, qb, nblk, nr, rows, tkp;
+    size_t ldo, ldq, ldk, ldv, Tq, Tk, nh, nkv, hd, hdp, hpan, group, qb, nblk, nr, rows, tkp;
     size_t j;                   /* the kv head of this pass */
     double *KT, *V;             /* kv head j as double, packed per key tile (see prep_fn) */
     double scale; int causal;
@@ -154,15 +156,15 @@ typedef struct {
 
 /* Converts key tiles [b, e) of kv head j to the kernel's packed panels (zero padding past Tk and
  * past hd): tile u of K transposed is ATT_KB / NCOL panels of [hdp][NCOL] (panel cb holds keys
- * u*ATT_KB + cb*NCOL + lane), tile u of V is hdp / NCOL panels of [ATT_KB][NCOL] (panel cb holds
+ * u*ATT_KB + cb*NCOL + lane), tile u of V is hpan / NCOL panels of [ATT_KB][NCOL] (panel cb holds
  * dims cb*NCOL + lane). Every panel is read sequentially by the kernel. */
 #define NCOL CLEF_MIX_NCOL
 static void prep_fn(void *c_, size_t b, size_t e, int worker) {
     (void)worker;
     att_ctx *c = c_;
-    const size_t hd = c->hd, hdp = c->hdp;
+    const size_t hd = c->hd, hdp = c->hdp, hpan = c->hpan;
     for (size_t u = b; u < e; u++) {
-        double *kt = c->KT + u * hdp * ATT_KB, *vt = c->V + u * ATT_KB * hdp;
+        double *kt = c->KT + u * hdp * ATT_KB, *vt = c->V + u * ATT_KB * hpan;
         for (size_t tt = 0; tt < ATT_KB; tt++) {
             size_t t = u * ATT_KB + tt;
             double *kcol = kt + (tt / NCOL) * hdp * NCOL + tt % NCOL;
@@ -173,10 +175,10 @@ static void prep_fn(void *c_, size_t b, size_t e, int worker) {
                     kcol[d * NCOL] = kr[d];
                     vrow[(d / NCOL) * ATT_KB * NCOL + d % NCOL] = vs[d];
                 }
-                for (size_t d = hd; d < hdp; d++) vrow[(d / NCOL) * ATT_KB * NCOL + d % NCOL] = 0.0;
+                for (size_t d = hd; d < hpan; d++) vrow[(d / NCOL) * ATT_KB * NCOL + d % NCOL] = 0.0;
             } else {
                 for (size_t d = 0; d < hd; d++) kcol[d * NCOL] = 0.0;
-                for (size_t d = 0; d < hdp; d++) vrow[(d / NCOL) * ATT_KB * NCOL + d % NCOL] = 0.0;
+                for (size_t d = 0; d < hpan; d++) vrow[(d / NCOL) * ATT_KB * NCOL + d % NCOL] = 0.0;
             }
         }
     }
@@ -215,7 +217,7 @@ static void att_item(const att_ctx *c, size_t bz, double *ds) {
             }
             c->row(S + r * ATT_KB, nv, c->scale, m + r, l + r, O + r * hdp, hdp);
         }
-        clef_mix_gemm(O, hdp, S, ATT_KB, c->V + t0 * hdp, NCOL, ATT_KB * NCOL, nr, nt, hdp, -1, -1, 0, 1);
+        clef_mix_gemm(O, hdp, S, ATT_KB, c->V + t0 * c->hpan, NCOL, ATT_KB * NCOL, nr, nt, hdp, -1, -1, 0, 1);
     }
     for (size_t r = 0; r < nr; r++) {
         size_t gi = r / nq, ii = r % nq;
@@ -240,16 +242,22 @@ int clef_cpu_attention(clef_pool *pool, float *o, size_t ldo, const float *q, si
     c.o = o; c.q = q; c.k = k; c.v = v;
     c.ldo = ldo; c.ldq = ldq; c.ldk = ldk; c.ldv = ldv;
     c.Tq = Tq; c.Tk = Tk; c.nh = nh; c.nkv = nkv; c.hd = hd;
-    c.hdp = rup(hd ? hd : 1, CLEF_MIX_NCOL);
+    c.hdp = rup(hd ? hd : 1, 8);           /* columns computed (the kernel's 8-column tail) */
+    c.hpan = rup(hd ? hd : 1, CLEF_MIX_NCOL); /* V's panels are NCOL wide */
     c.tkp = rup(Tk ? Tk : 1, ATT_KB);
     c.group = nh / nkv;
     int nw = nworkers(pool);
-    c.qb = c.group >= ATT_ROWS ? 1 : ATT_ROWS / c.group;
-    /* at least two blocks per worker when Tq allows (the kv heads run one after another); a row's
-     * bits do not depend on its block, so this thread-count-dependent choice changes none */
-    size_t share = (Tq + 2 * (size_t)nw - 1) / (2 * (size_t)nw);
-    if (share < c.qb) c.qb = share > 0 ? share : 1;
-    if (c.qb > Tq) c.qb = Tq;
+    /* Blocks of about ATT_ROWS rows (all heads of the group), at least two per worker, and a
+     * multiple of the workers: the kv heads run one after another, each waiting for its slowest
+     * worker (the vision tower's 1,200 rows in 5 blocks of 256 kept one of two workers idle a
+     * fifth of the time; 6 of 200 do not). A row's bits depend neither on its block nor on the
+     * thread count, so these thread-count-dependent choices change none. */
+    size_t qb0 = c.group >= ATT_ROWS ? 1 : ATT_ROWS / c.group;
+    size_t nb = (Tq + qb0 - 1) / qb0;
+    if (nb < 2 * (size_t)nw) nb = 2 * (size_t)nw;
+    nb = (nb + (size_t)nw - 1) / (size_t)nw * (size_t)nw;
+    if (nb > Tq) nb = Tq;
+    c.qb = (Tq + nb - 1) / nb;
     c.nblk = (Tq + c.qb - 1) / c.qb;
     c.nr = c.group * c.qb;
     c.rows = rup(c.nr, CLEF_MIX_MR) + CLEF_MIX_MR; /* A slack for the kernel */
@@ -260,7 +268,7 @@ int clef_cpu_attention(clef_pool *pool, float *o, size_t ldo, const float *q, si
     c.dper = c.rows * c.hdp + c.rows * ATT_KB + c.rows * c.hdp + 2 * c.rows + 8;
     c.ds = calloc((size_t)nw * c.dper, sizeof(double)); /* A slack rows stay finite */
     c.KT = malloc(c.hdp * c.tkp * sizeof(double));
-    c.V = malloc(c.tkp * c.hdp * sizeof(double));
+    c.V = malloc(c.tkp * c.hpan * sizeof(double));
     if (!c.ds || !c.KT || !c.V) { free(c.ds); free(c.KT); free(c.V); return -1; }
     for (c.j = 0; c.j < nkv; c.j++) {
         if (Tk) clef_pool_for(pool, c.tkp / ATT_KB, 1, prep_fn, &c);

@@ -56,6 +56,12 @@ static inline size_t rup(size_t x, size_t m) { return (x + m - 1) / m * m; }
 #define R2_STORE(r) if (r0 + r < m) { double *cr = C + (r0 + r) * ldc + c0; \
     ST(cr, c##r##0); ST(cr + 8, c##r##1); }
 
+/* per-row pieces for NV = 1 (the 8-column tail) */
+#define R1_DECL(r) vd8 c##r##0;
+#define R1_INIT(r) if (accum && r0 + r < m) c##r##0 = LD(C + (r0 + r) * ldc + c0); else c##r##0 = z;
+#define R1_FMA(r) { double a = ab[r * lda + p]; c##r##0 += b0 * a; }
+#define R1_STORE(r) if (r0 + r < m) ST(C + (r0 + r) * ldc + c0, c##r##0);
+
 #define ROWS6(X) X(0) X(1) X(2) X(3) X(4) X(5)
 #define ROWS2(X) X(0) X(1)
 
@@ -63,8 +69,7 @@ static inline size_t rup(size_t x, size_t m) { return (x + m - 1) / m * m; }
  * outermost: one panel of B (P rows x NV*8 columns) stays in L1 while every block of rows passes
  * over it; A is read by broadcasts, 8 consecutive p per cache line. */
 #define GEMM_NEST(MR, NV, ROWS, DECL, INIT, FMA, STORE, LOADB)                                    \
-    const vd8 z = {0, 0, 0, 0, 0, 0, 0, 0};                                                        \
-    for (size_t c0 = 0; c0 < ncols; c0 += NV * 8) {                                                \
+    for (size_t c0 = cbeg; c0 + NV * 8 <= cend; c0 += NV * 8) {                                    \
         for (size_t r0 = 0; r0 < m; r0 += MR) {                                                    \
             size_t rlast = rbase + (r0 + MR < m ? r0 + MR : m) - 1;                                \
             size_t pend = P;                                                                       \
@@ -86,22 +91,32 @@ static inline size_t rup(size_t x, size_t m) { return (x + m - 1) / m * m; }
     size_t bpanel, size_t m, size_t P, size_t ncols, long trip, long tric, size_t rbase, int accum
 #define GEMM_PASS C, ldc, A, lda, B, ldb, bpanel, m, P, ncols, trip, tric, rbase, accum
 
+/* Columns [0, ncols): full tiles of NV vectors, then 8-column tiles for the rest (attention's
+ * head_dim 72 in the vision tower is 2 x 32 + 8: computing the padding to 96 cost a third more).
+ * Every element is the same sequence of FMAs in either tile, so the tiling changes no bit. */
+#define GEMM_TILES(MR, NV, ROWS, DECL, INIT, FMA, STORE, LOADB)                                    \
+    const vd8 z = {0, 0, 0, 0, 0, 0, 0, 0};                                                        \
+    size_t cbeg = 0, cend = ncols / (NV * 8) * (NV * 8);                                           \
+    { GEMM_NEST(MR, NV, ROWS, DECL, INIT, FMA, STORE, LOADB) }                                     \
+    cbeg = cend; cend = ncols;                                                                     \
+    { GEMM_NEST(MR, 1, ROWS, R1_DECL, R1_INIT, R1_FMA, R1_STORE, vd8 b0 = LD(bp);) }
+
 /* 6 x 32: 24 accumulators, 4 B vectors, broadcasts from memory (AVX-512: 32 registers) */
 /* The kernel's products are of fp32 values held in double (exact), or attention's p * v, so fusing
  * them into the additions changes no bit in the first case; the SIMD paths ask for FMA. */
 __attribute__((target("avx512f,avx512vl,avx512dq,avx2,fma"), optimize("fp-contract=fast")))
 static void gemm_avx512(GEMM_ARGS) {
-    GEMM_NEST((size_t)6, (size_t)4, ROWS6, R4_DECL, R4_INIT, R4_FMA, R4_STORE,
-              vd8 b0 = LD(bp); vd8 b1 = LD(bp + 8); vd8 b2 = LD(bp + 16); vd8 b3 = LD(bp + 24);)
+    GEMM_TILES((size_t)6, (size_t)4, ROWS6, R4_DECL, R4_INIT, R4_FMA, R4_STORE,
+               vd8 b0 = LD(bp); vd8 b1 = LD(bp + 8); vd8 b2 = LD(bp + 16); vd8 b3 = LD(bp + 24);)
 }
 /* 2 x 16 (a vd8 is two ymm registers here) */
 __attribute__((target("avx2,fma"), optimize("fp-contract=fast"))) static void gemm_avx2(GEMM_ARGS) {
-    GEMM_NEST((size_t)2, (size_t)2, ROWS2, R2_DECL, R2_INIT, R2_FMA, R2_STORE,
-              vd8 b0 = LD(bp); vd8 b1 = LD(bp + 8);)
+    GEMM_TILES((size_t)2, (size_t)2, ROWS2, R2_DECL, R2_INIT, R2_FMA, R2_STORE,
+               vd8 b0 = LD(bp); vd8 b1 = LD(bp + 8);)
 }
 static void gemm_generic(GEMM_ARGS) {
-    GEMM_NEST((size_t)2, (size_t)2, ROWS2, R2_DECL, R2_INIT, R2_FMA, R2_STORE,
-              vd8 b0 = LD(bp); vd8 b1 = LD(bp + 8);)
+    GEMM_TILES((size_t)2, (size_t)2, ROWS2, R2_DECL, R2_INIT, R2_FMA, R2_STORE,
+               vd8 b0 = LD(bp); vd8 b1 = LD(bp + 8);)
 }
 
 typedef void (*gemm_fn)(GEMM_ARGS);

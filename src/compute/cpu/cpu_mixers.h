@@ -42,7 +42,8 @@ int clef_cpu_attention_ref(clef_pool *pool, float *o, size_t ldo, const float *q
  * C[r, c] (+)= sum_{p < pend(r)} A[r, p] * B[p, c] for r < m, c < cend(r), all double, summed
  * sequentially over p (one FMA per p on the SIMD paths) into C (accum: starting from C's value,
  * else from 0). The callers hold fp32 values in double arrays, so those products are exact.
- *   ncols must be a multiple of CLEF_MIX_NCOL. B is stored in panels of CLEF_MIX_NCOL columns:
+ *   ncols must be a multiple of 8. B is stored in panels of CLEF_MIX_NCOL columns (the last one
+ *   may be partly used):
  *   B[p, c] at B + (c / NCOL) * bpanel + p * ldb + c % NCOL (row-major B: bpanel = NCOL;
  *   packed panels: ldb = NCOL, bpanel = rows * NCOL, read sequentially).
  *   Rows up to the next multiple of CLEF_MIX_MR past m are READ from A (never stored in C), so
