@@ -1,6 +1,8 @@
 /* Times the token mixers of the CPU backend at the real shapes of clef-flash (Qwen3.5-9B):
  *   delta_rule: Hk 16, Hv 32, dk = dv = 128, chunk 64        (one Gated DeltaNet layer)
  *   attention:  16 query heads, 4 kv heads, head_dim 256, causal (one full-attention layer)
+ *   --vision:   the vision tower's attention instead (16 heads, no GQA, head_dim 72, non-causal, one
+ *               image of T patches: 1,200 at 640 x 480, 8,160 at 1920 x 1080; one block of 27)
  * for the fast kernels (clef_cpu_delta_rule / clef_cpu_attention) and, with --ref, the previous
  * scalar implementations (clef_cpu_*_ref), with 1 and 2 threads. Prints wall time (median of the
  * repeats), process CPU time (min of the repeats), GFLOP/s on the wall time and per CPU-second
@@ -10,11 +12,12 @@
  *   bench/build.sh (or: cc -std=c11 -D_GNU_SOURCE -O2 -march=x86-64-v2 -Isrc bench/bench_mixers.c
  *   build/libclef.a -o build-bench/bench_mixers -lm -pthread)
  *   build-bench/bench_mixers [--T 512,2048,8192] [--threads 1,2] [--reps 3] [--ref] [--ref-max-T 2048]
+ *   build-bench/bench_mixers --vision --T 1200,8160 --threads 1,2 [--ref --ref-max-T 1200]
  *
  * FLOPs (2 per multiply-add, the triangles counted as triangles):
  *   delta_rule per chunk of n rows and head: n(n+1)dk [M, Intra] + n(n-1)/2 (dv+dk) [solve]
  *     + 3 n dk dv [W·R, Qd·R, Kdᵀ·Vn] + n(n+1)/2 dv [Intra·Vn], times 2.
- *   attention: 4 nh hd T(T+1)/2 (q·k and p·v over the causal triangle).
+ *   attention: 4 nh hd T(T+1)/2 (q·k and p·v over the causal triangle); --vision: 4 nh hd T^2.
  *
  * --gemm also times the linear op's GEMM (clef_gemm_bf16, T x 4096 x 4096, bf16 weights) in the same
  * run and prints, per T and thread count, the mixers' estimated share of a whole prefill:
@@ -163,7 +166,7 @@ static double maxdiff(const float *a, const float *b, size_t n, double *maxref) 
 
 int main(int argc, char **argv) {
     size_t Ts[8] = {512, 2048, 8192}, nT = 3;
-    int ths[8] = {1, 2}, nth = 2, reps = 3, ref = 0, only = -1, gemm = 0;
+    int ths[8] = {1, 2}, nth = 2, reps = 3, ref = 0, only = -1, gemm = 0, vision = 0;
     size_t ref_max_T = 2048;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--T") && i + 1 < argc) {
@@ -181,18 +184,23 @@ int main(int argc, char **argv) {
             return fp32_kernel_experiment(reps);
         } else if (!strcmp(argv[i], "--gemm")) {
             gemm = 1;
+        } else if (!strcmp(argv[i], "--vision")) {
+            vision = 1;
+            only = 1;
         } else if (!strcmp(argv[i], "--ref")) {
             ref = 1;
         } else if (!strcmp(argv[i], "--ref-max-T") && i + 1 < argc) {
             ref_max_T = (size_t)atol(argv[++i]);
         } else {
-            fprintf(stderr, "usage: %s [--T a,b] [--threads a,b] [--reps n] [--op delta|attn] [--ref] [--ref-max-T n] [--gemm] [--fp32-kernel]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--T a,b] [--threads a,b] [--reps n] [--op delta|attn] [--ref] [--ref-max-T n] [--gemm] [--vision] [--fp32-kernel]\n", argv[0]);
             return 2;
         }
     }
     if (reps < 1) reps = 1;
     const size_t Hk = 16, Hv = 32, dk = 128, dv = 128, C = 64;
-    const size_t nh = 16, nkv = 4, hd = 256;
+    const size_t nh = 16, nkv = vision ? 16 : 4, hd = vision ? 72 : 256;
+    const int causal = !vision;
+    const float scale = vision ? (float)(1.0 / sqrt(72.0)) : 0.0625f;
     printf("kernel isa: %s\n", clef_mix_isa());
     printf("%-10s %6s %3s %-5s %10s %10s %8s %12s\n", "op", "T", "thr", "impl", "wall_ms", "cpu_ms", "GFLOP/s", "max|d|/max");
     for (size_t ti = 0; ti < nT; ti++) {
@@ -205,7 +213,7 @@ int main(int argc, char **argv) {
         float *aq = rnd(T * nh * hd, -2, 2), *ak = rnd(T * nkv * hd, -2, 2), *av = rnd(T * nkv * hd, -1, 1);
         float *ao = malloc(T * nh * hd * sizeof(float)), *aoref = malloc(T * nh * hd * sizeof(float));
         if (!o || !oref || !ao || !aoref) { fprintf(stderr, "out of memory\n"); return 2; }
-        double fl_d = delta_flops(T, Hv, dk, dv, C), fl_a = 4.0 * nh * hd * (double)T * (double)(T + 1) / 2;
+        double fl_d = delta_flops(T, Hv, dk, dv, C), fl_a = 4.0 * nh * hd * (double)T * (double)(causal ? (T + 1) / 2.0 : T);
         double fast_cpu[2][8] = {{0}};
         for (int op = 0; op < 2; op++) {
             if (only >= 0 && op != only) continue;
@@ -226,9 +234,9 @@ int main(int argc, char **argv) {
                                       : clef_cpu_delta_rule(pool, o, q, k, v, beta, g, T, Hk, Hv, dk, dv, C);
                         else
                             rc = impl ? clef_cpu_attention_ref(pool, aoref, nh * hd, aq, nh * hd, ak, nkv * hd, av,
-                                                               nkv * hd, T, T, nh, nkv, hd, 0.0625f, 1)
+                                                               nkv * hd, T, T, nh, nkv, hd, scale, causal)
                                       : clef_cpu_attention(pool, ao, nh * hd, aq, nh * hd, ak, nkv * hd, av,
-                                                           nkv * hd, T, T, nh, nkv, hd, 0.0625f, 1);
+                                                           nkv * hd, T, T, nh, nkv, hd, scale, causal);
                         walls[rep] = now_s() - w0;
                         if (cpu_s() - c0 < cpu_min) cpu_min = cpu_s() - c0;
                         if (rc) { fprintf(stderr, "out of memory in the op\n"); return 2; }
@@ -241,7 +249,7 @@ int main(int argc, char **argv) {
                         double mr, md = op == 0 ? maxdiff(o, oref, T * Hv * dv, &mr) : maxdiff(ao, aoref, T * nh * hd, &mr);
                         snprintf(diff, sizeof diff, "%.2e", md / (mr > 0 ? mr : 1));
                     }
-                    printf("%-10s %6zu %3d %-5s %10.1f %10.1f %8.2f %12s\n", op == 0 ? "delta_rule" : "attention", T,
+                    printf("%-10s %6zu %3d %-5s %10.1f %10.1f %8.2f %12s\n", op == 0 ? "delta_rule" : vision ? "vision_att" : "attention", T,
                            ths[tj], impl ? "ref" : "fast", wm * 1e3, cpu_min * 1e3, fl / wm * 1e-9, diff);
                     printf("%-10s %6zu %3d %-5s %10s %10s %8.2f  (GFLOP per CPU-second x threads, min cpu)\n", "", T, ths[tj],
                            impl ? "ref" : "fast", "", "", fl / (cpu_min / ths[tj]) * 1e-9);

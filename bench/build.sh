@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the benchmarks into build-bench/ (the main Makefile does not build bench/):
-#   bench/build.sh            -> build-bench/bench_peak, bench_amx_ceiling, bench_gemm
+#   bench/build.sh            -> build-bench/bench_peak, bench_amx_ceiling, bench_gemm, bench_mixers
 # Uses the library from `make` (build/libclef.a), building it first when missing.
 set -eu
 cd "$(dirname "$0")/.."
@@ -11,6 +11,7 @@ CC=${CC:-cc}
 CFLAGS="-std=c11 -D_GNU_SOURCE -O2 -g -march=x86-64-v2 -mtune=native -Wall -Wextra -Werror -Wno-unused-parameter -Wno-unused-function -pthread -Isrc"
 $CC $CFLAGS bench/bench_peak.c "$BUILD/libclef.a" -o build-bench/bench_peak -lm -pthread
 $CC $CFLAGS bench/bench_amx_ceiling.c "$BUILD/libclef.a" -o build-bench/bench_amx_ceiling -lm -pthread
+$CC $CFLAGS bench/bench_mixers.c "$BUILD/libclef.a" -o build-bench/bench_mixers -lm -pthread
 BLAS_CFLAGS=$(pkg-config --cflags openblas 2>/dev/null || true)
 BLAS_LIBS=$(pkg-config --libs openblas 2>/dev/null || true)
 if [ -n "$BLAS_LIBS" ]; then
@@ -19,4 +20,4 @@ else
   echo "openblas not found (pkg-config openblas): bench_gemm built without the cblas_sgemm comparison" >&2
   $CC $CFLAGS bench/bench_gemm.c "$BUILD/libclef.a" -o build-bench/bench_gemm -lm -pthread
 fi
-echo "built build-bench/bench_peak build-bench/bench_amx_ceiling build-bench/bench_gemm"
+echo "built build-bench/bench_peak build-bench/bench_amx_ceiling build-bench/bench_gemm build-bench/bench_mixers"
