@@ -27,6 +27,7 @@ static inline size_t rup(size_t x, size_t m) { return (x + m - 1) / m * m; }
 typedef double vd8 __attribute__((vector_size(64)));
 typedef double vd8u __attribute__((vector_size(64), aligned(8), may_alias));
 typedef long long vl8 __attribute__((vector_size(64)));
+typedef unsigned long long vu8 __attribute__((vector_size(64))); /* bit arithmetic that may wrap */
 
 /* exp(x) for NX vectors of 8 doubles each, x <= 0 or -inf: 2^k * e^r with k = round(x / ln 2),
  * r = x - k ln 2 (two-part ln 2, |r| <= 0.35), e^r by its Taylor series to degree 13 (truncation
@@ -62,9 +63,10 @@ static inline __attribute__((always_inline)) void vexp(vd8 *xs) {
 #pragma GCC unroll 8
         for (int i = 0; i < VEXP_NX; i++) p[i] = p[i] * r[i] + coef[c];
     for (int i = 0; i < VEXP_NX; i++) {
-        vl8 ki, bits;
+        /* unsigned: masked lanes (scores past a row's keys) may hold any k, and wrap harmlessly */
+        vu8 ki, bits;
         memcpy(&ki, &t[i], sizeof ki);
-        ki = ki - 0x4338000000000000LL;         /* k as an integer */
+        ki = ki - 0x4338000000000000ULL;        /* k as an integer (two's complement) */
         bits = (ki + 1023) << 52;
         vd8 sc;
         memcpy(&sc, &bits, sizeof sc);
