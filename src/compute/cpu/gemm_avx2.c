@@ -7,11 +7,12 @@
 #include <string.h>
 
 #include "compute/cpu/gemm.h"
+#include "compute/cpu/gemm_blocked.h"
 
 #define TGT __attribute__((target("avx2,fma")))
 #define INL static inline __attribute__((always_inline))
 
-enum { MR = 6, NR = 16, MC = CLEF_GEMM_MC };
+enum { MR = 6, NR = 16 };
 
 static inline float bf16f(uint16_t h) {
     uint32_t u = (uint32_t)h << 16;
@@ -129,66 +130,21 @@ static TGT void ukr_any(int mr, size_t kc, const float *a, size_t lda, const flo
     }
 }
 
-/* Prefetches (into L2) rows [*row, stop) of the weight block packed next (see gemm_avx512.c). */
-static void prefetch_w(const clef_gemm_args *a, size_t jn, size_t nn, size_t pn, size_t kn,
-                       size_t *row, size_t stop) {
-    if (stop > nn) stop = nn;
-    for (; *row < stop; (*row)++) {
-        const char *wp = (const char *)(a->W + (jn + *row) * a->ldw + pn);
-        for (size_t o = 0; o < kn * 2; o += 64) _mm_prefetch(wp + o, _MM_HINT_T1);
-        _mm_prefetch(wp + kn * 2 - 1, _MM_HINT_T1);
+/* one micro-tile of the blocked loop nest (gemm_blocked.h) */
+static TGT void tile_exact(int mr, size_t kc, const float *a, size_t lda, const float *b, float *c,
+                           size_t ldc, size_t ncols, int first, const float *bias) {
+    int full = ncols == NR;
+    __m256i m0 = _mm256_setzero_si256(), m1 = m0;
+    if (!full) {
+        int lanes[16];
+        for (int i = 0; i < 16; i++) lanes[i] = (size_t)i < ncols ? -1 : 0;
+        m0 = _mm256_loadu_si256((const __m256i *)(const void *)lanes);
+        m1 = _mm256_loadu_si256((const __m256i *)(const void *)(lanes + 8));
     }
+    ukr_any(mr, kc, a, lda, b, c, ldc, m0, m1, full, first, bias);
 }
 
-/* Loops as in gemm_avx512.c: K blocks outermost (x copied once per K block at a padded
- * stride), then per column block the weights are packed (the next block prefetched meanwhile)
- * and each 6-row micro-panel of x stays in L1 while the packed block streams from L2. */
 TGT void clef_gemm_avx2_tile(const clef_gemm_args *a, size_t t0, size_t t1, size_t n0, size_t n1,
                              float *scratch) {
-    const size_t K = a->K;
-    if (K == 0) {
-        for (size_t t = t0; t < t1; t++)
-            for (size_t n = n0; n < n1; n++) a->y[t * a->ldy + n] = a->bias ? a->bias[n] + 0.0f : 0.0f;
-        return;
-    }
-    float *abuf = scratch + (size_t)CLEF_GEMM_KC * CLEF_GEMM_NC;
-    for (size_t pc = 0; pc < K; pc += CLEF_GEMM_KC) {
-        size_t kc = K - pc < CLEF_GEMM_KC ? K - pc : CLEF_GEMM_KC;
-        int first = pc == 0;
-        int last = pc + kc >= K;
-        for (size_t ic = t0; ic < t1; ic += MC) {
-            size_t ie = t1 - ic < MC ? t1 : ic + MC;
-            for (size_t t = ic; t < ie; t++)
-                memcpy(abuf + (t - ic) * CLEF_GEMM_LDA, a->x + t * a->ldx + pc, kc * sizeof(float));
-            for (size_t jc = n0; jc < n1; jc += CLEF_GEMM_NC) {
-                size_t nc = n1 - jc < CLEF_GEMM_NC ? n1 - jc : CLEF_GEMM_NC;
-                pack_f32(scratch, a->W + jc * a->ldw + pc, a->ldw, nc, kc);
-                size_t pn = pc, jn = jc + nc, nn = n1 - jn < CLEF_GEMM_NC ? n1 - jn : CLEF_GEMM_NC;
-                if (jn >= n1) { jn = n0; pn = pc + kc; nn = n1 - n0 < CLEF_GEMM_NC ? n1 - n0 : CLEF_GEMM_NC; }
-                if (pn >= K) nn = 0;
-                size_t kn = K - pn < CLEF_GEMM_KC ? K - pn : CLEF_GEMM_KC;
-                size_t pf_row = 0;
-                for (size_t t = ic; t < ie; t += MR) {
-                    int mr = ie - t < MR ? (int)(ie - t) : MR;
-                    prefetch_w(a, jn, nn, pn, kn, &pf_row,
-                               (nn * (t + MR - ic) + (ie - ic) - 1) / (ie - ic));
-                    for (size_t jr = 0; jr < nc; jr += NR) {
-                        size_t ncols = nc - jr < NR ? nc - jr : NR;
-                        int full = ncols == NR;
-                        __m256i m0 = _mm256_setzero_si256(), m1 = m0;
-                        if (!full) {
-                            int lanes[16];
-                            for (int i = 0; i < 16; i++) lanes[i] = (size_t)i < ncols ? -1 : 0;
-                            m0 = _mm256_loadu_si256((const __m256i *)(const void *)lanes);
-                            m1 = _mm256_loadu_si256((const __m256i *)(const void *)(lanes + 8));
-                        }
-                        const float *b = scratch + (jr / NR) * kc * NR;
-                        const float *bias = last && a->bias ? a->bias + jc + jr : NULL;
-                        ukr_any(mr, kc, abuf + (t - ic) * CLEF_GEMM_LDA, CLEF_GEMM_LDA, b,
-                                a->y + t * a->ldy + jc + jr, a->ldy, m0, m1, full, first, bias);
-                    }
-                }
-            }
-        }
-    }
+    gemm_blocked(a, t0, t1, n0, n1, scratch, MR, NR, pack_f32, tile_exact);
 }

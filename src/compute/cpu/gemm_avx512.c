@@ -1,7 +1,7 @@
 /* AVX-512 GEMM kernels (fp32 x bf16 -> fp32), compiled for AVX-512 per function so the rest of the
  * build stays portable; gemm.c calls them only when the CPU has the features.
  *
- * Exact kernel (clef_gemm_avx512_tile): BLIS-style (loop order at the function). Per K block of KC
+ * Exact kernel (clef_gemm_avx512_tile): BLIS-style (the loop nest: gemm_blocked.h). Per K block of KC
  * and column block of NC, the bf16 weights are packed per call into fp32 panels [KC][NR = 32] (widening is exact; the
  * packing transposes 16 x 16 dword blocks, each dword a (k, k+1) bf16 pair, then splits each pair
  * with a shift and a mask). The micro-kernel keeps a 12 x 32 tile of y in 24 zmm accumulators,
@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "compute/cpu/gemm.h"
+#include "compute/cpu/gemm_blocked.h"
 #include "compute/cpu/gemm_x86.h"
 
 #define TGT __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma")))
@@ -50,19 +51,6 @@ static TGT void pack_f32(float *dst, const uint16_t *w, size_t ldw, size_t nc, s
         }
         if (rows < 16 && (j0 % NR) == 0) /* the panel's second half has no rows: zero it */
             for (size_t k = 0; k < kc; k++) _mm512_storeu_ps(d + k * NR + 16, _mm512_setzero_ps());
-    }
-}
-
-/* Prefetches (into L2) rows [*row, stop) of the weight block that is packed next: rows
- * [jn, jn + nn) of W at columns [pn, pn + kn). Called with growing `stop` while the current block
- * computes, so the DRAM reads overlap the FMAs. */
-static void prefetch_w(const clef_gemm_args *a, size_t jn, size_t nn, size_t pn, size_t kn,
-                       size_t *row, size_t stop) {
-    if (stop > nn) stop = nn;
-    for (; *row < stop; (*row)++) {
-        const char *wp = (const char *)(a->W + (jn + *row) * a->ldw + pn);
-        for (size_t o = 0; o < kn * 2; o += 64) _mm_prefetch(wp + o, _MM_HINT_T1);
-        _mm_prefetch(wp + kn * 2 - 1, _MM_HINT_T1);
     }
 }
 
@@ -122,52 +110,17 @@ static void col_masks(size_t ncols, __mmask16 *m0, __mmask16 *m1) {
     *m1 = ncols >= 32 ? (__mmask16)0xffff : ncols <= 16 ? 0 : (__mmask16)((1u << (ncols - 16)) - 1u);
 }
 
-static void k_zero(const clef_gemm_args *a, size_t t0, size_t t1, size_t n0, size_t n1) {
-    for (size_t t = t0; t < t1; t++)
-        for (size_t n = n0; n < n1; n++) a->y[t * a->ldy + n] = a->bias ? a->bias[n] + 0.0f : 0.0f;
+/* one micro-tile of the blocked loop nest (gemm_blocked.h) */
+static TGT void tile_exact(int mr, size_t kc, const float *a, size_t lda, const float *b, float *c,
+                           size_t ldc, size_t ncols, int first, const float *bias) {
+    __mmask16 m0, m1;
+    col_masks(ncols, &m0, &m1);
+    ukr_any(mr, kc, a, lda, b, c, ldc, m0, m1, first, bias);
 }
 
 TGT void clef_gemm_avx512_tile(const clef_gemm_args *a, size_t t0, size_t t1, size_t n0, size_t n1,
                                float *scratch) {
-    const size_t K = a->K;
-    if (K == 0) { k_zero(a, t0, t1, n0, n1); return; }
-    float *abuf = scratch + (size_t)CLEF_GEMM_KC * CLEF_GEMM_NC;
-    /* K blocks outermost: each block of x is copied once (not once per column block); the
-     * partial sums in y stream through once per K block. Then per column block the weights are
-     * packed (the next block's rows prefetched meanwhile), and each 12-row micro-panel of x stays
-     * in L1 while the packed block streams from L2. */
-    for (size_t pc = 0; pc < K; pc += CLEF_GEMM_KC) {
-        size_t kc = K - pc < CLEF_GEMM_KC ? K - pc : CLEF_GEMM_KC;
-        int first = pc == 0;
-        int last = pc + kc >= K;
-        for (size_t ic = t0; ic < t1; ic += MC) {
-            size_t ie = t1 - ic < MC ? t1 : ic + MC;
-            for (size_t t = ic; t < ie; t++)
-                memcpy(abuf + (t - ic) * CLEF_GEMM_LDA, a->x + t * a->ldx + pc, kc * sizeof(float));
-            for (size_t jc = n0; jc < n1; jc += CLEF_GEMM_NC) {
-                size_t nc = n1 - jc < CLEF_GEMM_NC ? n1 - jc : CLEF_GEMM_NC;
-                pack_f32(scratch, a->W + jc * a->ldw + pc, a->ldw, nc, kc);
-                size_t pn = pc, jn = jc + nc, nn = n1 - jn < CLEF_GEMM_NC ? n1 - jn : CLEF_GEMM_NC;
-                if (jn >= n1) { jn = n0; pn = pc + kc; nn = n1 - n0 < CLEF_GEMM_NC ? n1 - n0 : CLEF_GEMM_NC; }
-                if (pn >= K) nn = 0;
-                size_t kn = K - pn < CLEF_GEMM_KC ? K - pn : CLEF_GEMM_KC;
-                size_t pf_row = 0;
-                for (size_t t = ic; t < ie; t += MR) {
-                    int mr = ie - t < MR ? (int)(ie - t) : MR;
-                    prefetch_w(a, jn, nn, pn, kn, &pf_row,
-                               (nn * (t + MR - ic) + (ie - ic) - 1) / (ie - ic));
-                    for (size_t jr = 0; jr < nc; jr += NR) {
-                        __mmask16 m0, m1;
-                        col_masks(nc - jr, &m0, &m1);
-                        const float *b = scratch + (jr / NR) * kc * NR;
-                        const float *bias = last && a->bias ? a->bias + jc + jr : NULL;
-                        ukr_any(mr, kc, abuf + (t - ic) * CLEF_GEMM_LDA, CLEF_GEMM_LDA, b,
-                                a->y + t * a->ldy + jc + jr, a->ldy, m0, m1, first, bias);
-                    }
-                }
-            }
-        }
-    }
+    gemm_blocked(a, t0, t1, n0, n1, scratch, MR, NR, pack_f32, tile_exact);
 }
 
 /* ---------------------------------------------------------------- bf16 dot-product kernel */
@@ -252,7 +205,7 @@ static TGTBF void ukr_bf_any(int mr, size_t kp, const uint16_t *a, size_t lda, c
 TGTBF void clef_gemm_avx512bf16_tile(const clef_gemm_args *a, size_t t0, size_t t1, size_t n0,
                                      size_t n1, float *scratch) {
     const size_t K = a->K;
-    if (K == 0) { k_zero(a, t0, t1, n0, n1); return; }
+    if (K == 0) { gemm_k_zero(a, t0, t1, n0, n1); return; }
     uint32_t *pk = (uint32_t *)(void *)scratch;
     /* the block of x in bf16 at a padded stride (as the exact kernel's copy) */
     uint16_t *abuf = (uint16_t *)(void *)(scratch + (size_t)CLEF_GEMM_KC * CLEF_GEMM_NC);
@@ -276,7 +229,7 @@ TGTBF void clef_gemm_avx512bf16_tile(const clef_gemm_args *a, size_t t0, size_t 
                     memcpy(abuf + (t - ic) * ldab, a->xb + t * a->ldxb + pc, 2 * kp * sizeof(uint16_t));
                 for (size_t t = ic; t < ie; t += MR) {
                     int mr = ie - t < MR ? (int)(ie - t) : MR;
-                    prefetch_w(a, jn, nn, pn, kn, &pf_row,
+                    gemm_prefetch_w(a, jn, nn, pn, kn, &pf_row,
                                ic == t0 ? (nn * (t + MR - ic) + (ie - ic) - 1) / (ie - ic) : nn);
                     for (size_t jr = 0; jr < nc; jr += NR) {
                         __mmask16 m0, m1;
