@@ -14,6 +14,10 @@ and compare
   - unrounded probabilities ("raw", our extension) vs the reference's: max |dp| <= TOL_P;
   - response bytes: the output with the "raw" members removed must equal the reference's response. ("raw" is
     not read by encode_record, so the request is otherwise the same; this avoids a second multi-minute forward.)
+Requests with images (tests/fixtures/real4_media, the same script's output for corpus requests with images) also
+run tests/vision_tool --request (the engine's request parsing, image processor and vision tower alone) and compare
+  - the tower's output (merger rows) at the recorded rows: relative L2 per row <= TOL_ROWS (1e-5, the bound of
+    test_tiny_vision.py), the grids, and the sha256 of all pixel_values (the processor, bit-exact).
 Prints the worst values and the per-request wall time; the last line is the summary.
 
 Run with .venv-test/bin/python; binary $CLEF_BUILD/clef (default build/clef); checkpoint $CLEF_REAL4 (default
@@ -36,6 +40,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 BUILD = os.environ.get("CLEF_BUILD", os.path.join(ROOT, "build"))
 MODEL = os.environ.get("CLEF_REAL4", os.path.join(ROOT, "models", "real4"))
 FIX = os.environ.get("CLEF_REAL4_FIX", os.path.join(ROOT, "tests", "fixtures", "real4"))
+FIX_MEDIA = os.environ.get("CLEF_REAL4_MEDIA_FIX", os.path.join(ROOT, "tests", "fixtures", "real4_media"))
 CORPUS = os.path.join(ROOT, "tests", "corpus")
 THREADS = os.environ.get("CLEF_THREADS", "0")
 ONLY = [x for x in os.environ.get("CLEF_REAL4_ONLY", "").split(",") if x]
@@ -43,6 +48,7 @@ ONLY = [x for x in os.environ.get("CLEF_REAL4_ONLY", "").split(",") if x]
 TOL_FINAL = 1e-4     # final-norm rows, relative L2 per row (issue 5's bar at real dimensions)
 LAYERS_BOUND = 1e-3  # decoder-layer rows, relative L2 per row: gross errors only (reported)
 TOL_P = 1e-5         # unrounded probabilities, absolute
+TOL_ROWS = 1e-5      # vision tower (merger) rows, relative L2 per row
 
 
 def skip(msg):
@@ -94,6 +100,35 @@ def sha256_file(path):
     return h.hexdigest()
 
 
+def check_tower(r, rawp, out, data, arr, fails):
+    """vision_tool on the request: grids, the pixel_values' sha256 and the merger rows against the
+    reference's; returns the worst rel L2 per row (None when the tool failed)."""
+    name, m = r["name"], r["media"]
+    tool = os.path.join(BUILD, "tests", "vision_tool")
+    os.makedirs(out)
+    p = subprocess.run([tool, "--model", MODEL, "--request", rawp, "--threads", THREADS if THREADS != "0" else "2",
+                        "--out", out], capture_output=True, text=True)
+    if p.returncode != 0:
+        fails.append(f"{name}: vision_tool failed: {p.stderr.strip()}")
+        return None
+    info = json.loads(p.stdout)
+    grids = [im["grid_thw"] for im in info["images"]]
+    if grids != m["image_grid_thw"]:
+        fails.append(f"{name}: image grids {grids} != the reference's {m['image_grid_thw']}")
+    pix = open(os.path.join(out, "pixels.f32"), "rb").read()
+    if hashlib.sha256(pix).hexdigest() != m["pixel_values"]["sha256"]:
+        fails.append(f"{name}: pixel_values differ from the reference's (sha256)")
+    N, D = info["rows"]
+    if [N, D] != m["merger"]["full_shape"]:
+        fails.append(f"{name}: merger rows [{N}, {D}] != the reference's {m['merger']['full_shape']}")
+        return None
+    rows = np.fromfile(os.path.join(out, "rows.f32"), dtype="<f4").reshape(N, D)
+    e = rel_l2_rows(rows[m["merger"]["rows"]], arr(m["merger"], data))
+    if not e <= TOL_ROWS:
+        fails.append(f"{name}: tower (merger) rows rel L2 {e:.3g} > {TOL_ROWS}")
+    return e
+
+
 def main():
     if not os.path.exists(os.path.join(MODEL, "config.json")):
         skip("models/real4 not present: write it with tools/reference/write_tiny.py --real-dims (6.7 GB, not in CI)")
@@ -102,14 +137,23 @@ def main():
         skip(f"{clef} not built (make)")
     if not os.path.exists(os.path.join(FIX, "index.json")):
         skip(f"{FIX}/index.json missing (tools/reference/make_real4_fixtures.py)")
-    ix = json.load(open(os.path.join(FIX, "index.json"), encoding="utf-8"))
-    data = open(os.path.join(FIX, ix["bin"]["file"]), "rb").read()
-    if hashlib.sha256(data).hexdigest() != ix["bin"]["sha256"]:
-        print("FAIL data.bin sha256 differs from index.json")
-        return 1
+    folders = []  # (index, data.bin) per fixture folder: the text requests, then those with images
+    for d in (FIX, FIX_MEDIA):
+        if d != FIX and not os.path.exists(os.path.join(d, "index.json")):
+            print(f"note: {d}/index.json missing: no image requests at real dimensions")
+            continue
+        ix = json.load(open(os.path.join(d, "index.json"), encoding="utf-8"))
+        data = open(os.path.join(d, ix["bin"]["file"]), "rb").read()
+        if hashlib.sha256(data).hexdigest() != ix["bin"]["sha256"]:
+            print(f"FAIL {d}/data.bin sha256 differs from index.json")
+            return 1
+        if folders and ix["checkpoint"]["manifest"] != folders[0][0]["checkpoint"]["manifest"]:
+            print(f"FAIL {d} was made from another checkpoint than {FIX}")
+            return 1
+        folders.append((ix, data))
 
     # the checkpoint must be the one the fixtures were made from
-    want = ix["checkpoint"]["manifest"]
+    want = folders[0][0]["checkpoint"]["manifest"]
     mpath = os.path.join(MODEL, "manifest.sha256")
     if not os.path.exists(mpath):
         skip(f"{MODEL}/manifest.sha256 missing: not a write_tiny.py checkpoint")
@@ -128,12 +172,12 @@ def main():
         print(f"checkpoint verified against the fixtures' manifest ({len(want)} files, {time.time() - t:.0f}s)",
               flush=True)
 
-    def arr(ref):
+    def arr(ref, data):
         n = int(np.prod(ref["shape"]))
         return np.frombuffer(data, dtype="<f4", count=n, offset=ref["off"]).reshape(ref["shape"])
 
     fails = []
-    worst = {"final_norm": (0.0, ""), "layers": (0.0, ""), "dp": (0.0, "")}
+    worst = {"final_norm": (0.0, ""), "layers": (0.0, ""), "dp": (0.0, ""), "merger": (0.0, "")}
     per_layer = {}
     n_bytes_equal = 0
     tmpdir = tempfile.TemporaryDirectory(prefix="clef_real4_")
@@ -142,14 +186,15 @@ def main():
         if val >= worst[key][0]:
             worst[key] = (val, name)
 
-    reqs = ix["requests"]
+    reqs = [(r, data) for ix, data in folders for r in ix["requests"]]
     if ONLY:
-        unknown = sorted(set(ONLY) - {r["name"] for r in reqs})
+        unknown = sorted(set(ONLY) - {r["name"] for r, _ in reqs})
         if unknown:
             print(f"FAIL CLEF_REAL4_ONLY names not in the fixtures: {unknown}")
             return 1
-        reqs = [r for r in reqs if r["name"] in ONLY]
-    for r in reqs:
+        reqs = [(r, d) for r, d in reqs if r["name"] in ONLY]
+    n_media = 0
+    for r, data in reqs:
         name, L = r["name"], r["n_tokens"]
         raw = open(os.path.join(CORPUS, r["file"]), "rb").read()
         if hashlib.sha256(raw).hexdigest() != r["sha256"]:
@@ -174,7 +219,7 @@ def main():
         # probabilities
         req_dp = 0.0
         for q in r["questions"]:
-            ref = arr(q["probs"])
+            ref = arr(q["probs"], data)
             g = np.array([answers[q["question_id"]]["raw"][o] for o in q["option_ids"]], dtype=np.float64)
             dp = float(np.abs(g - ref).max())
             req_dp = max(req_dp, dp)
@@ -191,27 +236,38 @@ def main():
             fails.append(f"{name}: response differs:\n  got: {stripped[:300]}\n  ref: {r['response'][:300]}")
         # rows
         fn = np.fromfile(os.path.join(dump, "final_norm.f32"), dtype="<f4").reshape(L, -1)
-        e_final = rel_l2_rows(fn[r["final_norm"]["rows"]], arr(r["final_norm"]))
+        e_final = rel_l2_rows(fn[r["final_norm"]["rows"]], arr(r["final_norm"], data))
         note("final_norm", e_final, name)
         if not e_final <= TOL_FINAL:
             fails.append(f"{name}: final-norm rows rel L2 {e_final:.3g} > {TOL_FINAL}")
         lay = []
         for li, lref in enumerate(r["layers"]):
             lg = np.fromfile(os.path.join(dump, f"layer_{li:02d}.f32"), dtype="<f4").reshape(L, -1)
-            e = rel_l2_rows(lg[lref["rows"]], arr(lref))
+            e = rel_l2_rows(lg[lref["rows"]], arr(lref, data))
             lay.append(e)
             per_layer[li] = max(per_layer.get(li, 0.0), e)
             note("layers", e, f"{name} layer {li}")
             if not e <= LAYERS_BOUND:
                 fails.append(f"{name}: layer {li} rows rel L2 {e:.3g} > {LAYERS_BOUND}")
-        print(f"{name:24s} L={L:4d}  {secs:7.1f}s  final {e_final:.3g}  layers "
+        e_merger = None
+        if "media" in r:
+            n_media += 1
+            e_merger = check_tower(r, rawp, os.path.join(out, "tower"), data, arr, fails)
+            if e_merger is not None:
+                note("merger", e_merger, name)
+        print(f"{name:24s} L={L:4d}  {secs:7.1f}s  "
+              + (f"tower {e_merger:.3g}  " if e_merger is not None else "")
+              + f"final {e_final:.3g}  layers "
               f"{' '.join(f'{x:.2g}' for x in lay)}  |dp| {req_dp:.3g}  bytes "
               f"{'equal' if stripped == r['response'] else 'DIFFER'}", flush=True)
         for f in os.listdir(dump):
             os.remove(os.path.join(dump, f))
 
     n = len(reqs)
-    print(f"{n} requests on {MODEL}; response bytes equal: {n_bytes_equal}/{n}")
+    print(f"{n} requests on {MODEL} ({n_media} with images); response bytes equal: {n_bytes_equal}/{n}")
+    if n_media:
+        print(f"  worst tower (merger) rows, rel L2 per row (<= {TOL_ROWS}): {worst['merger'][0]:.3g} "
+              f"({worst['merger'][1]})")
     print(f"  worst final-norm rows, rel L2 per row (<= {TOL_FINAL}): {worst['final_norm'][0]:.3g} "
           f"({worst['final_norm'][1]})")
     print(f"  worst decoder-layer rows, rel L2 per row (<= {LAYERS_BOUND}): {worst['layers'][0]:.3g} "
@@ -221,7 +277,8 @@ def main():
     for f in fails:
         print("FAIL", f)
     tmpdir.cleanup()
-    print(f"{'PASS' if not fails else f'FAIL ({len(fails)})'}: real4 {n} requests, final-norm {worst['final_norm'][0]:.2g}, "
+    print(f"{'PASS' if not fails else f'FAIL ({len(fails)})'}: real4 {n} requests ({n_media} with images, tower "
+          f"{worst['merger'][0]:.2g}), final-norm {worst['final_norm'][0]:.2g}, "
           f"layers {worst['layers'][0]:.2g}, |dp| {worst['dp'][0]:.2g}, bytes {n_bytes_equal}/{n}")
     return 0 if not fails else 1
 

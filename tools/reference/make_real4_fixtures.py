@@ -10,7 +10,7 @@ attention, a 2-block real-width vision tower; ~6.7 GB on disk, ~4 min). It is no
 
 Same reference and conventions as make_fixtures.py (whose helpers this imports): joint_schema_model.py (sha256
 0e304cf7…), load_release_model(models/real4, dtype=torch.float32, device="cpu"), pure torch, a fixed torch thread
-count (1 unless --threads). For each request (text only): raw bytes → json.loads → systemone; the response is stored
+count (1 unless --threads). For each request: raw bytes → json.loads → systemone; the response is stored
 as json.dumps(resp, ensure_ascii=False, separators=(",", ":")). Hooks capture encode_record's result, each decoder
 layer's output, the final norm (last_hidden_state) and the head's logits; probs = logits.float().softmax(-1).
 
@@ -22,7 +22,12 @@ checkpoint's weight_map (no missing, no unexpected except mtp.*), and the head l
 Rows kept (a real-width row is 16 KB, so far fewer than the tiny fixtures keep; the whole folder stays < 2 MB):
   final norm: make_fixtures.sample_rows — {0, 35, 36, 63, 64, 127, 128, L-1} ∪ {1024k-1, 1024k}
               ∪ {schema_offset-1, schema_offset} ∪ {first question span start} ∪ {last option span end-1};
-  each decoder layer: {0, schema_offset, first question span start, L-1}.
+  each decoder layer: {0, schema_offset, first question span start, L-1} ∪ {each image's first pad token};
+  media requests also keep the vision merger's rows {0..3, N-4..N-1} ∪ {each image's first and last} (the tower's
+  output at real widths: 2 blocks of 1152, head_dim 72) and the pixel_values' shape and sha256. The media requests
+  go to their own folder (the text folder's 2 MB is nearly full):
+    .venv-ref/bin/python tools/reference/make_real4_fixtures.py --out tests/fixtures/real4_media \
+        --names m001_rgb_640x480_png m013_two_images
 Output: index.json + data.bin (raw little-endian float32), the tiny fixtures' REF convention
 ({"off", "shape", "rows"}); format "clef-real4-fixtures/1".
 """
@@ -39,8 +44,8 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
 import make_fixtures as mf  # noqa: E402  (sets torch threads to 1, imports the vendored joint_schema_model)
-from make_fixtures import (JSM_SHA256, Bin, Capture, finite_or_none, sample_rows,  # noqa: E402
-                           sha256_bytes, sha256_file, versions)
+from make_fixtures import (JSM_SHA256, Bin, Capture, finite_or_none, image_runs_of,  # noqa: E402
+                           sample_rows, sha256_bytes, sha256_file, versions)
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
@@ -55,12 +60,22 @@ def peak_rss_mb():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
-def layer_rows(L, rec, schema_offset):
-    s = {0, schema_offset, rec.questions[0].question_span[0], L - 1}
+def layer_rows(L, rec, schema_offset, runs):
+    s = {0, schema_offset, rec.questions[0].question_span[0], L - 1} | {a for a, _ in runs}
     return sorted(x for x in s if 0 <= x < L)
 
 
-def run_one(entry, corpus_dir, model, processor, cap, store, schema_piece):
+def merger_rows(N, runs):
+    """The tower's output rows kept: the first and last four, and each image's first and last."""
+    s = {0, 1, 2, 3, N - 4, N - 3, N - 2, N - 1}
+    k = 0
+    for a, b in runs:
+        s |= {k, k + (b - a) - 1}
+        k += b - a
+    return sorted(x for x in s if 0 <= x < N)
+
+
+def run_one(entry, corpus_dir, model, processor, cap, store, schema_piece, pad_id):
     raw = open(os.path.join(corpus_dir, entry["file"]), "rb").read()
     out = {"name": entry["name"], "file": entry["file"], "sha256": sha256_bytes(raw), "tags": entry["tags"]}
     request = json.loads(raw.decode("utf-8"))
@@ -70,7 +85,6 @@ def run_one(entry, corpus_dir, model, processor, cap, store, schema_piece):
     out["reference_seconds"] = round(time.perf_counter() - t0, 3)
     text = json.dumps(resp, ensure_ascii=False, separators=(",", ":"))
     rec = cap.record
-    assert not rec.media, f"{entry['name']}: text requests only"
     ids = list(rec.input_ids)
     L = len(ids)
     assert resp["usage"]["input_tokens"] == L
@@ -92,8 +106,9 @@ def run_one(entry, corpus_dir, model, processor, cap, store, schema_piece):
     n = len(schema_piece)
     schema_offset = max(i for i in range(q0 - n + 1) if ids[i:i + n] == schema_piece)
     out["schema_offset"] = schema_offset
-    frows = sample_rows(L, rec, [], schema_offset)
-    lrows = layer_rows(L, rec, schema_offset)
+    runs = image_runs_of(ids, pad_id) if rec.media else []
+    frows = sample_rows(L, rec, runs, schema_offset)
+    lrows = layer_rows(L, rec, schema_offset, runs)
 
     def take(t, rows):
         t = t[0].float().numpy()
@@ -101,6 +116,19 @@ def run_one(entry, corpus_dir, model, processor, cap, store, schema_piece):
         return t[rows]
     out["layers"] = [store.add(take(cap.layers[i], lrows), lrows) for i in range(len(cap.layers))]
     out["final_norm"] = store.add(take(cap.final, frows), frows)
+    if rec.media:
+        m = rec.media
+        media = {"token_offset": m["token_offset"], "image_runs": [list(r) for r in runs],
+                 "image_grid_thw": m["image_grid_thw"].tolist()}
+        pv = m["pixel_values"].float().numpy()
+        media["pixel_values"] = {"full_shape": list(pv.shape),
+                                 "sha256": sha256_bytes(np.ascontiguousarray(pv).astype("<f4").tobytes())}
+        merged = torch.cat(cap.merger, dim=0).float().numpy()
+        mrows = merger_rows(merged.shape[0], runs)
+        ref = store.add(merged[mrows], mrows)
+        ref["full_shape"] = list(merged.shape)
+        media["merger"] = ref
+        out["media"] = media
     return out
 
 
@@ -141,12 +169,13 @@ def main():
         assert p.dtype == torch.float32
 
     cap = Capture(model)
+    pad_id = model.language_model.config.image_token_id
     schema_piece = processor.tokenizer("\n\nSCHEMA FIELDS:\n", add_special_tokens=False).input_ids
     store = Bin()
     corpus = {e["name"]: e for e in json.load(open(os.path.join(args.corpus, "corpus.json"), encoding="utf-8"))["requests"]}
     results = []
     for name in args.names:
-        r = run_one(corpus[name], args.corpus, model, processor, cap, store, schema_piece)
+        r = run_one(corpus[name], args.corpus, model, processor, cap, store, schema_piece, pad_id)
         results.append(r)
         print(f"{name:30s} L={r['n_tokens']:5d}  {r['reference_seconds']:.1f}s  {r['response'][:120]}", flush=True)
 
