@@ -3,7 +3,8 @@
  *   attention:  16 query heads, 4 kv heads, head_dim 256, causal (one full-attention layer)
  *   --vision:   the vision tower's attention instead (16 heads, no GQA, head_dim 72, non-causal, one
  *               image of T patches: 1,200 at 640 x 480, 8,160 at 1920 x 1080; one block of 27)
- * for the fast kernels (clef_cpu_delta_rule / clef_cpu_attention) and, with --ref, the previous
+ * for the fast kernels (clef_cpu_delta_rule / clef_cpu_attention; "fp32": clef_cpu_attention_f32, the
+ * default path's attention on AVX-512, its max|d|/max against the double kernel) and, with --ref, the previous
  * scalar implementations (clef_cpu_*_ref), with 1 and 2 threads. Prints wall time (median of the
  * repeats), process CPU time (min of the repeats), GFLOP/s on the wall time and per CPU-second
  * (times threads: what the cores would give unshared), and max |fast - ref| / max |ref| when both
@@ -40,6 +41,7 @@
 
 #include "base/threads.h"
 #include "compute/cpu/cpu_mixers.h"
+#include "compute/cpu/cpu_simd.h"
 #include "compute/cpu/gemm.h"
 
 static double now_s(void) {
@@ -212,13 +214,15 @@ int main(int argc, char **argv) {
         float *o = malloc(T * Hv * dv * sizeof(float)), *oref = malloc(T * Hv * dv * sizeof(float));
         float *aq = rnd(T * nh * hd, -2, 2), *ak = rnd(T * nkv * hd, -2, 2), *av = rnd(T * nkv * hd, -1, 1);
         float *ao = malloc(T * nh * hd * sizeof(float)), *aoref = malloc(T * nh * hd * sizeof(float));
-        if (!o || !oref || !ao || !aoref) { fprintf(stderr, "out of memory\n"); return 2; }
+        float *ao32 = malloc(T * nh * hd * sizeof(float));
+        if (!o || !oref || !ao || !aoref || !ao32) { fprintf(stderr, "out of memory\n"); return 2; }
         double fl_d = delta_flops(T, Hv, dk, dv, C), fl_a = 4.0 * nh * hd * (double)T * (double)(causal ? (T + 1) / 2.0 : T);
         double fast_cpu[2][8] = {{0}};
         for (int op = 0; op < 2; op++) {
             if (only >= 0 && op != only) continue;
-            for (int impl = 0; impl < 2; impl++) {
+            for (int impl = 0; impl < 3; impl++) { /* fast (double), ref, fp32 (attention, AVX-512) */
                 if (impl == 1 && (!ref || T > ref_max_T)) continue;
+                if (impl == 2 && (op == 0 || !clef_simd_ok())) continue;
                 for (int tj = 0; tj < nth; tj++) {
                     clef_err err;
                     clef_pool *pool = clef_pool_create(ths[tj], &err);
@@ -233,10 +237,10 @@ int main(int argc, char **argv) {
                             rc = impl ? clef_cpu_delta_rule_ref(pool, oref, q, k, v, beta, g, T, Hk, Hv, dk, dv, C)
                                       : clef_cpu_delta_rule(pool, o, q, k, v, beta, g, T, Hk, Hv, dk, dv, C);
                         else
-                            rc = impl ? clef_cpu_attention_ref(pool, aoref, nh * hd, aq, nh * hd, ak, nkv * hd, av,
-                                                               nkv * hd, T, T, nh, nkv, hd, scale, causal)
-                                      : clef_cpu_attention(pool, ao, nh * hd, aq, nh * hd, ak, nkv * hd, av,
-                                                           nkv * hd, T, T, nh, nkv, hd, scale, causal);
+                            rc = (impl == 1 ? clef_cpu_attention_ref : impl == 2 ? clef_cpu_attention_f32
+                                                                                 : clef_cpu_attention)(
+                                pool, impl == 1 ? aoref : impl == 2 ? ao32 : ao, nh * hd, aq, nh * hd, ak, nkv * hd, av,
+                                nkv * hd, T, T, nh, nkv, hd, scale, causal);
                         walls[rep] = now_s() - w0;
                         if (cpu_s() - c0 < cpu_min) cpu_min = cpu_s() - c0;
                         if (rc) { fprintf(stderr, "out of memory in the op\n"); return 2; }
@@ -248,11 +252,15 @@ int main(int argc, char **argv) {
                     if (impl == 1) {
                         double mr, md = op == 0 ? maxdiff(o, oref, T * Hv * dv, &mr) : maxdiff(ao, aoref, T * nh * hd, &mr);
                         snprintf(diff, sizeof diff, "%.2e", md / (mr > 0 ? mr : 1));
+                    } else if (impl == 2) { /* against the double kernel's output */
+                        double mr, md = maxdiff(ao32, ao, T * nh * hd, &mr);
+                        snprintf(diff, sizeof diff, "%.2e", md / (mr > 0 ? mr : 1));
                     }
+                    const char *label = impl == 1 ? "ref" : impl == 2 ? "fp32" : "fast";
                     printf("%-10s %6zu %3d %-5s %10.1f %10.1f %8.2f %12s\n", op == 0 ? "delta_rule" : vision ? "vision_att" : "attention", T,
-                           ths[tj], impl ? "ref" : "fast", wm * 1e3, cpu_min * 1e3, fl / wm * 1e-9, diff);
+                           ths[tj], label, wm * 1e3, cpu_min * 1e3, fl / wm * 1e-9, diff);
                     printf("%-10s %6zu %3d %-5s %10s %10s %8.2f  (GFLOP per CPU-second x threads, min cpu)\n", "", T, ths[tj],
-                           impl ? "ref" : "fast", "", "", fl / (cpu_min / ths[tj]) * 1e-9);
+                           label, "", "", fl / (cpu_min / ths[tj]) * 1e-9);
                     fflush(stdout);
                     clef_pool_destroy(pool);
                 }
@@ -289,7 +297,7 @@ int main(int argc, char **argv) {
             free(x); free(y); free(W);
         }
         free(q); free(k); free(v); free(beta); free(g); free(o); free(oref);
-        free(aq); free(ak); free(av); free(ao); free(aoref);
+        free(aq); free(ak); free(av); free(ao); free(aoref); free(ao32);
     }
     return 0;
 }

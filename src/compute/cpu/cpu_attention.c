@@ -188,8 +188,7 @@ static void prep_fn(void *c_, size_t b, size_t e, int worker) {
 
 static void att_item(const att_ctx *c, size_t bz, double *ds) {
     const size_t hd = c->hd, hdp = c->hdp, group = c->group, rows = c->rows, j = c->j;
-    /* zigzag over blocks so any contiguous range of items mixes cheap and dear causal blocks */
-    size_t blk = (bz & 1) ? c->nblk - 1 - bz / 2 : bz / 2;
+    size_t blk = clef_att_block(bz, c->nblk);
     size_t i0 = blk * c->qb, nq = c->Tq - i0 < c->qb ? c->Tq - i0 : c->qb;
     size_t nr = group * nq;
     double *Qs = ds;            ds += rows * hdp;   /* the block's query rows (fp32 values) */
@@ -211,14 +210,9 @@ static void att_item(const att_ctx *c, size_t bz, double *ds) {
     for (size_t t0 = 0; t0 < tmax; t0 += ATT_KB) {
         size_t nt = tmax - t0 < ATT_KB ? tmax - t0 : ATT_KB;
         clef_mix_gemm(S, ATT_KB, Qs, hdp, c->KT + t0 * hdp, NCOL, hdp * NCOL, nr, hd, ATT_KB, -1, -1, 0, 0);
-        for (size_t r = 0; r < nr; r++) {
-            size_t nv = nt; /* valid keys of this row in the tile: [0, nv) */
-            if (c->causal) {
-                size_t i = i0 + r % nq;
-                nv = i + 1 <= t0 ? 0 : (i + 1 - t0 < nt ? i + 1 - t0 : nt);
-            }
-            c->row(S + r * ATT_KB, nv, c->scale, m + r, l + r, O + r * hdp, hdp);
-        }
+        for (size_t r = 0; r < nr; r++)
+            c->row(S + r * ATT_KB, clef_att_valid(c->causal, i0 + r % nq, t0, nt), c->scale, m + r, l + r,
+                   O + r * hdp, hdp);
         clef_mix_gemm(O, hdp, S, ATT_KB, c->V + t0 * c->hpan, NCOL, ATT_KB * NCOL, nr, nt, hdp, -1, -1, 0, 1);
     }
     for (size_t r = 0; r < nr; r++) {
@@ -227,6 +221,19 @@ static void att_item(const att_ctx *c, size_t bz, double *ds) {
         const double *ar = O + r * hdp;
         for (size_t d = 0; d < hd; d++) orow[d] = (float)(ar[d] / l[r]);
     }
+}
+
+/* The vision tower's 1,200 rows in 5 blocks of 256 kept one of two workers idle a fifth of the
+ * time; 6 blocks of 200 do not. */
+void clef_att_plan(size_t Tq, size_t group, size_t rows, int nworkers, size_t *qb, size_t *nblk) {
+    size_t nw = nworkers > 0 ? (size_t)nworkers : 1;
+    size_t qb0 = group >= rows ? 1 : rows / group;
+    size_t nb = (Tq + qb0 - 1) / qb0;
+    if (nb < 2 * nw) nb = 2 * nw;
+    nb = (nb + nw - 1) / nw * nw;
+    if (nb > Tq) nb = Tq;
+    *qb = (Tq + nb - 1) / nb;
+    *nblk = (Tq + *qb - 1) / *qb;
 }
 
 static void att_fn(void *c_, size_t b, size_t e, int worker) {
@@ -249,18 +256,7 @@ int clef_cpu_attention(clef_pool *pool, float *o, size_t ldo, const float *q, si
     c.tkp = rup(Tk ? Tk : 1, ATT_KB);
     c.group = nh / nkv;
     int nw = nworkers(pool);
-    /* Blocks of about ATT_ROWS rows (all heads of the group), at least two per worker, and a
-     * multiple of the workers: the kv heads run one after another, each waiting for its slowest
-     * worker (the vision tower's 1,200 rows in 5 blocks of 256 kept one of two workers idle a
-     * fifth of the time; 6 of 200 do not). A row's bits depend neither on its block nor on the
-     * thread count, so these thread-count-dependent choices change none. */
-    size_t qb0 = c.group >= ATT_ROWS ? 1 : ATT_ROWS / c.group;
-    size_t nb = (Tq + qb0 - 1) / qb0;
-    if (nb < 2 * (size_t)nw) nb = 2 * (size_t)nw;
-    nb = (nb + (size_t)nw - 1) / (size_t)nw * (size_t)nw;
-    if (nb > Tq) nb = Tq;
-    c.qb = (Tq + nb - 1) / nb;
-    c.nblk = (Tq + c.qb - 1) / c.qb;
+    clef_att_plan(Tq, c.group, ATT_ROWS, nw, &c.qb, &c.nblk);
     c.nr = c.group * c.qb;
     c.rows = rup(c.nr, CLEF_MIX_MR) + CLEF_MIX_MR; /* A slack for the kernel */
     c.scale = (double)scale;

@@ -34,6 +34,22 @@ int clef_cpu_delta_rule_ref(clef_pool *pool, float *o, const float *q, const flo
 int clef_cpu_attention(clef_pool *pool, float *o, size_t ldo, const float *q, size_t ldq,
                        const float *k, size_t ldk, const float *v, size_t ldv, size_t Tq, size_t Tk,
                        size_t nh, size_t nkv, size_t hd, float scale, int causal);
+/* The same op with fp32 products (cpu_attention_f32.c): the default path's attention where
+ * clef_simd_ok() (it uses AVX-512 and clef_simd_expf); clef_cpu_attention stays the parity path's. */
+int clef_cpu_attention_f32(clef_pool *pool, float *o, size_t ldo, const float *q, size_t ldq,
+                           const float *k, size_t ldk, const float *v, size_t ldv, size_t Tq, size_t Tk,
+                           size_t nh, size_t nkv, size_t hd, float scale, int causal);
+/* Shared by the two attention implementations: query blocks of about `rows` rows (all heads of a
+ * kv group together), at least two per worker and a multiple of the workers (the kv heads run one
+ * after another, each waiting for its slowest worker). A row's bits depend on neither. */
+void clef_att_plan(size_t Tq, size_t group, size_t rows, int nworkers, size_t *qb, size_t *nblk);
+/* Work item bz's block: zigzag, so a contiguous range of items mixes cheap and dear causal blocks. */
+static inline size_t clef_att_block(size_t bz, size_t nblk) { return (bz & 1) ? nblk - 1 - bz / 2 : bz / 2; }
+/* Valid keys [0, nv) of query position i in a tile of nt keys from t0. */
+static inline size_t clef_att_valid(int causal, size_t i, size_t t0, size_t nt) {
+    if (!causal) return nt;
+    return i + 1 <= t0 ? 0 : (i + 1 - t0 < nt ? i + 1 - t0 : nt);
+}
 int clef_cpu_attention_ref(clef_pool *pool, float *o, size_t ldo, const float *q, size_t ldq,
                            const float *k, size_t ldk, const float *v, size_t ldv, size_t Tq,
                            size_t Tk, size_t nh, size_t nkv, size_t hd, float scale, int causal);

@@ -386,10 +386,14 @@ static void cpu_delta_rule(clef_ops *ops, float *o, const float *q, const float 
 
 /* ---------------------------------------------------------------- attention */
 
+/* fp32 products on the default path (as its GEMMs accumulate in fp32), double accumulation on the
+ * parity path (CLEF_LINEAR=double) and where the AVX-512 loops are not available. */
 static void cpu_attention(clef_ops *ops, float *o, size_t ldo, const float *q, size_t ldq, const float *k,
                           size_t ldk, const float *v, size_t ldv, size_t Tq, size_t Tk, size_t nh, size_t nkv,
                           size_t hd, float scale, int causal) {
-    if (clef_cpu_attention(POOL(ops), o, ldo, q, ldq, k, ldk, v, ldv, Tq, Tk, nh, nkv, hd, scale, causal))
+    int fp32 = !linear_force_double() && clef_simd_ok();
+    if ((fp32 ? clef_cpu_attention_f32 : clef_cpu_attention)(POOL(ops), o, ldo, q, ldq, k, ldk, v, ldv, Tq, Tk,
+                                                            nh, nkv, hd, scale, causal))
         ops->failed = 1;
 }
 
