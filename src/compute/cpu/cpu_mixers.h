@@ -8,7 +8,8 @@
  * loops (AVX-512 / AVX2+FMA chosen at run time, plain C otherwise). Each output element is computed
  * inside one work item (a v-head; a kv head x block of query rows), so the bits never depend on the
  * thread count. The *_ref functions are the previous scalar implementations, kept as references
- * for the tests and the benchmark. */
+ * for the tests and the benchmark. Attention has a second implementation with fp32 products
+ * (clef_cpu_attention_f32), the default path's where AVX-512 is usable (cpu_ops.c). */
 #ifndef CLEF_COMPUTE_CPU_MIXERS_H
 #define CLEF_COMPUTE_CPU_MIXERS_H
 
