@@ -417,12 +417,8 @@ static void ew_fn(void *c_, size_t b, size_t e, int worker) {
             y[i] = (float)(0.5 * x * (1.0 + erf(x * 0.70710678118654752440)));
         }
         break;
-    case E_GELU_TANH:
-        for (size_t i = b; i < e; i++) {
-            double x = y[i];
-            double inner = 0.79788456080286535588 * (x + 0.044715 * x * x * x);
-            y[i] = (float)(0.5 * x * (1.0 + tanh(inner)));
-        }
+    case E_GELU_TANH: /* 0.5 x (1 + tanh u) as x / (1 + exp(-2u)), in double: cpu_simd.h */
+        for (size_t i = b; i < e; i++) y[i] = clef_gelu_tanh1(y[i]);
         break;
     case E_SIGMOID_MUL:
         for (size_t i = b; i < e; i++) y[i] = y[i] * sigmoidf_(A[i]);
@@ -441,6 +437,7 @@ static void ew_simd_fn(void *c_, size_t b, size_t e, int worker) {
     case E_SILU_MUL: clef_simd_silu_mul(c->y + b, c->a + b, c->b + b, e - b); break;
     case E_SIGMOID_MUL: clef_simd_sigmoid_mul(c->y + b, c->a + b, e - b); break;
     case E_ADD: clef_simd_add(c->y + b, c->a + b, c->b + b, e - b); break;
+    case E_GELU_TANH: clef_simd_gelu_tanh(c->y + b, e - b); break;
     default: ew_fn(c_, b, e, worker); break;
     }
 }
