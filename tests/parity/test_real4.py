@@ -106,8 +106,8 @@ def check_tower(r, rawp, out, data, arr, fails):
     name, m = r["name"], r["media"]
     tool = os.path.join(BUILD, "tests", "vision_tool")
     os.makedirs(out)
-    p = subprocess.run([tool, "--model", MODEL, "--request", rawp, "--threads", THREADS if THREADS != "0" else "2",
-                        "--out", out], capture_output=True, text=True)
+    p = subprocess.run([tool, "--model", MODEL, "--request", rawp, "--threads", THREADS, "--out", out],
+                       capture_output=True, text=True)
     if p.returncode != 0:
         fails.append(f"{name}: vision_tool failed: {p.stderr.strip()}")
         return None
