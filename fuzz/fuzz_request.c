@@ -31,7 +31,7 @@
 #include "decision/request.h"
 #include "decision/response.h"
 #include "image/image.h"
-#include "text/json.h"
+#include "base/json.h"
 #include "text/tokenizer.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);

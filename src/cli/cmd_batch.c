@@ -14,7 +14,7 @@
 
 #include "clef.h"
 #include "cli/cmds.h"
-#include "serve/cli_opts.h"
+#include "cli/cli_opts.h"
 #include "serve/scheduler.h"
 
 typedef struct {

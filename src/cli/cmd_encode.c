@@ -12,7 +12,7 @@
 #include "decision/encode.h"
 #include "decision/request.h"
 #include "decision/response.h"
-#include "text/json.h"
+#include "base/json.h"
 #include "text/tokenizer.h"
 
 static int fail(const clef_err *e) {

@@ -27,7 +27,7 @@
 #include "cli/cmds.h"
 #include "cli/read_input.h"
 #include "image/image.h"
-#include "text/json.h"
+#include "base/json.h"
 
 static int usage(void) {
     fprintf(stderr, "usage: clef preprocess --model DIR (--image F | --entry F|-) [--tile 256|448]\n"

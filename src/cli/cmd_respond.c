@@ -14,8 +14,8 @@
 #include "decision/encode.h"
 #include "decision/request.h"
 #include "decision/response.h"
-#include "text/json.h"
-#include "text/pyfmt.h"
+#include "base/json.h"
+#include "base/pyfmt.h"
 #include "text/tokenizer.h"
 
 static int fail(const clef_err *e) {

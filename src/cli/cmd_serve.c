@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "cli/cmds.h"
-#include "serve/cli_opts.h"
+#include "cli/cli_opts.h"
 #include "clef.h"
 #include "serve/scheduler.h"
 #include "serve/server.h"

@@ -20,7 +20,7 @@
 #include "base/buf.h"
 #include "base/err.h"
 #include "cli/cmds.h"
-#include "text/json.h"
+#include "base/json.h"
 #include "text/tokenizer.h"
 
 static double now_s(void) {

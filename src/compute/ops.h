@@ -1,12 +1,12 @@
-/* The op interface the model code calls (text forward, head, later the vision tower). A backend
- * (cpu/ now, cuda/ later) fills a clef_ops table of function pointers; model code never sees a
+/* The op interface the model code calls (text forward, vision tower, head). A backend
+ * (cpu/, cuda/) fills a clef_ops table of function pointers; model code never sees a
  * backend type.
  *
  * Conventions
  * - Activations are contiguous fp32 "device" buffers obtained from ops->alloc (on the CPU backend
  *   plain host memory; ops->host_memory says so). Sizes and strides are in floats. `ld*` is the
  *   distance between consecutive rows.
- * - Weights are clef_tensor views (model/safetensors.h) of the mapped checkpoint, BF16 or F32 (F16
+ * - Weights are clef_tensor views (compute/tensor.h) of the mapped checkpoint, BF16 or F32 (F16
  *   accepted too), row-major. A backend may cache device copies keyed by the tensor's data
  *   pointer; the model passes the tensors as bound by model/weights.h, with the backend's
  *   prepared form (prepare_weight) in w->prep where it made one.
@@ -24,7 +24,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "model/safetensors.h"
+#include "compute/tensor.h"
 
 typedef struct clef_ops clef_ops;
 

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "text/utf8.h"
+#include "base/utf8.h"
 
 static const char SYSTEM_PROMPT[] =
     "Read the complete state and schema. Decide every field jointly. Each answer must be exactly one of "

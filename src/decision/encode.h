@@ -32,7 +32,7 @@
 #include "base/err.h"
 #include "decision/request.h"
 #include "image/image.h"
-#include "text/json.h"
+#include "base/json.h"
 #include "text/tokenizer.h"
 
 #define CLEF_MAX_LENGTH_DEFAULT 16384

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "text/utf8.h"
+#include "base/utf8.h"
 
 static const char DEFAULT_T[] = "The proposition is true or the answer is yes.";
 static const char DEFAULT_F[] = "The proposition is false or the answer is no.";

@@ -25,7 +25,8 @@
 #include <stddef.h>
 
 #include "base/err.h"
-#include "text/json.h"
+#include "base/question_type.h"
+#include "base/json.h"
 
 /* Error names of the decision part (docs/errors.md). */
 #define CLEF_E_MISSING_MODEL_OR_STATE "MissingModelOrState"
@@ -40,7 +41,6 @@
 #endif
 #define CLEF_E_MEDIA_TOKEN_MISMATCH "MediaTokenMismatch"
 
-typedef enum { CLEF_Q_NOUL = 0, CLEF_Q_CHOICE = 1, CLEF_Q_SCORE = 2 } clef_qtype;
 
 typedef struct clef_option {
     const char *id; /* "true"/"false", the choice key, or "0".."n-1"; NUL-terminated */

@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "text/json.h"
-#include "text/pyfmt.h"
+#include "base/json.h"
+#include "base/pyfmt.h"
 
 void clef_softmax_f32(const float *x, size_t n, float *p) {
     if (n == 0) return;

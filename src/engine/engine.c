@@ -24,7 +24,7 @@
 #include "model/text.h"
 #include "model/vision.h"
 #include "model/weights.h"
-#include "text/json.h"
+#include "base/json.h"
 #include "text/tokenizer.h"
 
 #define DEFAULT_MAX_IMAGE_BYTES ((size_t)16 << 20)
@@ -466,7 +466,7 @@ int clef_bench_forward(clef_engine *e, const int32_t *ids, size_t n, double *sec
     int32_t spans[2 * 11];
     int nq;
     if (n >= 64) {
-        static const int types[3] = {CLEF_QTYPE_NOUL, CLEF_QTYPE_CHOICE, CLEF_QTYPE_SCORE};
+        static const int types[3] = {CLEF_Q_NOUL, CLEF_Q_CHOICE, CLEF_Q_SCORE};
         static const int nopt[3] = {2, 4, 5};
         int32_t t = (int32_t)(n - 46);
         int k = 0;
@@ -485,7 +485,7 @@ int clef_bench_forward(clef_engine *e, const int32_t *ids, size_t n, double *sec
         }
     } else {
         nq = 1;
-        hq[0].type = CLEF_QTYPE_CHOICE;
+        hq[0].type = CLEF_Q_CHOICE;
         hq[0].q_start = 0;
         hq[0].q_end = (int32_t)n - 2;
         hq[0].n_options = 2;

@@ -2,7 +2,7 @@
 #include <math.h>
 
 #include "image/image_internal.h"
-#include "text/pyfmt.h"
+#include "base/pyfmt.h"
 
 int clef_smart_resize(int64_t h, int64_t w, int64_t factor, int64_t min_pixels, int64_t max_pixels, int64_t *oh,
                       int64_t *ow, clef_err *err) {

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "base/mapfile.h"
-#include "text/json.h"
+#include "base/json.h"
 
 #define CFG_MAX_FILE (16u * 1024u * 1024u)
 #define DIM_MAX (1 << 24) /* generous bound on any single dimension */

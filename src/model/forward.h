@@ -8,6 +8,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/question_type.h"
+
 /* Debug hook: called after every decoder layer (layer = 0 .. n_layers-1, rows = the residual
  * stream after that layer) and once more with layer = CLEF_LAYER_FINAL_NORM (-1) for the
  * final-norm rows. `rows` is host memory [T, D] valid only during the call. */
@@ -33,11 +35,10 @@ typedef struct clef_forward_in {
     void *on_layer_user;
 } clef_forward_in;
 
-enum { CLEF_QTYPE_NOUL = 0, CLEF_QTYPE_CHOICE = 1, CLEF_QTYPE_SCORE = 2 };
 
 /* One question of a record, spans half-open into the record's token sequence. */
 typedef struct clef_head_question {
-    int type;                    /* CLEF_QTYPE_*: the row of type_embedding */
+    clef_qtype type;             /* the row of type_embedding */
     int32_t q_start, q_end;      /* question (instructions) span */
     int n_options;               /* >= 1 */
     const int32_t *option_spans; /* [2 * n_options]: start0, end0, start1, end1, ... (head order) */

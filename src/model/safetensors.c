@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "base/mapfile.h"
-#include "text/json.h"
+#include "base/json.h"
 
 struct clef_st_file {
     clef_mapfile map;           /* zeroed when parsed from caller-owned bytes */

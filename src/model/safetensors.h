@@ -16,49 +16,9 @@
 #include <stdint.h>
 
 #include "base/err.h"
+#include "compute/tensor.h"
 
-#define CLEF_MAX_DIMS 8
 #define CLEF_ST_MAX_HEADER (100u * 1000u * 1000u) /* 100 MB */
-
-/* Storage dtypes (safetensors names in clef_dtype_name). */
-enum {
-    CLEF_ST_BOOL = 1,
-    CLEF_ST_U8,
-    CLEF_ST_I8,
-    CLEF_ST_F8_E4M3,
-    CLEF_ST_F8_E5M2,
-    CLEF_ST_F8_E8M0,
-    CLEF_ST_I16,
-    CLEF_ST_U16,
-    CLEF_ST_F16,
-    CLEF_ST_BF16,
-    CLEF_ST_I32,
-    CLEF_ST_U32,
-    CLEF_ST_F32,
-    CLEF_ST_I64,
-    CLEF_ST_U64,
-    CLEF_ST_F64,
-};
-
-struct clef_prepared; /* compute/ops.h */
-
-/* A view of one tensor inside a mapped file. Row-major, contiguous; `data` points into the
- * mapping (valid until the file is closed) and may be NULL only for an empty tensor. Unused
- * shape entries (>= ndim) are 0. A zeroed clef_tensor (data == NULL, name == NULL) means "not
- * bound". The data is aligned to the element size when the file was written by the safetensors
- * library (header padded to 8 bytes); the model binder (weights.h) checks this. `prep` is NULL
- * in the file's views; the model sets it on its own bound copy when a backend prepared the
- * tensor (ops->prepare_weight: e.g. the weights in a kernel's layout) and frees it on close. */
-typedef struct clef_tensor {
-    const void *data;
-    struct clef_prepared *prep;   /* a backend's form of the tensor, or NULL (model/weights.h) */
-    int dtype;                    /* CLEF_ST_* */
-    int ndim;                     /* 0 .. CLEF_MAX_DIMS (0 = a scalar, numel 1) */
-    int64_t shape[CLEF_MAX_DIMS];
-    int64_t numel;
-    size_t nbytes;
-    const char *name;             /* owned by the file */
-} clef_tensor;
 
 /* Element size in bytes (0 for an unknown dtype) and the safetensors name ("BF16", "F32", ...;
  * "?" when unknown). */

@@ -12,7 +12,7 @@
 
 #include "base/mapfile.h"
 #include "compute/ops.h"
-#include "text/json.h"
+#include "base/json.h"
 
 #define INDEX_MAX_BYTES (64u * 1024u * 1024u)
 #define MAX_SHARDS 4096

@@ -25,7 +25,7 @@
 #include "base/buf.h"
 #include "serve/metrics.h"
 #include "serve/scheduler.h"
-#include "text/json.h"
+#include "base/json.h"
 
 #define ROUTE_DECIDE "/v1/systemone"
 

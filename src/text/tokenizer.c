@@ -29,8 +29,8 @@
 #include <utf8proc.h>
 
 #include "text/bpe.h"
-#include "text/json.h"
-#include "text/utf8.h"
+#include "base/json.h"
+#include "base/utf8.h"
 
 #define QWEN2_SPLIT                                                                               \
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|" \

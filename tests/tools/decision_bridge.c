@@ -21,8 +21,8 @@
 #include "decision/encode.h"
 #include "decision/request.h"
 #include "decision/response.h"
-#include "text/json.h"
-#include "text/pyfmt.h"
+#include "base/json.h"
+#include "base/pyfmt.h"
 #include "text/tokenizer.h"
 
 static int grid_media(void *ctx, size_t index, const json_value *entry, const clef_image_opts *o, clef_image *out,

@@ -18,8 +18,8 @@
 
 #include "base/buf.h"
 #include "base/err.h"
-#include "text/json.h"
-#include "text/pyfmt.h"
+#include "base/json.h"
+#include "base/pyfmt.h"
 
 static int hexdig(int c) {
     if (c >= '0' && c <= '9') return c - '0';

@@ -24,7 +24,7 @@
 #include "model/positions.h"
 #include "model/vision.h"
 #include "model/weights.h"
-#include "text/json.h"
+#include "base/json.h"
 #include "text/tokenizer.h"
 
 static int fail(const clef_err *e) {

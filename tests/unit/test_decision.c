@@ -10,7 +10,7 @@
 #include "decision/request.h"
 #include "decision/response.h"
 #include "test.h"
-#include "text/json.h"
+#include "base/json.h"
 
 static json_doc *parse(const char *s) {
     clef_err e;

@@ -12,7 +12,7 @@
 #include "image/image.h"
 #include "image/image_internal.h"
 #include "test.h"
-#include "text/json.h"
+#include "base/json.h"
 
 static uint8_t *slurp(const char *path, size_t *n) {
     FILE *f = fopen(path, "rb");

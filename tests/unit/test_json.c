@@ -1,4 +1,4 @@
-/* Unit tests for src/text/json.c: every example of contract.md §5, Python's error messages, limits,
+/* Unit tests for src/base/json.c: every example of contract.md §5, Python's error messages, limits,
  * builders, lookups, truthiness, key order with surrogates, and a large-document timing check.
  * (The byte-for-byte comparison with CPython over 150k generated cases is
  * tests/parity/test_json_cpython.py.) */
@@ -7,8 +7,8 @@
 #include <string.h>
 
 #include "test.h"
-#include "text/json.h"
-#include "text/utf8.h"
+#include "base/json.h"
+#include "base/utf8.h"
 
 static char rendered[8192];
 
@@ -301,7 +301,7 @@ static void test_big_document(void) {
     clef_buf_free(&src);
 }
 
-/* src/text/utf8.c, which the parser and the tokenizer share */
+/* src/base/utf8.c, which the parser and the tokenizer share */
 static void test_utf8(void) {
     uint32_t cp;
     CHECK(utf8_decode("A", 1, &cp) == 1 && cp == 'A');

@@ -1,4 +1,4 @@
-/* Unit tests for src/text/pyfmt.c: repr(float), round(float, n), sum(floats), with the values of
+/* Unit tests for src/base/pyfmt.c: repr(float), round(float, n), sum(floats), with the values of
  * contract.md §5.2 and §8.3 and CPython 3.12's answers (checked with python3.12 when written).
  * The broad comparison (100k+ values) is tests/parity/test_json_cpython.py. */
 #include <math.h>
@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "test.h"
-#include "text/pyfmt.h"
+#include "base/pyfmt.h"
 
 static char rbuf[64];
 static const char *R(double x) {

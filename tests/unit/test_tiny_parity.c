@@ -32,7 +32,7 @@
 #include "model/text.h"
 #include "model/weights.h"
 #include "test.h"
-#include "text/json.h"
+#include "base/json.h"
 
 /* |p - p64| bound: 1e-6 on the parity path (CLEF_LINEAR=double), 1e-4 on the default fp32-GEMM path
  * (issue 8's bound for faster paths; the measured value is printed). */

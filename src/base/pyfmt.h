@@ -2,8 +2,8 @@
  * Why hand-written: repr(float), round(x, n) and sum() have exact CPython semantics that no C
  * library function reproduces as-is (shortest round-trip digits, Python's exponent thresholds,
  * correctly rounded decimal rounding, Neumaier-compensated summation since Python 3.12). */
-#ifndef CLEF_TEXT_PYFMT_H
-#define CLEF_TEXT_PYFMT_H
+#ifndef CLEF_BASE_PYFMT_H
+#define CLEF_BASE_PYFMT_H
 
 #include <stddef.h>
 

@@ -3,7 +3,7 @@
  * All decimal <-> binary conversions go through glibc's snprintf("%.*e"/"%.*f") and strtod_l, which
  * are correctly rounded (round-half-even on the exact binary value), the same guarantee CPython's
  * dtoa.c gives. Only the digit selection and the output layout are ours. */
-#include "text/pyfmt.h"
+#include "base/pyfmt.h"
 
 #include <locale.h>
 #include <math.h>

@@ -1,5 +1,5 @@
 /* Option parsing and the progress bar (see cli_opts.h). */
-#include "serve/cli_opts.h"
+#include "cli/cli_opts.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -5,7 +5,7 @@
  * ("Expecting value: line 1 column 5 (char 4)"; positions count code points, as Python's str does).
  * All nodes, strings and arrays of a document live in one arena; objects and arrays are collected on
  * scratch stacks while parsing and copied into the arena, exact-sized, when they close. */
-#include "text/json.h"
+#include "base/json.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -13,8 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "text/pyfmt.h"
-#include "text/utf8.h"
+#include "base/pyfmt.h"
+#include "base/utf8.h"
 
 /* ---- arena ---- */
 

@@ -1,7 +1,7 @@
 /* Small helpers shared by `clef serve` and `clef batch`: option values and a progress bar on a
  * terminal. */
-#ifndef CLEF_SERVE_CLI_OPTS_H
-#define CLEF_SERVE_CLI_OPTS_H
+#ifndef CLEF_CLI_CLI_OPTS_H
+#define CLEF_CLI_CLI_OPTS_H
 
 #include <stddef.h>
 #include <stdint.h>

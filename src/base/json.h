@@ -7,8 +7,8 @@
  *
  * Memory: a parsed document owns all its nodes (one arena); free it with json_doc_free. Values can
  * also be built by hand with json_new_* on a doc (for tests and for building responses). */
-#ifndef CLEF_TEXT_JSON_H
-#define CLEF_TEXT_JSON_H
+#ifndef CLEF_BASE_JSON_H
+#define CLEF_BASE_JSON_H
 
 #include <stddef.h>
 #include <stdint.h>

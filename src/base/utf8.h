@@ -4,8 +4,8 @@
  * (ED A0..BF xx), nothing above U+10FFFF, no truncated sequences. The WTF-8 variants additionally
  * accept the 3-byte encoded surrogates U+D800..U+DFFF (our JSON strings keep lone \uD800 escapes that
  * way, see json.h). */
-#ifndef CLEF_TEXT_UTF8_H
-#define CLEF_TEXT_UTF8_H
+#ifndef CLEF_BASE_UTF8_H
+#define CLEF_BASE_UTF8_H
 
 #include <stddef.h>
 #include <stdint.h>
