@@ -16,11 +16,37 @@
 #define CLEF_LAYER_FINAL_NORM (-1)
 typedef void (*clef_layer_fn)(void *user, int layer, const float *rows, size_t T, size_t D);
 
+/* The delta rule's chunk (model.md §4.4.6): chunks start at each record's first token. */
+#define CLEF_DELTA_CHUNK 64
+
+/* A record's state after its first `rows` tokens (a multiple of the delta rule's chunk, 64): what a
+ * later forward needs to go on from there with the bits of the uninterrupted run (the engine's
+ * state cache keeps these). Device buffers, one per layer (NULL where the layer has none):
+ * Gated DeltaNet layers conv [K-1, conv_dim] (the conv's input window) and rec [Hv, dk, dv] (the
+ * delta rule's state); attention layers k, v [rows, kv_heads * head_dim] (after norm and rotary). */
+typedef struct clef_text_state {
+    size_t rows;
+    float **conv, **rec, **k, **v; /* [num_hidden_layers] each */
+} clef_text_state;
+
+/* One record of a packed forward: the next `n` rows of ids. */
+typedef struct clef_forward_seg {
+    size_t n;
+    const clef_text_state *resume; /* NULL: the record starts here (position 0); else its rows are
+                                      positions resume->rows.., going on from that state */
+    clef_text_state *snap;         /* NULL, or the buffers to fill with the state after snap->rows of
+                                      these rows (0 < rows < n, a multiple of 64; needs resume NULL) */
+} clef_forward_seg;
+
 typedef struct clef_forward_in {
     const int32_t *ids;          /* [n] token ids, each in [0, vocab_size) */
-    size_t n;                    /* tokens, >= 1 */
-    /* M-RoPE position planes T, H, W (model.md §5.3), each [n]. All NULL: text-only, every
-     * plane = index. Either all three or none. */
+    size_t n;                    /* tokens, >= 1 (all segments together) */
+    /* The records packed into this forward, in row order (their n add up to n). 0 / NULL: one
+     * record of n rows from position 0. Rows of different records never mix. */
+    size_t nseg;
+    const clef_forward_seg *segs;
+    /* M-RoPE position planes T, H, W (model.md §5.3), each [n] (every row of the forward). All
+     * NULL: text-only, every plane = the row's position in its record. Either all three or none. */
     const int32_t *pos[3];
     /* Rows that replace the token embeddings at the given positions (image rows, in order):
      * replace_rows is device memory [n_replace, hidden_size]; replace_pos host [n_replace]. */

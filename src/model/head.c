@@ -53,7 +53,7 @@ static void mha(clef_ops *ops, float *out, const float *xq, size_t Tq, const flo
     ops->linear(ops, q, xq, Tq, in_w, 0, W, in_b);
     ops->linear(ops, k, xkv, Tk, in_w, W, W, in_b);
     ops->linear(ops, v, xkv, Tk, in_w, 2 * W, W, in_b);
-    ops->attention(ops, a, W, q, W, k, W, v, W, Tq, Tk, heads, heads, hd, (float)(1.0 / sqrt((double)hd)), 0);
+    clef_attention1(ops, a, W, q, W, k, W, v, W, Tq, Tk, heads, heads, hd, (float)(1.0 / sqrt((double)hd)), 0);
     ops->linear(ops, out, a, Tq, out_w, 0, W, out_b);
 }
 

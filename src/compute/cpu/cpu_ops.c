@@ -357,8 +357,9 @@ static void cpu_rope(clef_ops *ops, float *x, size_t ld, size_t T, size_t nh, si
 
 /* ---------------------------------------------------------------- GDN pieces */
 
-static void cpu_conv1d_silu(clef_ops *ops, float *y, const float *x, size_t T, size_t C, const clef_tensor *w) {
-    if (clef_cpu_conv1d_silu(POOL(ops), y, x, T, C, w)) ops->failed = 1;
+static void cpu_conv1d_silu(clef_ops *ops, float *y, const float *x, size_t C, const clef_tensor *w,
+                            const clef_seg *segs, size_t nseg, const clef_seg_state *st) {
+    if (clef_cpu_conv1d_silu_segs(POOL(ops), y, x, C, w, segs, nseg, st)) ops->failed = 1;
 }
 
 static void cpu_gdn_gates(clef_ops *ops, float *beta, float *g, const float *b, const float *a, size_t T,
@@ -379,22 +380,28 @@ static void cpu_gdn_gates(clef_ops *ops, float *beta, float *g, const float *b, 
 /* The delta rule, conv1d_silu, l2norm and gated_rmsnorm live in cpu_gdn.c, attention in
  * cpu_attention.c (cpu_mixers.h). */
 static void cpu_delta_rule(clef_ops *ops, float *o, const float *q, const float *k, const float *v,
-                           const float *beta, const float *g, size_t T, size_t Hk, size_t Hv, size_t dk,
-                           size_t dv, size_t chunk) {
-    if (clef_cpu_delta_rule(POOL(ops), o, q, k, v, beta, g, T, Hk, Hv, dk, dv, chunk)) ops->failed = 1;
+                           const float *beta, const float *g, size_t Hk, size_t Hv, size_t dk, size_t dv,
+                           size_t chunk, const clef_seg *segs, size_t nseg, const clef_seg_state *st) {
+    if (clef_cpu_delta_rule_segs(POOL(ops), o, q, k, v, beta, g, Hk, Hv, dk, dv, chunk, segs, nseg, st))
+        ops->failed = 1;
 }
 
 /* ---------------------------------------------------------------- attention */
 
 /* fp32 products on the default path (as its GEMMs accumulate in fp32), double accumulation on the
  * parity path (CLEF_LINEAR=double) and where the AVX-512 loops are not available. */
+/* One kernel call per segment (each plans its own query blocks over the workers). */
 static void cpu_attention(clef_ops *ops, float *o, size_t ldo, const float *q, size_t ldq, const float *k,
-                          size_t ldk, const float *v, size_t ldv, size_t Tq, size_t Tk, size_t nh, size_t nkv,
-                          size_t hd, float scale, int causal) {
+                          size_t ldk, const float *v, size_t ldv, const clef_attn_seg *segs, size_t nseg,
+                          size_t nh, size_t nkv, size_t hd, float scale, int causal) {
     int fp32 = !linear_force_double() && clef_simd_ok();
-    if ((fp32 ? clef_cpu_attention_f32 : clef_cpu_attention)(POOL(ops), o, ldo, q, ldq, k, ldk, v, ldv, Tq, Tk,
-                                                            nh, nkv, hd, scale, causal))
-        ops->failed = 1;
+    for (size_t i = 0; i < nseg; i++) {
+        const clef_attn_seg *sg = &segs[i];
+        if ((fp32 ? clef_cpu_attention_f32 : clef_cpu_attention)(
+                POOL(ops), o + sg->q0 * ldo, ldo, q + sg->q0 * ldq, ldq, k + sg->k0 * ldk, ldk, v + sg->k0 * ldv,
+                ldv, sg->nq, sg->nk, nh, nkv, hd, scale, causal))
+            ops->failed = 1;
+    }
 }
 
 /* ---------------------------------------------------------------- elementwise */
@@ -501,6 +508,7 @@ clef_ops *clef_cpu_ops_create(int nthreads, clef_err *err) {
     ops->l2norm = cpu_l2norm;
     ops->gated_rmsnorm = cpu_gated_rmsnorm;
     ops->rope = cpu_rope;
+    ops->can_resume = 1;
     ops->conv1d_silu = cpu_conv1d_silu;
     ops->gdn_gates = cpu_gdn_gates;
     ops->delta_rule = cpu_delta_rule;
