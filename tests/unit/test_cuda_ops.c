@@ -457,9 +457,9 @@ int main(void) {
     }
     clef_err err;
     clef_err_clear(&err);
-    cpu = clef_cpu_ops_create(0, &err);
-    gpu[0] = clef_cuda_ops_create(0, CLEF_CUDA_FP32, &err);
-    gpu[1] = gpu[0] ? clef_cuda_ops_create(0, CLEF_CUDA_FAST, &err) : NULL;
+    cpu = clef_cpu_ops_create(0, NULL, &err);
+    gpu[0] = clef_cuda_ops_create(0, CLEF_CUDA_FP32, NULL, &err);
+    gpu[1] = gpu[0] ? clef_cuda_ops_create(0, CLEF_CUDA_FAST, NULL, &err) : NULL;
     if (!cpu || !gpu[0] || !gpu[1]) {
         printf("backend creation failed: %s\n", err.msg);
         return 1;

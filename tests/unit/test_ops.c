@@ -435,7 +435,7 @@ int main(void) {
           clef_half_to_f32(0x0001) == 5.9604644775390625e-08f && clef_half_to_f32(0x7bff) == 65504.0f);
 
     clef_err err = {0};
-    clef_ops *o1 = clef_cpu_ops_create(1, &err), *o3 = clef_cpu_ops_create(3, &err);
+    clef_ops *o1 = clef_cpu_ops_create(1, NULL, &err), *o3 = clef_cpu_ops_create(3, NULL, &err);
     CHECK(o1 && o3);
     if (!o1 || !o3) return TEST_END();
     outs a, b;

@@ -154,7 +154,7 @@ int main(void) {
     clef_model_files *m = tiny_model_open(&dir);
     if (!m) return 77;
     clef_err err = {0};
-    clef_ops *o1 = clef_cpu_ops_create(1, &err), *o3 = clef_cpu_ops_create(3, &err);
+    clef_ops *o1 = clef_cpu_ops_create(1, NULL, &err), *o3 = clef_cpu_ops_create(3, NULL, &err);
     CHECK(o1 && o3);
     if (!o1 || !o3) return TEST_END();
     /* one image of 4 x 6 patches */

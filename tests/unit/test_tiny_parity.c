@@ -202,7 +202,7 @@ int main(void) {
     }
     printf("inv_freq: computed table %s the reference's bits\n", inv_same ? "equals" : "DIFFERS from");
 
-    clef_ops *ops = clef_cpu_ops_create(0, &err);
+    clef_ops *ops = clef_cpu_ops_create(0, NULL, &err);
     CHECK(ops != NULL);
     if (!ops) return TEST_END();
     /* as the engine does (AMX-packed Linear weights where they apply; the same bits: test_prepared) */
