@@ -70,13 +70,20 @@ typedef struct clef_head_question {
     const int32_t *option_spans; /* [2 * n_options]: start0, end0, start1, end1, ... (head order) */
 } clef_head_question;
 
-/* One record for the head. */
+/* One record for the head. Its spans index the whole record; a record that resumed from a cached
+ * state gives only its new rows' hidden states and the cached memory rows of the others (the
+ * head's memory, memory_projection(hidden_norm(h)), is per row). */
 typedef struct clef_head_in {
-    const float *hidden;         /* device [T, hidden_size]: the backbone's final-norm rows */
-    size_t T;                    /* real tokens (no padding) */
+    const float *hidden;         /* device [T - past, hidden_size]: the backbone's final-norm rows
+                                    of positions past .. T-1 */
+    size_t T;                    /* real tokens of the record (no padding) */
     const int32_t *ids;          /* [T] the record's input ids (for the lexical rows) */
     int n_questions;             /* >= 1 */
-    const clef_head_question *questions;
+    const clef_head_question *questions; /* spans inside [past, T) (empty spans anywhere) */
+    size_t past;                 /* rows before `hidden` (0: none) ... */
+    const float *mem_past;       /* ... whose memory rows are these, device [past, width] */
+    float *mem_snap;             /* NULL, or device [snap_rows, width]: receives memory rows 0.. */
+    size_t snap_rows;            /* ... snap_rows - 1 (needs past == 0) */
 } clef_head_in;
 
 #endif

@@ -307,7 +307,7 @@ int main(void) {
                 qs[i].option_spans = spans[i];
                 NO += jlen(os);
             }
-            clef_head_in hin = {hid, T, ids, Q, qs};
+            clef_head_in hin = {hid, T, ids, Q, qs, 0, NULL, NULL, 0};
             float *lg = malloc((NO + 1) * sizeof(float)), *pr = malloc((NO + 1) * sizeof(float));
             for (int pass = 0; pass < 2; pass++) {
                 if (pass == 1) {
