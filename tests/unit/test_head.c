@@ -77,7 +77,7 @@ int main(void) {
     float *hid2 = malloc(N * H * 4);
     memcpy(hid2, hid, N * H * 4);
     for (size_t k = 0; k < H; k++) hid2[3 * H + k] *= -1.0f;
-    clef_head_in in2 = {hid2, N, ids, 3, qs};
+    clef_head_in in2 = {hid2, N, ids, 3, qs, 0, NULL, NULL, 0};
     CHECK(clef_head_forward(o3, &m->head_cfg, &m->head, &m->text.lm_head, &in2, lp, &err) == 0);
     CHECK(maxdiff(lp, l1, 9) > 1e-6);
 
