@@ -309,7 +309,11 @@
         text = await resp.text();
       } catch (e) {
         $('status').textContent = '';
-        showError($('error'), 'Could not reach the server: ' + e.message);
+        const mb = req.body.length / 1048576;
+        showError($('error'), 'Could not reach the server (' + e.message + ').' + (mb >= 1
+          ? ' The request is ' + mb.toFixed(1) + ' MB: over the server\'s --max-body (default 16M) the server ' +
+            'answers 413 and closes the connection, which a browser may see as this.'
+          : ''));
         return;
       }
       const ms = Math.round(performance.now() - t0);
