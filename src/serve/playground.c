@@ -4,7 +4,7 @@
 
 #include <string.h>
 
-#include "web_assets.h" /* $(BUILD)/gen: web_playground_html[], web_playground_js[], web_playground_css[] */
+#include "serve/web_assets.h" /* made by the Makefile in $(BUILD)/gen: web_playground_{html,js,css}[] */
 
 /* The page loads only its own script and style sheet from this server and talks only to it
  * (fetch of /v1/systemone, /v1/models); images are shown from data: URLs. No inline script or

@@ -1,6 +1,6 @@
 /* The web playground served by `clef serve` at / (docs/serving.md, "The playground"). Its files
  * are the files in web/, compiled into the binary as byte arrays at build time (the Makefile writes
- * $(BUILD)/gen/web_assets.h) and sent exactly as they are in the source tree. */
+ * $(BUILD)/gen/serve/web_assets.h) and sent exactly as they are in the source tree. */
 #ifndef CLEF_SERVE_PLAYGROUND_H
 #define CLEF_SERVE_PLAYGROUND_H
 
