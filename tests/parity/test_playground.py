@@ -109,6 +109,8 @@ class Server:
             self.p.kill()
             self.p.wait()
         self.logf.close()
+        check(self.p.returncode == 0, "the server exits 0 on SIGTERM (ASan quiet): %s %s"
+              % (self.p.returncode, open(self.log, errors="replace").read()[-2000:]))
 
 
 def get(port, path, method="GET", body=None, headers=None):
