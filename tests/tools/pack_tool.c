@@ -168,6 +168,10 @@ int main(int argc, char **argv) {
         }
     clef_cache_info ci;
     clef_engine_cache_info(ec, &ci);
+    if (ci.bytes > ci.limit) {
+        printf("FAIL: the cache holds %zu bytes over its bound of %zu\n", ci.bytes, ci.limit);
+        mismatches++;
+    }
     clef_close(ec);
 
     printf("%d requests, %zu groups (%zu with company, up to %zu records): %d mismatches; cache: %llu hits, %llu misses, "
