@@ -235,16 +235,18 @@ class Engine:
         """The response as a dict ({"model", "answers", "usage"}); raises clef.Error."""
         return json.loads(self.decide_raw(request))
 
-    def decide_many(self, requests: Iterable[Request], *, batch_tokens: int = 8192,
+    def decide_many(self, requests: Iterable[Request], *, batch_tokens: int = 8192, max_batch: int = 32,
                     raw: bool = False, return_exceptions: bool = False) -> List[Any]:
         """Answers several requests, in order, through the batch path: every request prepared,
-        then the model run on batches of them (the oldest always joins; the next ones while the
-        batch holds at most batch_tokens tokens, as the server's scheduler does), then each
-        response built. Each answer equals decide()'s for the same request.
+        then the model run on batches of them (in order: the first always joins; the next ones while
+        the batch holds at most batch_tokens tokens and max_batch requests, the defaults of
+        `clef serve`), then each response built. Each answer equals decide()'s for the same request.
 
         raw: the response bodies as str instead of dicts. return_exceptions: a refused request's
         place holds its clef.Error; otherwise the first refusal is raised once all are done.
         """
+        if batch_tokens < 1 or max_batch < 1:
+            raise ValueError("batch_tokens and max_batch must be at least 1")
         bodies = [encode_request(r) for r in requests]
         out: List[Any] = [None] * len(bodies)
         handle = self._enter()
@@ -261,7 +263,7 @@ class Engine:
             start = 0
             while start < len(order):
                 end, total = start + 1, self._lib.clef_job_tokens(order[start][1])
-                while end < len(order):
+                while end < len(order) and end - start < max_batch:
                     t = self._lib.clef_job_tokens(order[end][1])
                     if total + t > batch_tokens:
                         break
