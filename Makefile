@@ -58,8 +58,10 @@ ifeq ($(CUDA),1)
   CUDA_ARCHS ?= 80 89 90
   NVCC_GENCODE := $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a))
   NVCC_OPT   ?= -O3 -g -lineinfo
+  # -fno-gnu-unique: libstdc++'s inline statics (std::piecewise_construct) become weak, not
+  # STB_GNU_UNIQUE, so that the shipped libclef.a can make them local (objcopy keeps unique ones global).
   NVCCFLAGS  := -std=c++17 $(NVCC_OPT) -fmad=false $(NVCC_GENCODE) -Iinclude -Isrc \
-                -Xcompiler -Wall,-Wextra,-Wno-unused-parameter,-Werror,-fPIC,-fvisibility=hidden \
+                -Xcompiler -Wall,-Wextra,-Wno-unused-parameter,-Werror,-fPIC,-fvisibility=hidden,-fno-gnu-unique \
                 $(EXTRA_NVCCFLAGS)
   CUDA_SRC   := $(sort $(wildcard src/compute/cuda/*.cu))
   CUDA_OBJ   := $(CUDA_SRC:%.cu=$(BUILD)/obj/%.o)

@@ -19,6 +19,9 @@ if [ ! -e "$build/dist/libclef.so" ]; then
   echo "skip: no $rel/dist/libclef.so (the sanitizer build ships nothing; make builds it)"; exit 77
 fi
 [ -f models/tiny/config.json ] || { echo "skip: no models/tiny (make tiny)"; exit 77; }
+if [ -d "$build/obj/src/compute/cuda" ]; then  # `make install` here would rebuild it without CUDA=1
+  echo "skip: $rel is a CUDA=1 build (install it with the make variables it was built with)"; exit 77
+fi
 for t in pkg-config cc c++ nm readelf; do
   command -v $t >/dev/null || { echo "skip: no $t"; exit 77; }
 done

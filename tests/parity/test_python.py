@@ -119,6 +119,9 @@ def check_wheel(tmp: pathlib.Path, want: str):
     shutil.copytree(ROOT / "python", pkg, ignore=shutil.ignore_patterns("build", "*.egg-info", "libclef.so*"))
     env = {k: v for k, v in os.environ.items() if k not in ("CLEF_LIBRARY", "PYTHONPATH")}
     env.update(CLEF_SOURCE_DIR=str(ROOT), CLEF_BUILD=str(BUILD), CLEF_MAKE_JOBS="2")
+    if (BUILD / "obj" / "src" / "compute" / "cuda").is_dir():
+        # a CUDA=1 build: make without its variables would rebuild it for the CPU; bundle it as is
+        env["CLEF_LIBRARY"] = str(LIB)
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-build-isolation", "--no-deps",
                     "--no-index", str(pkg), "-w", str(tmp / "wheel")], check=True, env=env, cwd=tmp,
                    capture_output=True)
