@@ -80,7 +80,7 @@ def body_of(req) -> bytes:
 
 # ---- 1. the ctypes structs have clef.h's layout
 def check_layout(tmp: pathlib.Path):
-    fields = {"clef_options": _lib.Options, "clef_result": _lib.Result}
+    fields = {"clef_options": _lib.Options, "clef_result": _lib.Result, "clef_cache_info": _lib.CacheInfo}
     lines = ['#include <stddef.h>', '#include <stdio.h>', '#include "clef.h"', "int main(void) {"]
     for cname, cls in fields.items():
         lines.append(f'printf("{cname} sizeof %zu\\n", sizeof({cname}));')

@@ -94,14 +94,16 @@ class Engine:
     precision: None (the library's default: fp32, or $CLEF_PRECISION with device "auto"), "fp32"
     or "fast" (bf16 tensor cores on CUDA; the CPU ignores it). The rest are clef_options fields
     (include/clef.h): gpu, max_length, image_tile (0, 256, 448), text_only, split ("file",
-    "qwen2", "qwen35"), max_image_bytes, max_image_pixels, allow_image_paths, single_request.
+    "qwen2", "qwen35"), max_image_bytes, max_image_pixels, allow_image_paths, single_request,
+    state_cache_mb (None: the library's default, CLEF_STATE_CACHE_MB_DEFAULT; 0 turns the state
+    cache off; the answers are the same bits either way).
     """
 
     def __init__(self, model_dir: "Union[str, os.PathLike[str]]", threads: int = 0, device: str = "auto",
                  precision: Optional[str] = None, *, gpu: int = 0, max_length: int = 0, image_tile: int = 0,
                  text_only: bool = False, split: str = "file", max_image_bytes: int = 0,
                  max_image_pixels: int = 0, allow_image_paths: bool = False,
-                 single_request: bool = False) -> None:
+                 single_request: bool = False, state_cache_mb: Optional[int] = None) -> None:
         self._handle: Optional[int] = None
         if device not in _DEVICES:
             raise ValueError(f"device must be one of {sorted(_DEVICES)}, not {device!r}")
@@ -111,6 +113,8 @@ class Engine:
             raise ValueError(f"split must be one of {sorted(_SPLITS)}, not {split!r}")
         if image_tile not in _TILES:
             raise ValueError(f"image_tile must be one of {_TILES}, not {image_tile!r}")
+        if state_cache_mb is not None and (not isinstance(state_cache_mb, int) or state_cache_mb < 0):
+            raise ValueError(f"state_cache_mb must be None or a non-negative int, not {state_cache_mb!r}")
         for name, v in (("threads", threads), ("gpu", gpu), ("max_length", max_length),
                         ("max_image_bytes", max_image_bytes), ("max_image_pixels", max_image_pixels)):
             if not isinstance(v, int) or v < 0:
@@ -134,6 +138,8 @@ class Engine:
         o.max_image_pixels = max_image_pixels
         o.allow_image_paths = int(bool(allow_image_paths))
         o.single_request = int(bool(single_request))
+        if state_cache_mb is not None:
+            o.state_cache_mb = state_cache_mb
         err = ctypes.create_string_buffer(2048)
         handle = lib.clef_open(ctypes.byref(o), err, len(err))  # the GIL is released while it loads
         if not handle:
@@ -143,6 +149,17 @@ class Engine:
         self._state = threading.Condition()  # guards _handle and _active for close()
         self._active = 0
         self.backend: str = (lib.clef_engine_backend(handle) or b"").decode()
+
+    def cache_info(self) -> Dict[str, int]:
+        """The state cache's counters (clef_engine_cache_info): hits, misses, inserts, evictions,
+        tokens_reused, bytes, entries, limit (all 0 when the cache is off)."""
+        handle = self._enter()
+        try:
+            info = _lib.CacheInfo()
+            self._lib.clef_engine_cache_info(handle, ctypes.byref(info))
+            return {name: int(getattr(info, name)) for name, _ in info._fields_}
+        finally:
+            self._leave()
 
     # ---- lifetime
     def close(self) -> None:

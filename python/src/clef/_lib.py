@@ -33,6 +33,7 @@ class Options(ctypes.Structure):
         ("precision", ctypes.c_int),
         ("gpu", ctypes.c_int),
         ("single_request", ctypes.c_int),
+        ("state_cache_mb", ctypes.c_size_t),
         ("progress", _PROGRESS),
         ("progress_ctx", ctypes.c_void_p),
         ("_reserve", ctypes.c_uint64 * 64),
@@ -46,6 +47,19 @@ class Result(ctypes.Structure):
         ("error_type", ctypes.c_char_p),
         ("http_status", ctypes.c_int),
         ("input_tokens", ctypes.c_int),
+    ]
+
+
+class CacheInfo(ctypes.Structure):
+    _fields_ = [
+        ("hits", ctypes.c_uint64),
+        ("misses", ctypes.c_uint64),
+        ("inserts", ctypes.c_uint64),
+        ("evictions", ctypes.c_uint64),
+        ("tokens_reused", ctypes.c_uint64),
+        ("bytes", ctypes.c_size_t),
+        ("entries", ctypes.c_size_t),
+        ("limit", ctypes.c_size_t),
     ]
 
 
@@ -69,6 +83,8 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
         "clef_run_batch": (ctypes.c_int, [_engine_p, ctypes.POINTER(_job_p), ctypes.c_size_t]),
         "clef_job_finish": (None, [_job_p, ctypes.POINTER(Result)]),
         "clef_job_free": (None, [_job_p]),
+        "clef_job_cached_tokens": (ctypes.c_size_t, [_job_p]),
+        "clef_engine_cache_info": (None, [_engine_p, ctypes.POINTER(CacheInfo)]),
     }
     for name, (restype, argtypes) in sigs.items():
         fn = getattr(lib, name)
