@@ -24,13 +24,13 @@ BUILD = os.environ.get("CLEF_BUILD", os.path.join(ROOT, "build"))
 QUESTIONS = [
     {"urgent": {"type": "noul", "instructions": "Is this urgent?"}},
     {"team": {"type": "choice", "instructions": "Which team should take it?",
-              "options": ["hardware", "software", "facilities", "security"]}},
-    {"sev": {"type": "score", "instructions": "How severe is it?", "levels": ["low", "medium", "high", "critical"]}},
+              "criteria": {"hardware": None, "software": None, "facilities": None, "security": None}}},
+    {"sev": {"type": "score", "instructions": "How severe is it?", "criteria": ["low", "medium", "high", "critical"]}},
     {"refund": {"type": "noul", "instructions": "Does the customer ask for a refund?"}},
-    {"lang": {"type": "choice", "instructions": "Language?", "options": ["en", "fr", "de"]}},
-    {"tone": {"type": "score", "instructions": "How angry is the writer?", "levels": ["calm", "annoyed", "furious"]}},
+    {"lang": {"type": "choice", "instructions": "Language?", "criteria": {"en": None, "fr": None, "de": None}}},
+    {"tone": {"type": "score", "instructions": "How angry is the writer?", "criteria": ["calm", "annoyed", "furious"]}},
     {"spam": {"type": "noul"}, "bot": {"type": "noul", "instructions": "Was it written by a bot?"}},
-    {"topic": {"type": "choice", "options": ["billing", "outage", "feature request", "other"]}},
+    {"topic": {"type": "choice", "criteria": {"billing": None, "outage": None, "feature request": None, "other": None}}},
 ]
 
 

@@ -49,8 +49,8 @@ def built_requests():
                           for i in range(12))
     qsets = [
         {"urgent": {"type": "noul", "instructions": "Is this urgent?"}},
-        {"team": {"type": "choice", "instructions": "Which team?", "options": ["hardware", "software", "facilities"]}},
-        {"sev": {"type": "score", "instructions": "How severe?", "levels": ["low", "medium", "high"]},
+        {"team": {"type": "choice", "instructions": "Which team?", "criteria": {"hardware": None, "software": None, "facilities": None}}},
+        {"sev": {"type": "score", "instructions": "How severe?", "criteria": ["low", "medium", "high"]},
          "reply": {"type": "noul"}},
     ]
     out = []
@@ -96,6 +96,13 @@ def main():
             open(dst, "w").write(json.dumps(doc))
             files.append(dst)
         # (label, threads, env, rounds, cache MiB): the last run's 1 MiB cache holds a few entries, so it evicts
+        clef = os.path.join(BUILD, "clef")
+        for f in files:  # the built requests must be answered, or they test nothing
+            if os.path.basename(f).startswith("built_"):
+                d = subprocess.run([clef, "decide", "--model", MODEL, "--request", f], capture_output=True, text=True)
+                if d.returncode != 0:
+                    print("FAIL: %s is refused: %s" % (os.path.basename(f), d.stdout.strip() or d.stderr.strip()))
+                    return 1
         runs = [("default", "2", {}, "2", "1024"), ("default", "2", {}, "1", "1")] if asan else [
             ("default", "1", {}, "3", "1024"), ("default", "3", {}, "3", "1024"),
             ("parity", "2", {"CLEF_LINEAR": "double"}, "2", "1024"), ("default", "2", {}, "2", "1")]
