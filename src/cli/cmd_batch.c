@@ -289,7 +289,7 @@ static void fmt_eta(char *out, size_t cap, double s) {
 int cmd_batch(int argc, char **argv) {
     clef_options o;
     clef_options_default(&o);
-    size_t batch_tokens = 8192, max_batch = 32, max_line = (size_t)64 << 20;
+    size_t batch_tokens = 8192, max_batch = 32, max_line = (size_t)16 << 20; /* = serve's --max-body */
     const char *paths[2] = {NULL, NULL};
     int restart = 0, n_paths = 0;
     const cli_opt opts[] = {
@@ -300,7 +300,7 @@ int cmd_batch(int argc, char **argv) {
          .help = "most requests in one forward"},
         CLI_OPT_MAX_LENGTH(&o.max_length),
         {.name = "--max-line", .kind = CLI_SIZE, .dst = &max_line, .arg = "BYTES", .lo = 1024, .hi = 1073741824,
-         .def = "64M", .help = "longest request line; a longer one gets a RequestTooLong error line"},
+         .def = "16M", .help = "longest request line (as serve's --max-body); a longer one gets a RequestTooLong error line"},
         CLI_OPT_SPLIT(&o.split_variant),
         CLI_OPT_TILE(&o.image_tile),
         CLI_OPT_ALLOW_PATHS(&o.allow_image_paths),
