@@ -104,13 +104,13 @@ void cli_print_help(const cli_cmd *c, FILE *f) {
         char left[96];
         if (o->kind == CLI_FLAG) snprintf(left, sizeof left, "%s", o->name);
         else snprintf(left, sizeof left, "%s %s", o->name, o->arg ? o->arg : "VALUE");
-        fprintf(f, "  %-26s %s", left, o->help ? o->help : "");
+        fprintf(f, "  %-26s  %s", left, o->help ? o->help : "");
         if (o->required) fprintf(f, " (required)");
         else if (o->def) fprintf(f, " (default %s)", o->def);
         if (o->env) fprintf(f, " [env %s]", o->env);
         fputc('\n', f);
     }
-    fprintf(f, "  %-26s %s\n", "-h, --help", "this help");
+    fprintf(f, "  %-26s  %s\n", "-h, --help", "this help");
     if (c->about) fprintf(f, "%s", c->about);
 }
 

@@ -1,6 +1,6 @@
 /* clef tokenize: token ids of text, as HF tokenizers' encode(text, add_special_tokens=False).
  *
- *   clef tokenize --model DIR (--text S | --file F|- | --jsonl F|-) [--split file|qwen2|qwen35]
+ *   clef tokenize --model DIR (--text TEXT | --file F|- | --jsonl F|-) [--split file|qwen2|qwen35]
  *                 [--no-added-tokens] [--regex-only] [--bench N]
  *
  * --text / --file: the text (all bytes of F) is one piece; prints {"ids":[...]}.
@@ -131,7 +131,7 @@ int cmd_tokenize(int argc, char **argv) {
     int split = 0, no_added = 0, regex_only = 0, bench = 0;
     const cli_opt opts[] = {
         CLI_OPT_MODEL(&model),
-        {.name = "--text", .kind = CLI_STR, .dst = &text, .arg = "S", .help = "the text to tokenize"},
+        {.name = "--text", .kind = CLI_STR, .dst = &text, .arg = "TEXT", .help = "the text to tokenize"},
         {.name = "--file", .kind = CLI_FILE, .dst = &file, .arg = "F|-", .help = "tokenize all bytes of F as one text; - = stdin"},
         {.name = "--jsonl", .kind = CLI_FILE, .dst = &jsonl, .arg = "F|-",
          .help = "one JSON string per line, one {\"ids\"} or {\"error\"} line out per line in; - = stdin"},
@@ -144,7 +144,7 @@ int cmd_tokenize(int argc, char **argv) {
          .help = "tokenize the --text/--file text N times and print timings to stderr"},
         CLI_OPT_END,
     };
-    const cli_cmd cmd = {.verb = "tokenize", .usage = "--model DIR (--text S | --file F|- | --jsonl F|-) [options]",
+    const cli_cmd cmd = {.verb = "tokenize", .usage = "--model DIR (--text TEXT | --file F|- | --jsonl F|-) [options]",
                          .opts = opts,
                          .about = "Prints {\"ids\":[...]}: HF tokenizers' encode(text, add_special_tokens=False).\n"
                                   "Reads only DIR/tokenizer.json.\n"};
