@@ -1,9 +1,9 @@
 /* clef preprocess: the image processor's output for one entry, as grids and a hash.
  *
- *   clef preprocess --model DIR (--image F | --entry F|-) [--tile 256|448]
+ *   clef preprocess --model DIR (--image F|- | --entry F|-) [--tile 256|448]
  *                   [--min-pixels N --max-pixels N] [--max-bytes N] [--max-source-pixels N]
  *
- * --image F: an image file (read as a local path).
+ * --image F: an image file (read as a local path); - = the image's bytes on stdin.
  * --entry F: a file (or stdin) holding one `images` entry exactly as a request carries it: a
  *   data:image/...;base64, URL or bare base64 (surrounding whitespace is part of the entry).
  * --tile: resize with Pillow's BICUBIC to tile x tile first (the fixed-tile arms).
@@ -93,14 +93,32 @@ static void put_error(const char *type, const char *msg) {
     clef_buf_free(&o);
 }
 
+/* Standard base64 with padding (RFC 4648); the library only decodes. NULL when out of memory. */
+static char *base64_encode(const unsigned char *in, size_t n, size_t *out_len) {
+    static const char tab[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    size_t m = (n + 2) / 3 * 4;
+    char *out = malloc(m + 1), *q = out;
+    if (!out) return NULL;
+    for (size_t i = 0; i < n; i += 3) {
+        unsigned v = (unsigned)in[i] << 16 | (i + 1 < n ? (unsigned)in[i + 1] << 8 : 0) | (i + 2 < n ? in[i + 2] : 0);
+        *q++ = tab[v >> 18 & 63];
+        *q++ = tab[v >> 12 & 63];
+        *q++ = i + 1 < n ? tab[v >> 6 & 63] : '=';
+        *q++ = i + 2 < n ? tab[v & 63] : '=';
+    }
+    *q = '\0';
+    *out_len = m;
+    return out;
+}
+
 int cmd_preprocess(int argc, char **argv) {
     const char *model = NULL, *image = NULL, *entry = NULL;
     int tile = 0, have_min = 0, have_max = 0, have_bytes = 0, have_src = 0;
     size_t minp = 0, maxp = 0, max_bytes = 0, max_src = 0;
     const cli_opt opts[] = {
         CLI_OPT_MODEL(&model),
-        {.name = "--image", .kind = CLI_FILE, .dst = &image, .arg = "F",
-         .help = "an image file (this option is the opt-in to read a local path)"},
+        {.name = "--image", .kind = CLI_FILE, .dst = &image, .arg = "F|-",
+         .help = "an image file (this option is the opt-in to read a local path); - = the image's bytes on stdin"},
         {.name = "--entry", .kind = CLI_FILE, .dst = &entry, .arg = "F|-",
          .help = "a file holding one `images` entry as a request carries it (data: URL or base64); - = stdin"},
         CLI_OPT_TILE(&tile),
@@ -116,13 +134,13 @@ int cmd_preprocess(int argc, char **argv) {
         CLI_OPT_END,
     };
     const cli_cmd cmd = {
-        .verb = "preprocess", .usage = "--model DIR (--image F | --entry F|-) [options]", .opts = opts,
+        .verb = "preprocess", .usage = "--model DIR (--image F|- | --entry F|-) [options]", .opts = opts,
         .about = "Prints {\"grid_thw\":[1,gh,gw],\"pixel_values_sha256\":...,\"shape\":[n,1536]} or {\"error\":{...}}\n"
                  "with exit 1.\n"};
     int st = cli_parse(&cmd, argc, argv);
     if (st != CLI_CONTINUE) return st;
     if (!image == !entry) {
-        fprintf(stderr, "clef preprocess: give one of --image F and --entry F|- (clef preprocess --help)\n");
+        fprintf(stderr, "clef preprocess: give one of --image F|- and --entry F|- (clef preprocess --help)\n");
         return 2;
     }
     clef_image_opts o;
@@ -140,7 +158,13 @@ int cmd_preprocess(int argc, char **argv) {
     if (have_src) o.max_source_pixels = (int64_t)max_src;
     char *text = NULL;
     size_t len;
-    if (image) {
+    if (image && !strcmp(image, "-")) {
+        /* the bytes on stdin, handed to the library as the base64 entry a request would carry */
+        size_t n = 0;
+        char *raw = cli_read_all("-", o.max_bytes, &n);
+        text = raw ? base64_encode((const unsigned char *)raw, n, &len) : NULL;
+        free(raw);
+    } else if (image) {
         o.allow_paths = 1;
         text = strdup(image);
         len = text ? strlen(text) : 0;

@@ -157,6 +157,17 @@ def main():
     check(p.returncode == 0 and read(sout) == answers, "IN = - reads stdin: same answers (rc %d %r)"
           % (p.returncode, p.stderr[-200:]))
 
+    # ---- - for stdin wherever a file is read (issue #19)
+    a = subprocess.run([CLEF, "preprocess", "--model", MODEL, "--image", IMAGE], capture_output=True, timeout=120)
+    with open(IMAGE, "rb") as f:
+        b = subprocess.run([CLEF, "preprocess", "--model", MODEL, "--image", "-"], stdin=f, capture_output=True,
+                           timeout=120)
+    check(a.returncode == 0 and a.stdout == b.stdout, "preprocess --image - == --image F (%r %r)" % (a.stdout, b.stdout))
+    a = subprocess.run([CLEF, "tokenize", "--model", MODEL, "--text", "Hello, world"], capture_output=True, timeout=120)
+    b = subprocess.run([CLEF, "tokenize", "--model", MODEL, "--file", "-"], input=b"Hello, world", capture_output=True,
+                       timeout=120)
+    check(a.returncode == 0 and a.stdout == b.stdout, "tokenize --file - == --text (%r %r)" % (a.stdout, b.stdout))
+
     # ---- item 9: image paths only with --allow-image-paths
     r = json.dumps({"model": "clef-flash", "state": "look", "images": [IMAGE],
                     "questions": {"q": {"type": "noul", "instructions": "Gray?"}}})
