@@ -54,21 +54,18 @@ static int write_all(int fd, const char *p, size_t n) {
 }
 
 /* Lines from a file descriptor with a cap on a line's length, which getline() does not have: a
- * longer line is read to its end without being kept (too_long set, len = the bytes it had). The
- * bytes read can feed a SHA-256 (stdin, read once). */
+ * longer line is read to its end without being kept (too_long set, len = the bytes it had). */
 typedef struct {
     int fd;
     char buf[1 << 16];
     size_t pos, end;
     int eof, error;
-    clef_sha256 *sha;
     uint64_t offset;          /* bytes consumed so far (up to the end of the last line returned) */
 } line_reader;
 
-static void reader_init(line_reader *r, int fd, clef_sha256 *sha) {
+static void reader_init(line_reader *r, int fd) {
     memset(r, 0, sizeof *r);
     r->fd = fd;
-    r->sha = sha;
 }
 
 /* 1: a line in *line (len bytes, without its '\n'; NUL-terminated unless too_long); 0: end of
@@ -90,7 +87,6 @@ static int reader_next(line_reader *r, char **line, size_t *cap, size_t max, siz
                 r->eof = 1;
                 break;
             }
-            if (r->sha) clef_sha256_update(r->sha, r->buf, (size_t)got);
             r->pos = 0;
             r->end = (size_t)got;
         }
@@ -143,7 +139,7 @@ static int scan_out(int fd, uint64_t *lines, char *why, size_t why_len) {
         snprintf(why, why_len, "out of memory");
         return -1;
     }
-    reader_init(r, fd, NULL);
+    reader_init(r, fd);
     char *line = NULL;
     size_t cap = 0, len = 0;
     uint64_t n = 0, complete_end = 0;
@@ -363,6 +359,10 @@ int cmd_batch(int argc, char **argv) {
     }
     uint64_t total = 0;
     char in_hex[65];
+    if (S_ISDIR(in_st.st_mode)) {
+        fprintf(stderr, "clef batch: %s is a folder, not a JSONL file\n", in_path);
+        goto early;
+    }
     if (!from_stdin && S_ISREG(in_st.st_mode)) {
         if (count_lines(in_fd, &total, in_hex) != 0) {
             fprintf(stderr, "clef batch: cannot read %s: %s\n", in_path, strerror(errno));
@@ -441,8 +441,6 @@ int cmd_batch(int argc, char **argv) {
     entry *win = calloc(window, sizeof *win);
     size_t *tok = malloc(window * sizeof *tok), *idx = malloc(window * sizeof *idx), *map = malloc(window * sizeof *map);
     clef_job **jobs = malloc(window * sizeof *jobs);
-    clef_sha256 in_sha;
-    clef_sha256_init(&in_sha);
     line_reader *rd = malloc(sizeof *rd);
     if (!win || !tok || !idx || !map || !jobs || !rd) {
         fprintf(stderr, "clef batch: out of memory\n");
@@ -450,7 +448,7 @@ int cmd_batch(int argc, char **argv) {
         rc = 3;
         goto early;
     }
-    reader_init(rd, in_fd, from_stdin ? &in_sha : NULL);
+    reader_init(rd, in_fd);
     size_t head = 0, n = 0; /* ring: win[(head + i) % window], i < n */
     char *line = NULL;
     size_t line_cap = 0, len = 0;
