@@ -331,6 +331,11 @@ int cmd_batch(int argc, char **argv) {
         if (in_fd > 0) close(in_fd);
         return 2;
     }
+    if (S_ISDIR(in_st.st_mode)) {
+        fprintf(stderr, "clef batch: %s is a folder, not a JSONL file\n", in_path);
+        close(in_fd);
+        return 2;
+    }
     /* OUT (or its record) being IN under any name: refused before OUT is opened, and again on the
      * opened file (a name can change in between) */
     if ((stat(out_path, &st2) == 0 && st2.st_dev == in_st.st_dev && st2.st_ino == in_st.st_ino) ||
@@ -359,10 +364,6 @@ int cmd_batch(int argc, char **argv) {
     }
     uint64_t total = 0;
     char in_hex[65];
-    if (S_ISDIR(in_st.st_mode)) {
-        fprintf(stderr, "clef batch: %s is a folder, not a JSONL file\n", in_path);
-        goto early;
-    }
     if (!from_stdin && S_ISREG(in_st.st_mode)) {
         if (count_lines(in_fd, &total, in_hex) != 0) {
             fprintf(stderr, "clef batch: cannot read %s: %s\n", in_path, strerror(errno));
