@@ -11,5 +11,6 @@ int cmd_preprocess(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_batch(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_version(int argc, char **argv);
 
 #endif
