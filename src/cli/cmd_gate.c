@@ -409,7 +409,8 @@ int cmd_gate(int argc, char **argv) {
     arm_stats st[N_ARMS];
     memset(st, 0, sizeof st);
     for (size_t i = 0; i < g.runs->u.array.n; i++) {
-        int ai = arm_index(str_of(json_object_get(g.runs->u.array.items[i], "arm")) ?: "");
+        const char *arm = str_of(json_object_get(g.runs->u.array.items[i], "arm"));
+        int ai = arm ? arm_index(arm) : -1;
         if (ai < 0) {
             fprintf(stderr, "clef gate: run %zu has no known arm\n", i);
             json_doc_free(g.doc);
@@ -444,6 +445,8 @@ int cmd_gate(int argc, char **argv) {
             if (strcmp(str_of(json_object_get(run, "arm")), ARMS[ai])) continue;
             run_one(&g, e, run, ARMS[ai], &st[ai]);
             cli_progress_draw(&bar, (uint64_t)++done, (uint64_t)st[ai].runs_total, NULL, 0);
+            if (!bar.tty && st[ai].runs_total >= 20 && done % (st[ai].runs_total / 10) == 0 && done < st[ai].runs_total)
+                fprintf(stderr, "gate: %s: %d of %d runs\n", ARMS[ai], done, st[ai].runs_total);
         }
         cli_progress_end(&bar);
         if (ai == 0) printf("backend: %s\n", clef_engine_backend(e));

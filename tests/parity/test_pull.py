@@ -17,7 +17,9 @@ Checks:
  5. disk full (the .part is a link to /dev/full): DiskFull, exit 1;
  6. --retries 0 and a drop: ConnectionDropped, the .part kept; the next run resumes it (Range) and
     verifies;
- 7. on a terminal (a pty), a progress bar drawn with carriage returns.
+ 7. on a terminal (a pty), a progress bar drawn with carriage returns;
+ 8. the built-in manifest lists the release (14 files, 19.08 GB); a manifest naming ../escape and a
+    revision other than the manifest's are refused (exit 2).
 Runs with .venv-test's python; the binary from $CLEF_BUILD (default build/)."""
 import hashlib
 import http.server
@@ -304,6 +306,22 @@ def run(tmp):
     text = out.decode("utf-8", "replace")
     check(p.returncode == 0 and "\r" + big in text and "100.0%" in text and "MB/s" in text,
           "7: a progress bar on a terminal", text[-600:])
+
+    # 8. manifests: the built-in one (the release's 14 files), a bad name, another revision
+    env = dict(os.environ, HF_ENDPOINT=f"http://127.0.0.1:{dead}")
+    p = subprocess.run([CLEF, "pull", "--dir", os.path.join(tmp, "d8")], env=env, stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, timeout=60)
+    err = p.stderr.decode()
+    check(p.returncode == 1 and f"Cloudflare/clef-flash@{REV}" in err and "14 files, 19.08 GB" in err and
+          ("NoNetwork" in err or "DiskFull" in err), "8: the built-in manifest: the release's 14 files, 19.08 GB",
+          err[-600:])
+    evil = os.path.join(tmp, "evil.json")
+    with open(evil, "w") as f:
+        json.dump({"revision": REV, "files": {"../escape": {"bytes": 1, "sha256": "0" * 64}}}, f)
+    rc, err = pull(os.path.join(tmp, "d8"), evil, endpoint)
+    check(rc == 2 and "not a plain name" in err, "8: a manifest naming ../escape is refused", err[-600:])
+    rc, err = pull(os.path.join(tmp, "d8"), manifest, endpoint, ["--revision", "main"])
+    check(rc == 2 and "needs --manifest FILE" in err, "8: a revision other than the manifest's is refused", err[-600:])
     hub.shutdown()
 
 
