@@ -29,6 +29,10 @@ const clef_knob_info clef_knob_table[] = {
     {"CLEF_CUDA_DELTA", "v2", "=v1|v2|v3: the CUDA delta-rule kernels", "diagnostic", "clef_knobs"},
     {"CLEF_SERVE_TEST_LOAD_DELAY_MS", "0", "clef serve waits this long before loading the model (tests of /health)",
      "diagnostic", "src/cli/cmd_serve.c"},
+    {"HF_ENDPOINT", "https://huggingface.co", "clef pull: the hub to download from (docs/pull.md)", "user",
+     "src/cli/cmd_pull.c"},
+    {"HF_TOKEN", "unset", "clef pull: sent as Authorization: Bearer to HF_ENDPOINT's host only", "user",
+     "src/cli/cmd_pull.c"},
 };
 const size_t clef_knob_count = sizeof clef_knob_table / sizeof clef_knob_table[0];
 

@@ -18,6 +18,8 @@ static const struct {
     {"batch", cmd_batch, "batch --model DIR IN.jsonl OUT.jsonl   one answer per request line, resumable"},
     {"bench", cmd_bench, "bench --model DIR --tokens N[,N..] [--threads N] [--repeat R]   time the forward"},
     {"version", cmd_version, "version   version, git commit, backends, CPU features (also: clef --version)"},
+    {"pull", cmd_pull, "pull [--dir DIR] [--revision REV]   download the release weights, verified (docs/pull.md)"},
+    {"gate", cmd_gate, "gate --model DIR [--fixture F] [--images DIR]   check against the author's readout (docs/fidelity.md)"},
 };
 
 static void usage(FILE *f) {
