@@ -55,7 +55,7 @@ typedef struct clef_options {
 } clef_options;
 
 enum { CLEF_DEVICE_AUTO = 0, CLEF_DEVICE_CPU = 1, CLEF_DEVICE_CUDA = 2 };
-enum { CLEF_PRECISION_FP32 = 0, CLEF_PRECISION_FAST = 1 };
+enum { CLEF_PRECISION_FP32 = 0, CLEF_PRECISION_FAST = 1, CLEF_PRECISION_BF16 = 2 /* one bf16 term per activation (CUDA) */ };
 
 void clef_options_default(clef_options *o);
 

@@ -12,7 +12,7 @@ static void usage(void) {
     fprintf(stderr,
             "usage: clef decide --model DIR [--request F|-] [--threads N] [--max-length N]\n"
             "                   [--split file|qwen2|qwen35] [--tile 0|256|448] [--allow-image-paths]\n"
-            "                   [--dump-layers DIR] [--device auto|cpu|cuda] [--precision fp32|fast]\n"
+            "                   [--dump-layers DIR] [--device auto|cpu|cuda] [--precision fp32|fast|bf16]\n"
             "                   [--gpu N]\n");
 }
 
@@ -42,6 +42,7 @@ int cmd_decide(int argc, char **argv) {
         } else if (!strcmp(a, "--precision")) {
             if (!strcmp(v, "fp32")) o.precision = CLEF_PRECISION_FP32;
             else if (!strcmp(v, "fast")) o.precision = CLEF_PRECISION_FAST;
+            else if (!strcmp(v, "bf16")) o.precision = CLEF_PRECISION_BF16;
             else { usage(); return 2; }
         } else if (!strcmp(a, "--split")) {
             if (!strcmp(v, "file")) o.split_variant = 0;

@@ -84,19 +84,20 @@ static clef_ops *create_ops(const clef_options *o, clef_err *err) {
         }
         if (p && !strcmp(p, "fast")) prec = CLEF_PRECISION_FAST;
         else if (p && !strcmp(p, "fp32")) prec = CLEF_PRECISION_FP32;
+        else if (p && !strcmp(p, "bf16")) prec = CLEF_PRECISION_BF16;
         else if (p && *p) {
-            clef_err_set(err, CLEF_E_BAD_MODEL, "CLEF_PRECISION=%s: expected fp32 or fast", p);
+            clef_err_set(err, CLEF_E_BAD_MODEL, "CLEF_PRECISION=%s: expected fp32, fast or bf16", p);
             return NULL;
         }
     }
-    if (prec != CLEF_PRECISION_FP32 && prec != CLEF_PRECISION_FAST) {
+    if (prec != CLEF_PRECISION_FP32 && prec != CLEF_PRECISION_FAST && prec != CLEF_PRECISION_BF16) {
         clef_err_set(err, CLEF_E_BAD_MODEL, "unknown precision %d", prec);
         return NULL;
     }
 #ifdef CLEF_HAVE_CUDA
     if (dev == CLEF_DEVICE_AUTO) dev = clef_cuda_device_count() > 0 ? CLEF_DEVICE_CUDA : CLEF_DEVICE_CPU;
     if (dev == CLEF_DEVICE_CUDA)
-        return clef_cuda_ops_create(o->gpu, prec == CLEF_PRECISION_FAST ? CLEF_CUDA_FAST : CLEF_CUDA_FP32, err);
+        return clef_cuda_ops_create(o->gpu, prec, err); /* CLEF_CUDA_* == CLEF_PRECISION_* (cuda_ops.h) */
 #else
     if (dev == CLEF_DEVICE_CUDA) {
         clef_err_set(err, CLEF_E_BAD_MODEL, "this build has no CUDA backend (build with make CUDA=1)");

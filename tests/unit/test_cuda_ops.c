@@ -88,7 +88,7 @@ static void wkeep(clef_tensor t) {
  * the old kernels (one-term bf16 GEMMs, SIMT attention, delta rule v1). Ops without variants run
  * modes 0 and 1 only. */
 #define NMODES 4
-static clef_ops *cpu, *gpu[2];
+static clef_ops *cpu, *gpu[2], *gpu_bf16; /* gpu_bf16: CLEF_CUDA_BF16 (one-term GEMMs, bias in the epilogue) */
 static const char *mode_name[NMODES] = {"fp32", "fast", "fp32/old", "fast/old"};
 
 /* The backend of mode m with the kernels of that mode selected. */
@@ -199,6 +199,24 @@ static void t_linear(size_t T, size_t N, size_t K, size_t row0, int bias) {
         g->linear(g, dy, dx, T, &w, row0, N, bias ? &b : NULL);
         float *again = host_of(g, dy, T * N);
         CHECK_MSG(!memcmp(again, got, T * N * sizeof(float)), "linear %s T=%zu: not deterministic", mode_name[m], T);
+        free(got);
+        free(again);
+        g->free(g, dx);
+        g->free(g, dy);
+    }
+    { /* the bf16 precision: one bf16 term per activation, the bias in cuBLASLt's epilogue; bar as the
+         one-term fast path (1e-2), same bits on repeat */
+        clef_ops *g = gpu_bf16;
+        float *dx = dev(g, x, T * K), *dy = dev(g, NULL, T * N);
+        g->linear(g, dy, dx, T, &w, row0, N, bias ? &b : NULL);
+        float *got = host_of(g, dy, T * N);
+        CHECK_MSG(!g->failed, "linear (bf16): backend failed: %s", clef_cuda_last_error(g));
+        char name[48];
+        snprintf(name, sizeof name, "linear%zux%zu%s/bf16", N, K, bias ? "+b" : "");
+        cmpv(name, 1, T, got, ref, T * N, 1e-2);
+        g->linear(g, dy, dx, T, &w, row0, N, bias ? &b : NULL);
+        float *again = host_of(g, dy, T * N);
+        CHECK_MSG(!memcmp(again, got, T * N * sizeof(float)), "linear bf16 T=%zu: not deterministic", T);
         free(got);
         free(again);
         g->free(g, dx);
@@ -460,7 +478,8 @@ int main(void) {
     cpu = clef_cpu_ops_create(0, &err);
     gpu[0] = clef_cuda_ops_create(0, CLEF_CUDA_FP32, &err);
     gpu[1] = gpu[0] ? clef_cuda_ops_create(0, CLEF_CUDA_FAST, &err) : NULL;
-    if (!cpu || !gpu[0] || !gpu[1]) {
+    gpu_bf16 = gpu[1] ? clef_cuda_ops_create(0, CLEF_CUDA_BF16, &err) : NULL;
+    if (!cpu || !gpu[0] || !gpu[1] || !gpu_bf16) {
         printf("backend creation failed: %s\n", err.msg);
         return 1;
     }
@@ -503,6 +522,7 @@ int main(void) {
     clef_cuda_memory(gpu[0], &a1, NULL);
     CHECK_MSG(a0 == a1, "arena grew from %zu to %zu bytes on a repeated request", a0, a1);
     printf("worst rel: fp32 %.3e, fast %.3e, fp32/old %.3e, fast/old %.3e\n", worst[0], worst[1], worst[2], worst[3]);
+    gpu_bf16->destroy(gpu_bf16);
     gpu[1]->destroy(gpu[1]);
     gpu[0]->destroy(gpu[0]);
     cpu->destroy(cpu);

@@ -477,8 +477,11 @@ void op_attention(clef_ops *ops, float *o, size_t ldo, const float *q, size_t ld
         fail(ops, "attention", "head dim over 256 or bad head counts");
         return;
     }
-    if (im->attn_kernel != CLEF_CUDA_ATTN_SIMT && im->precision == CLEF_CUDA_FAST && im->cc_major >= 8 &&
-        (Tq + T2_BQ - 1) / T2_BQ <= 0x7fffffffu) {
+    /* the products: QK^T and PV over the unmasked (row, key) pairs, x3 on the 3xTF32 tensor cores */
+    const double pairs = causal ? (double)Tq * (double)(Tq + 1) / 2 : (double)Tq * (double)Tk;
+    const bool tc = im->attn_kernel != CLEF_CUDA_ATTN_SIMT && im->precision != CLEF_CUDA_FP32 && im->cc_major >= 8;
+    prof_flop(ops, OP_ATTENTION, 4.0 * pairs * (double)hd * (double)nh * (tc ? 3.0 : 1.0));
+    if (tc && (Tq + T2_BQ - 1) / T2_BQ <= 0x7fffffffu) {
         bool done = hd <= 32    ? launch_tc<32>(ops, o, ldo, q, ldq, k, ldk, v, ldv, Tq, Tk, nh, nkv, hd, scale, causal)
                     : hd <= 64  ? launch_tc<64>(ops, o, ldo, q, ldq, k, ldk, v, ldv, Tq, Tk, nh, nkv, hd, scale, causal)
                     : hd <= 72  ? launch_tc<72>(ops, o, ldo, q, ldq, k, ldk, v, ldv, Tq, Tk, nh, nkv, hd, scale, causal)

@@ -330,7 +330,7 @@ extern "C" clef_ops *clef_cuda_ops_create(int device, int precision, clef_err *e
         clef_err_set(err, CLEF_E_BAD_MODEL, "CUDA device %d does not exist (%d present)", device, n);
         return NULL;
     }
-    if (precision != CLEF_CUDA_FP32 && precision != CLEF_CUDA_FAST) {
+    if (precision != CLEF_CUDA_FP32 && precision != CLEF_CUDA_FAST && precision != CLEF_CUDA_BF16) {
         clef_err_set(err, CLEF_E_BAD_MODEL, "unknown CUDA precision %d", precision);
         return NULL;
     }
@@ -343,7 +343,7 @@ extern "C" clef_ops *clef_cuda_ops_create(int device, int precision, clef_err *e
         return NULL;
     }
     ops->impl = im;
-    ops->name = precision == CLEF_CUDA_FAST ? "cuda-fast" : "cuda";
+    ops->name = precision == CLEF_CUDA_FAST ? "cuda-fast" : precision == CLEF_CUDA_BF16 ? "cuda-bf16" : "cuda";
     ops->host_memory = 0;
     ops->destroy = cu_destroy;
     im->device = device;
@@ -521,6 +521,7 @@ extern "C" size_t clef_cuda_profile_read(clef_ops *ops, clef_cuda_op_time *out, 
         out[n].op = op_names[op];
         out[n].calls = im->prof_calls[op];
         out[n].ms = im->prof_ms[op];
+        out[n].flop = im->prof_flop[op];
         n++;
     }
     return n;
@@ -532,6 +533,7 @@ extern "C" void clef_cuda_profile_reset(clef_ops *ops) {
     im->ev_used = 0;
     for (int op = 0; op < OP_COUNT; op++) {
         im->prof_ms[op] = 0;
+        im->prof_flop[op] = 0;
         im->prof_calls[op] = 0;
     }
 }

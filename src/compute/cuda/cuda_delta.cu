@@ -540,6 +540,11 @@ void op_delta_rule(clef_ops *ops, float *o, const float *q, const float *k, cons
     }
     const int C = (int)chunk;
     const size_t nch = (T + chunk - 1) / chunk;
+    { /* per chunk and head: M, Intra (2 C^2 dk each), the solves (C^2 (dk + dv)), U - W R, Qd R and the
+         state update (2 C dk dv each), Intra Vn (C^2 dv) */
+        const double c2 = (double)C * C, cd = (double)C * (double)dk * (double)dv;
+        prof_flop(ops, OP_DELTA_RULE, (double)nch * (double)Hv * (4 * c2 * dk + c2 * (double)(dk + dv) + 6 * cd + c2 * dv));
+    }
     const size_t per = (size_t)C * (3 * dk + dv + (size_t)C);
     float *base = (float *)scratch_alloc(ops, (Hv * nch * per + Hv * nch) * sizeof(float));
     if (!base) return;
@@ -583,7 +588,7 @@ void op_delta_rule(clef_ops *ops, float *o, const float *q, const float *k, cons
     const bool v2 = im->delta_kernel != CLEF_CUDA_DELTA_V1 && dk % 4 == 0 && dk <= (size_t)S2_DKMAX &&
                     sm2 <= (size_t)im->max_smem_optin;
     if (v2) {
-        const bool fast = im->precision == CLEF_CUDA_FAST;
+        const bool fast = im->precision != CLEF_CUDA_FP32; /* fast and bf16: fp32 sums */
         if (!(fast ? smem_optin(ops, k_delta_scan2<float>, sm2, "delta_rule (shared memory)")
                    : smem_optin(ops, k_delta_scan2<double>, sm2, "delta_rule (shared memory)"))) {
             scratch_free(ops, base);

@@ -98,6 +98,7 @@ struct Impl {
     size_t ev_used = 0;
     double prof_ms[OP_COUNT] = {0};
     uint64_t prof_calls[OP_COUNT] = {0};
+    double prof_flop[OP_COUNT] = {0};     /* the arithmetic each op issued (prof_flop below) */
 };
 
 static inline Impl *IM(clef_ops *ops) { return static_cast<Impl *>(ops->impl); }
@@ -132,6 +133,13 @@ struct ProfScope {
     ProfScope(clef_ops *o, int op);
     ~ProfScope();
 };
+
+/* While profiling: adds the floating-point operations op `op` issued to its total (the work the
+ * kernels really do: the split's two products per weight, 3xTF32's three MMAs per product). */
+static inline void prof_flop(clef_ops *ops, int op, double f) {
+    Impl *im = IM(ops);
+    if (im->prof_on) im->prof_flop[op] += f;
+}
 
 static inline unsigned grid1d(size_t n, unsigned block) {
     size_t g = (n + block - 1) / block;
