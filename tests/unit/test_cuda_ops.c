@@ -467,6 +467,104 @@ static void t_misc(size_t T) {
     wkeep(tab);
 }
 
+/* ------------------------------------------------------------------ CUDA graphs */
+
+/* A small "forward": upload host rows, embed ids, a Linear with bias, rmsnorm, silu_mul, attention;
+ * scratch allocated and freed inside, the result written to ctx->out (given). */
+typedef struct gpass {
+    const float *x;      /* host [T, K] (changes between calls) */
+    const int32_t *ids;  /* host [T] */
+    size_t T, K, N;
+    const clef_tensor *w, *b, *nw, *tab;
+    float *out;          /* device [T, N] */
+    int download_inside; /* 1: a download in the middle (a host sync: must stay eager) */
+} gpass;
+
+static int gpass_fn(clef_ops *g, void *vctx) {
+    gpass *c = vctx;
+    size_t T = c->T, K = c->K, N = c->N;
+    float *x = g->alloc(g, T * K), *y = g->alloc(g, T * N), *e = g->alloc(g, T * N), *a = g->alloc(g, T * N);
+    if (!x || !y || !e || !a) return -1;
+    g->upload(g, x, c->x, T * K);
+    g->linear(g, y, x, T, c->w, 0, N, c->b);
+    g->embed(g, e, c->tab, c->ids, T);
+    g->add(g, y, y, e, T * N);
+    g->rmsnorm(g, y, N, y, N, T, N, c->nw, 1, 1e-6f);
+    if (c->download_inside) {
+        float probe[2];
+        g->download(g, probe, y, 2);
+    }
+    g->silu_mul(g, a, y, e, T * N);
+    /* 4 heads of N / 4: q = k = v = a, causal */
+    g->attention(g, c->out, N, a, N, a, N, a, N, T, T, 4, 4, N / 4, 0.125f, 1);
+    g->free(g, x);
+    g->free(g, y);
+    g->free(g, e);
+    g->free(g, a);
+    return g->failed ? -1 : 0;
+}
+
+/* Graph passes give the eager pass's bits: eager run, capture, replays with new host data (uploads
+ * and ids), a replay with another output buffer (fingerprint miss: eager + recapture), and a pass
+ * that downloads inside (kept eager). */
+static void t_graph(int m) {
+    const size_t T = 100, K = 256, N = 256, V = 500;
+    clef_ops *g = G_of(m);
+    clef_tensor w = wt(CLEF_ST_BF16, N, K, 0.05f, 0.0f), b = wt(CLEF_ST_BF16, N, 0, 0.5f, 0.0f);
+    clef_tensor nw = wt(CLEF_ST_BF16, N, 0, 0.2f, 0.0f), tab = wt(CLEF_ST_BF16, V, N, 1.0f, 0.0f);
+    float *out = dev(g, NULL, T * N), *out2 = dev(g, NULL, T * N);
+    int32_t *ids = malloc(T * sizeof(int32_t));
+    if (!ids) exit(1);
+    clef_cuda_graph_info s0, s1;
+    clef_cuda_graph_stats(g, &s0);
+    for (int call = 0; call < 6; call++) {
+        float *x = rvec(T * K, 1.0f, 0.0f);
+        for (size_t i = 0; i < T; i++) ids[i] = (int32_t)((rs = rs * 6364136223846793005ull + 1) >> 33) % (int32_t)V;
+        gpass c = {x, ids, T, K, N, &w, &b, &nw, &tab, call == 4 ? out2 : out, call == 5};
+        clef_cuda_set_graph(g, 0);
+        CHECK(gpass_fn(g, &c) == 0);
+        float *ref = host_of(g, c.out, T * N);
+        clef_cuda_set_graph(g, 1);
+        uint64_t key = call == 5 ? 2 : 1;
+        CHECK_MSG(clef_cuda_graph_run(g, key, gpass_fn, &c) == 0, "graph pass %d (%s): %s", call, mode_name[m],
+                  clef_cuda_last_error(g));
+        float *got = host_of(g, c.out, T * N);
+        CHECK_MSG(!memcmp(got, ref, T * N * sizeof(float)), "graph pass %d (%s) differs from the eager pass", call,
+                  mode_name[m]);
+        clef_cuda_set_graph(g, 0);
+        free(ref);
+        free(got);
+        free(x);
+    }
+    clef_cuda_graph_stats(g, &s1);
+    /* key 1: eager (0), capture (1), replay (2, 3), miss -> eager (4); key 2: eager warm-up (5) */
+    printf("graph %-8s captured %llu replayed %llu fallbacks %llu eager %llu unsafe %zu (%s)\n", mode_name[m],
+           (unsigned long long)(s1.captured - s0.captured), (unsigned long long)(s1.replayed - s0.replayed),
+           (unsigned long long)(s1.fallbacks - s0.fallbacks), (unsigned long long)(s1.eager - s0.eager), s1.unsafe,
+           s1.last_unsafe_why);
+    CHECK_MSG(s1.captured - s0.captured == 1 && s1.replayed - s0.replayed == 2 && s1.fallbacks - s0.fallbacks == 1,
+              "graph %s: captured %llu replayed %llu fallbacks %llu (want 1, 2, 1)", mode_name[m],
+              (unsigned long long)(s1.captured - s0.captured), (unsigned long long)(s1.replayed - s0.replayed),
+              (unsigned long long)(s1.fallbacks - s0.fallbacks));
+    /* key 2 downloads inside: its capture must give up and rerun eagerly (the bits checked above) */
+    {
+        float *x = rvec(T * K, 1.0f, 0.0f);
+        gpass c = {x, ids, T, K, N, &w, &b, &nw, &tab, out, 1};
+        clef_cuda_set_graph(g, 1);
+        CHECK(clef_cuda_graph_run(g, 2, gpass_fn, &c) == 0);
+        clef_cuda_set_graph(g, 0);
+        clef_cuda_graph_info s2;
+        clef_cuda_graph_stats(g, &s2);
+        CHECK_MSG(s2.unsafe > s1.unsafe, "graph %s: a pass with a download inside was not kept eager", mode_name[m]);
+        free(x);
+    }
+    check_ok(m, "graph");
+    g->free(g, out);
+    g->free(g, out2);
+    free(ids);
+    wkeep(w); wkeep(b); wkeep(nw); wkeep(tab);
+}
+
 int main(void) {
     int n = clef_cuda_device_count();
     if (n <= 0) {
@@ -514,6 +612,8 @@ int main(void) {
     t_delta(1500, 16, 32, 128, 128);
     t_attention("attn16/4x256c", 1500, 1500, 16, 4, 256, 1, 0);
     t_attention("vis16x72", 1100, 1100, 16, 16, 72, 0, 1);
+    t_graph(0);
+    t_graph(1);
     /* the arena must not grow over repeated requests */
     size_t a0 = 0, a1 = 0;
     clef_cuda_memory(gpu[0], &a0, NULL);

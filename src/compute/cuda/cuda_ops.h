@@ -79,6 +79,27 @@ typedef struct clef_cuda_kernels {
 void clef_cuda_get_kernels(const clef_ops *ops, clef_cuda_kernels *k);
 void clef_cuda_set_kernels(clef_ops *ops, const clef_cuda_kernels *k);
 
+/* CUDA graphs for whole forward passes (docs/cuda.md "Graphs"). Off by default until a device run
+ * measures them: $CLEF_CUDA_GRAPH=1 at create, or clef_cuda_set_graph; $CLEF_CUDA_GRAPH_MAX (default
+ * 8) caps the graphs kept (later keys run eagerly). clef_cuda_graph_run(ops, key, fn, ctx) runs
+ * fn(ops, ctx) (a forward that allocates, uploads and calls ops, and frees what it allocated) and
+ * returns its result: with graphs off, or profiling on, simply fn; else the first call of a key runs
+ * eagerly (warm-up), the second is captured into a graph, later ones replay it when the pass makes
+ * the same calls (checked by a fingerprint; otherwise fn reruns eagerly). A pass that downloads or
+ * syncs inside stays eager. The key is the caller's shape (token count; a packed batch's layout
+ * hash). */
+typedef int (*clef_cuda_pass_fn)(clef_ops *ops, void *ctx);
+void clef_cuda_set_graph(clef_ops *ops, int on);
+int clef_cuda_graph_enabled(const clef_ops *ops);
+int clef_cuda_graph_run(clef_ops *ops, uint64_t key, clef_cuda_pass_fn fn, void *ctx);
+typedef struct clef_cuda_graph_info {
+    uint64_t eager, captured, replayed, fallbacks; /* passes by kind (a fallback also counts as eager) */
+    size_t graphs, unsafe;                          /* keys with a graph / kept eager */
+    size_t pool_bytes, staging_bytes;               /* device pools and pinned staging of the graphs */
+    char last_unsafe_why[96];
+} clef_cuda_graph_info;
+void clef_cuda_graph_stats(const clef_ops *ops, clef_cuda_graph_info *s);
+
 /* Per-op timing with CUDA events (off by default; on costs a little launch overhead). */
 typedef struct clef_cuda_op_time {
     const char *op;  /* "linear", "attention", ... */
