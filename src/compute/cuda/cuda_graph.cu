@@ -50,6 +50,37 @@ static inline void fp_arg(Impl *im, const clef_tensor *t) {
         fmix(im, (uint64_t)t->shape[0]);
     }
 }
+/* host arrays of segments: their contents (kernel arguments baked into the graph) */
+struct SegArg {
+    const clef_seg *s;
+    size_t n;
+    const clef_seg_state *st;
+};
+struct AttnSegArg {
+    const clef_attn_seg *s;
+    size_t n;
+};
+static inline void fp_arg(Impl *im, SegArg a) {
+    fmix(im, (uint64_t)a.n);
+    for (size_t i = 0; a.s && i < a.n; i++) {
+        fmix(im, (uint64_t)a.s[i].row0);
+        fmix(im, (uint64_t)a.s[i].n);
+        if (a.st) {
+            fmix(im, (uint64_t)(uintptr_t)a.st[i].in);
+            fmix(im, (uint64_t)(uintptr_t)a.st[i].out);
+            fmix(im, (uint64_t)a.st[i].snap);
+        }
+    }
+}
+static inline void fp_arg(Impl *im, AttnSegArg a) {
+    fmix(im, (uint64_t)a.n);
+    for (size_t i = 0; a.s && i < a.n; i++) {
+        fmix(im, (uint64_t)a.s[i].q0);
+        fmix(im, (uint64_t)a.s[i].nq);
+        fmix(im, (uint64_t)a.s[i].k0);
+        fmix(im, (uint64_t)a.s[i].nk);
+    }
+}
 static inline void fp_all(Impl *) {}
 template <typename A, typename... R> static inline void fp_all(Impl *im, A a, R... r) {
     fp_arg(im, a);
@@ -152,9 +183,10 @@ static void w_rope(clef_ops *ops, float *x, size_t ld, size_t T, size_t nh, size
     if (graph_call(ops, OP_ROPE, (const void *)x, ld, T, nh, hd, rot, (const void *)cs, (const void *)sn)) return;
     op_rope(ops, x, ld, T, nh, hd, rot, cs, sn);
 }
-static void w_conv1d_silu(clef_ops *ops, float *y, const float *x, size_t T, size_t C, const clef_tensor *w) {
-    if (graph_call(ops, OP_CONV1D_SILU, (const void *)y, (const void *)x, T, C, w)) return;
-    op_conv1d_silu(ops, y, x, T, C, w);
+static void w_conv1d_silu(clef_ops *ops, float *y, const float *x, size_t C, const clef_tensor *w, const clef_seg *segs,
+                          size_t nseg, const clef_seg_state *st) {
+    if (graph_call(ops, OP_CONV1D_SILU, (const void *)y, (const void *)x, C, w, SegArg{segs, nseg, st})) return;
+    op_conv1d_silu(ops, y, x, C, w, segs, nseg, st);
 }
 static void w_gdn_gates(clef_ops *ops, float *beta, float *g, const float *b, const float *a, size_t T, size_t H,
                         const clef_tensor *A_log, const clef_tensor *dt_bias) {
@@ -164,21 +196,23 @@ static void w_gdn_gates(clef_ops *ops, float *beta, float *g, const float *b, co
     op_gdn_gates(ops, beta, g, b, a, T, H, A_log, dt_bias);
 }
 static void w_delta_rule(clef_ops *ops, float *o, const float *q, const float *k, const float *v, const float *beta,
-                         const float *g, size_t T, size_t Hk, size_t Hv, size_t dk, size_t dv, size_t chunk) {
+                         const float *g, size_t Hk, size_t Hv, size_t dk, size_t dv, size_t chunk, const clef_seg *segs,
+                         size_t nseg, const clef_seg_state *st) {
     Impl *im = IM(ops);
     if (graph_call(ops, OP_DELTA_RULE, (const void *)o, (const void *)q, (const void *)k, (const void *)v,
-                   (const void *)beta, (const void *)g, T, Hk, Hv, dk, dv, chunk, im->delta_kernel))
+                   (const void *)beta, (const void *)g, Hk, Hv, dk, dv, chunk, SegArg{segs, nseg, st},
+                   im->delta_kernel))
         return;
-    op_delta_rule(ops, o, q, k, v, beta, g, T, Hk, Hv, dk, dv, chunk);
+    op_delta_rule(ops, o, q, k, v, beta, g, Hk, Hv, dk, dv, chunk, segs, nseg, st);
 }
 static void w_attention(clef_ops *ops, float *o, size_t ldo, const float *q, size_t ldq, const float *k, size_t ldk,
-                        const float *v, size_t ldv, size_t Tq, size_t Tk, size_t nh, size_t nkv, size_t hd, float scale,
-                        int causal) {
+                        const float *v, size_t ldv, const clef_attn_seg *segs, size_t nseg, size_t nh, size_t nkv,
+                        size_t hd, float scale, int causal) {
     Impl *im = IM(ops);
     if (graph_call(ops, OP_ATTENTION, (const void *)o, ldo, (const void *)q, ldq, (const void *)k, ldk, (const void *)v,
-                   ldv, Tq, Tk, nh, nkv, hd, scale, causal, im->attn_kernel))
+                   ldv, AttnSegArg{segs, nseg}, nh, nkv, hd, scale, causal, im->attn_kernel))
         return;
-    op_attention(ops, o, ldo, q, ldq, k, ldk, v, ldv, Tq, Tk, nh, nkv, hd, scale, causal);
+    op_attention(ops, o, ldo, q, ldq, k, ldk, v, ldv, segs, nseg, nh, nkv, hd, scale, causal);
 }
 static void w_silu_mul(clef_ops *ops, float *y, const float *gate, const float *up, size_t n) {
     if (graph_call(ops, OP_SILU_MUL, (const void *)y, (const void *)gate, (const void *)up, n)) return;
