@@ -449,6 +449,8 @@ extern "C" clef_ops *clef_cuda_ops_create(int device, int precision, const clef_
         return NULL;
     }
     graph_install(ops); /* the op table: cuda_graph.cu */
+    /* conv1d_silu / delta_rule take states in and out, attention cached keys (varlen kernels) */
+    ops->can_resume = 1;
     return ops;
 }
 

@@ -219,15 +219,9 @@ void op_layernorm(clef_ops *, float *, const float *, size_t, size_t, const clef
 void op_l2norm(clef_ops *, float *, size_t, size_t, size_t, float, float);
 void op_gated_rmsnorm(clef_ops *, float *, const float *, const float *, size_t, size_t, const clef_tensor *, float);
 void op_rope(clef_ops *, float *, size_t, size_t, size_t, size_t, size_t, const float *, const float *);
-/* One segment of rows from position 0 (the kernels as they were before packed forwards). */
-void op_conv1d_silu_one(clef_ops *, float *, const float *, size_t, size_t, const clef_tensor *);
 void op_gdn_gates(clef_ops *, float *, float *, const float *, const float *, size_t, size_t, const clef_tensor *,
                   const clef_tensor *);
-void op_delta_rule_one(clef_ops *, float *, const float *, const float *, const float *, const float *,
-                       const float *, size_t, size_t, size_t, size_t, size_t, size_t);
-void op_attention_one(clef_ops *, float *, size_t, const float *, size_t, const float *, size_t, const float *,
-                      size_t, size_t, size_t, size_t, size_t, size_t, float, int);
-/* The op table's per-segment forms (cuda_segments.cu). */
+/* The per-segment ops (ops.h clef_seg): varlen kernels, one launch per group of segments. */
 void op_conv1d_silu(clef_ops *, float *, const float *, size_t, const clef_tensor *, const clef_seg *, size_t,
                     const clef_seg_state *);
 void op_delta_rule(clef_ops *, float *, const float *, const float *, const float *, const float *, const float *,
