@@ -4,7 +4,7 @@
  *
  *   bench_cuda [--precision fast|bf16|fp32|both|all] [--tokens 436,2048,16384] [--reps N]
  *              [--records N] [--layers N] [--long-reps N (reps at T >= 8192, default 1)]
- *              [--graph 0|1]
+ *              [--graph 0|1] [--packed N]
  * both = fast and fp32, all = fast, bf16 and fp32. --graph 1 runs each forward through
  * clef_cuda_graph_run keyed by the token count (the timed reps replay the captured graph; the warm-up
  * runs eagerly and the capture is untimed). Kernel variants come from the environment
@@ -18,6 +18,9 @@
  *   {"kind":"kernel", precision, tokens, op, calls, ms, ms_per_call, pct, tflop, tflops}
  *       per-op time from CUDA events around each op, summed over one profiled forward
  *   {"kind":"throughput", precision, records, tokens_each, seconds, records_per_s, tokens_per_s}
+ *       records one after another, one forward each
+ *   {"kind":"packed", precision, records, tokens_each, seconds, records_per_s, tokens_per_s}
+ *       --packed N: N records of 436 tokens packed into one forward (median of reps)
  *   {"kind":"device", name, arena_bytes, weight_bytes, graph counters}
  * Work and utilisation:
  *   - tflop is the model's analytic work (GEMMs 2*M*N*K, causal attention 2*T^2*hd*heads per layer,
@@ -185,21 +188,30 @@ static int fwd_pass(clef_ops *ops, void *vctx) {
 
 static int use_graph = 0; /* --graph */
 
-static int forward(clef_ops *ops, const clef_config *cfg, const clef_text_weights *w, const int32_t *ids, size_t T,
-                   float *hidden, double *secs) {
+/* One forward of T rows: one record, or nseg packed records (segs). */
+static int forward_segs(clef_ops *ops, const clef_config *cfg, const clef_text_weights *w, const int32_t *ids,
+                        size_t T, size_t nseg, const clef_forward_seg *segs, float *hidden, double *secs) {
     fwd_ctx c;
     memset(&c, 0, sizeof c);
     c.cfg = cfg;
     c.w = w;
     c.in.ids = ids;
     c.in.n = T;
+    c.in.nseg = nseg;
+    c.in.segs = segs;
     c.hidden = hidden;
     double t0 = now();
-    int rc = use_graph ? clef_cuda_graph_run(ops, (uint64_t)T, fwd_pass, &c) : fwd_pass(ops, &c);
+    /* the graph key: the shape (rows, and the record count of a packed forward) */
+    int rc = use_graph ? clef_cuda_graph_run(ops, (uint64_t)T ^ ((uint64_t)nseg << 40), fwd_pass, &c) : fwd_pass(ops, &c);
     if (rc == 0) rc = clef_cuda_sync(ops);
     *secs = now() - t0;
     if (rc) fprintf(stderr, "bench_cuda: forward of %zu tokens failed: %s %s\n", T, c.err.msg, clef_cuda_last_error(ops));
     return rc;
+}
+
+static int forward(clef_ops *ops, const clef_config *cfg, const clef_text_weights *w, const int32_t *ids, size_t T,
+                   float *hidden, double *secs) {
+    return forward_segs(ops, cfg, w, ids, T, 0, NULL, hidden, secs);
 }
 
 static const char *prec_name(int precision) {
@@ -207,6 +219,8 @@ static const char *prec_name(int precision) {
 }
 
 static int long_reps = 1; /* --long-reps: repetitions at T >= 8192 */
+
+static int packed = 0; /* --packed N: N records of 436 tokens in one forward */
 
 static int run_precision(int precision, const size_t *Ts, int nT, int reps, int records, int layers) {
     const char *pname = prec_name(precision);
@@ -239,6 +253,7 @@ static int run_precision(int precision, const size_t *Ts, int nT, int reps, int 
     double tw = now() - t0;
     size_t maxT = 0;
     for (int i = 0; i < nT; i++) maxT = Ts[i] > maxT ? Ts[i] : maxT;
+    if ((size_t)packed * 436 > maxT) maxT = (size_t)packed * 436;
     int32_t *ids = malloc(maxT * sizeof(int32_t));
     float *hidden = ops->alloc(ops, maxT * (size_t)cfg.text.hidden_size);
     float probe[4];
@@ -311,6 +326,34 @@ static int run_precision(int precision, const size_t *Ts, int nT, int reps, int 
                    pname, kern, records, T, tot, records / tot, (double)records * (double)T / tot,
                    records * flops(&cfg, (double)T) * 1e-12 / tot);
     }
+    /* packed: `packed` records of 436 tokens in one forward (block-diagonal attention, per-record delta
+     * rule and conv), the serving engine's batch */
+    if (!rc && packed > 0) {
+        const size_t each = 436, T = (size_t)packed * each;
+        clef_forward_seg *segs = calloc((size_t)packed, sizeof *segs);
+        double s, times[64];
+        int n = reps < 64 ? reps : 64;
+        if (!segs) {
+            rc = 1;
+        } else {
+            for (int i = 0; i < packed; i++) segs[i].n = each;
+            rc = forward_segs(ops, &cfg, &w, ids, T, (size_t)packed, segs, hidden, &s); /* warm-up */
+            if (!rc && use_graph) rc = forward_segs(ops, &cfg, &w, ids, T, (size_t)packed, segs, hidden, &s);
+            for (int r = 0; r < n && !rc; r++) rc = forward_segs(ops, &cfg, &w, ids, T, (size_t)packed, segs, hidden, &times[r]);
+            if (!rc) {
+                qsort(times, (size_t)n, sizeof times[0], cmp_d);
+                double med = times[n / 2];
+                printf("{\"kind\":\"packed\",\"precision\":\"%s\",%s,\"records\":%d,\"tokens_each\":%zu,\"reps\":%d,"
+                       "\"seconds\":%.6f,\"seconds_min\":%.6f,\"records_per_s\":%.2f,\"tokens_per_s\":%.1f,\"tflops\":%.2f,"
+                       "\"mfu_pct\":%.2f}\n",
+                       pname, kern, packed, each, n, med, times[0], packed / med, (double)T / med,
+                       packed * flops(&cfg, (double)each) * 1e-12 / med,
+                       100.0 * packed * flops(&cfg, (double)each) * 1e-12 / med / peak);
+                fflush(stdout);
+            }
+            free(segs);
+        }
+    }
     size_t ab = 0, wb = 0;
     clef_cuda_memory(ops, &ab, &wb);
     clef_cuda_graph_info gi;
@@ -341,6 +384,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--long-reps")) long_reps = atoi(v);
         else if (!strcmp(a, "--layers")) layers = atoi(v);
         else if (!strcmp(a, "--graph")) use_graph = atoi(v) != 0;
+        else if (!strcmp(a, "--packed")) packed = atoi(v);
         else if (!strcmp(a, "--tokens")) {
             nT = 0;
             for (const char *p = v; *p && nT < 16;) {
@@ -352,13 +396,13 @@ int main(int argc, char **argv) {
             }
         } else {
             fprintf(stderr, "usage: bench_cuda [--precision fast|bf16|fp32|both|all] [--tokens a,b,c] [--reps N] [--records N] "
-                            "[--layers N] [--graph 0|1]\n");
+                            "[--layers N] [--graph 0|1] [--packed N]\n");
             return 2;
         }
     }
-    if (argc % 2 == 0 || nT == 0 || reps < 1 || long_reps < 1 || layers < 1 || layers > 32) {
+    if (argc % 2 == 0 || nT == 0 || reps < 1 || long_reps < 1 || layers < 1 || layers > 32 || packed < 0 || packed > 256) {
         fprintf(stderr, "usage: bench_cuda [--precision fast|bf16|fp32|both|all] [--tokens a,b,c] [--reps N] [--records N] "
-                        "[--layers 1..32] [--graph 0|1]\n");
+                        "[--layers 1..32] [--graph 0|1] [--packed 0..256]\n");
         return 2;
     }
     if (clef_cuda_device_count() <= 0) {
