@@ -45,6 +45,7 @@ typedef struct req {
     int too_big;
     clef_job *job;
     int tokens;
+    size_t cached_tokens; /* prompt tokens the state cache supplied */
     atomic_int state;
     int reject_status;
     clef_result res;
@@ -274,6 +275,11 @@ static enum MHD_Result answer_get(clef_server *s, req *r, const char *url) {
         pthread_rwlock_unlock(&s->gate);
         clef_metrics_render(s->metrics, &b, depth, s->cfg.queue_len, (long)atomic_load(&s->live) - 1,
                             atomic_load(&s->ready) && !atomic_load(&s->shutting));
+        if (atomic_load(&s->ready)) {
+            clef_cache_info ci;
+            clef_engine_cache_info(s->engine, &ci);
+            clef_metrics_render_cache(&b, &ci);
+        }
         snprintf(r->outcome, sizeof r->outcome, "ok");
         rc = b.oom ? MHD_NO : send_bytes(r, 200, "text/plain; version=0.0.4; charset=utf-8", b.data, b.len);
     } else if (!strcmp(url, "/v1/models")) {
@@ -457,6 +463,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     case R_UPLOAD:
         return decide_body(s, r);
     case R_RAN:
+        r->cached_tokens = clef_job_cached_tokens(r->job);
         clef_job_finish(r->job, &r->res);
         r->job = NULL;
         r->have_res = 1;
@@ -492,9 +499,9 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         const char *term = (unsigned)toe < sizeof why / sizeof why[0] ? why[toe] : "other";
         clef_log_line("\"event\":\"request\",\"id\":%llu,\"method\":\"%s\",\"path\":\"%s\",\"status\":%d,"
                       "\"outcome\":\"%s\",\"tokens\":%d,\"bytes_in\":%zu,\"queue_ms\":%.3f,\"compute_ms\":%.3f,"
-                      "\"batch\":%d,\"total_ms\":%.3f,\"connection\":\"%s\"",
+                      "\"batch\":%d,\"cached_tokens\":%zu,\"total_ms\":%.3f,\"connection\":\"%s\"",
                       r->id, r->method ? r->method : "?", r->route, r->status, outcome, r->tokens, r->body_bytes,
-                      queue_s >= 0 ? queue_s * 1e3 : 0.0, r->compute_s * 1e3, r->batch_n, (t_end - r->t0) * 1e3,
+                      queue_s >= 0 ? queue_s * 1e3 : 0.0, r->compute_s * 1e3, r->batch_n, r->cached_tokens, (t_end - r->t0) * 1e3,
                       term);
     }
     if (r->have_res) clef_result_free(&r->res);
