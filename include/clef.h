@@ -71,7 +71,7 @@ typedef struct clef_options {
 #define CLEF_STATE_CACHE_MB_DEFAULT 1024
 
 enum { CLEF_DEVICE_AUTO = 0, CLEF_DEVICE_CPU = 1, CLEF_DEVICE_CUDA = 2 };
-enum { CLEF_PRECISION_FP32 = 0, CLEF_PRECISION_FAST = 1 };
+enum { CLEF_PRECISION_FP32 = 0, CLEF_PRECISION_FAST = 1, CLEF_PRECISION_BF16 = 2 /* one bf16 term per activation (CUDA) */ };
 
 CLEF_API void clef_options_default(clef_options *o);
 

@@ -11,7 +11,7 @@
 #include "serve/scheduler.h"
 
 const char *const cli_device_choices[] = {"auto", "cpu", "cuda", NULL};
-const char *const cli_precision_choices[] = {"fp32", "fast", NULL};
+const char *const cli_precision_choices[] = {"fp32", "fast", "bf16", NULL}; /* CLEF_PRECISION_* order */
 const char *const cli_split_choices[] = {"file", "qwen2", "qwen35", NULL};
 const char *const cli_tile_choices[] = {"0", "256", "448", NULL};
 const int cli_tile_values[] = {0, 256, 448};

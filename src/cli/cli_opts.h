@@ -108,9 +108,9 @@ extern const int cli_tile_values[];
      .choices = cli_device_choices, .env = "CLEF_DEVICE",                                                  \
      .help = "compute backend; auto = CUDA when built with it and a GPU is present, else the CPU"}
 #define CLI_OPT_PRECISION(p)                                                                               \
-    {.name = "--precision", .kind = CLI_ENUM, .dst = (p), .arg = "fp32|fast", .def = "fp32",              \
+    {.name = "--precision", .kind = CLI_ENUM, .dst = (p), .arg = "fp32|fast|bf16", .def = "fp32",         \
      .choices = cli_precision_choices, .env = "CLEF_PRECISION",                                            \
-     .help = "fp32 = the parity path; fast = bf16 tensor-core GEMMs on CUDA (the CPU ignores it)"}
+     .help = "fp32 = the parity path; fast = two-term bf16 GEMMs on CUDA; bf16 = one-term (the CPU ignores both)"}
 #define CLI_OPT_GPU(p)                                                                                     \
     {.name = "--gpu", .kind = CLI_INT, .dst = (p), .arg = "N", .lo = 0, .hi = 1023, .def = "0",           \
      .help = "CUDA device index"}

@@ -65,20 +65,21 @@ static clef_ops *create_ops(const clef_options *o, clef_err *err) {
         if (kn->device == CLEF_KNOB_DEVICE_CPU) dev = CLEF_DEVICE_CPU;
         else if (kn->device == CLEF_KNOB_DEVICE_CUDA) dev = CLEF_DEVICE_CUDA;
         if (kn->precision == CLEF_KNOB_BAD) {
-            clef_err_set(err, CLEF_E_BAD_MODEL, "CLEF_PRECISION=%s: expected fp32 or fast", kn->precision_raw);
+            clef_err_set(err, CLEF_E_BAD_MODEL, "CLEF_PRECISION=%s: expected fp32, fast or bf16", kn->precision_raw);
             return NULL;
         }
         if (kn->precision == CLEF_KNOB_PRECISION_FAST) prec = CLEF_PRECISION_FAST;
         else if (kn->precision == CLEF_KNOB_PRECISION_FP32) prec = CLEF_PRECISION_FP32;
+        else if (kn->precision == CLEF_KNOB_PRECISION_BF16) prec = CLEF_PRECISION_BF16;
     }
-    if (prec != CLEF_PRECISION_FP32 && prec != CLEF_PRECISION_FAST) {
+    if (prec != CLEF_PRECISION_FP32 && prec != CLEF_PRECISION_FAST && prec != CLEF_PRECISION_BF16) {
         clef_err_set(err, CLEF_E_BAD_MODEL, "unknown precision %d", prec);
         return NULL;
     }
 #ifdef CLEF_HAVE_CUDA
     if (dev == CLEF_DEVICE_AUTO) dev = clef_cuda_device_count() > 0 ? CLEF_DEVICE_CUDA : CLEF_DEVICE_CPU;
     if (dev == CLEF_DEVICE_CUDA)
-        return clef_cuda_ops_create(o->gpu, prec == CLEF_PRECISION_FAST ? CLEF_CUDA_FAST : CLEF_CUDA_FP32, kn, err);
+        return clef_cuda_ops_create(o->gpu, prec, kn, err); /* CLEF_CUDA_* == CLEF_PRECISION_* (cuda_ops.h) */
 #else
     if (dev == CLEF_DEVICE_CUDA) {
         clef_err_set(err, CLEF_E_BAD_MODEL, "this build has no CUDA backend (build with make CUDA=1)");
