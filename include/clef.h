@@ -133,6 +133,10 @@ CLEF_API void clef_set_dump_dir(clef_engine *e, const char *dir);
  * (bad ids or n, out of memory). Not reentrant with clef_run_batch. */
 CLEF_API int clef_bench_forward(clef_engine *e, const int32_t *ids, size_t n, double *seconds_text,
                        double *seconds_head, char *err, size_t err_len);
+/* The same with `records` records of those n ids packed into one forward (each its own segment), then
+ * the head once per record, as clef_run_batch runs a batch. seconds_* cover all records. */
+CLEF_API int clef_bench_forward_batch(clef_engine *e, const int32_t *ids, size_t n, size_t records,
+                                      double *seconds_text, double *seconds_head, char *err, size_t err_len);
 
 #ifdef __cplusplus
 }

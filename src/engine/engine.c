@@ -302,6 +302,11 @@ static double mono_seconds(void) {
 
 int clef_bench_forward(clef_engine *e, const int32_t *ids, size_t n, double *seconds_text,
                        double *seconds_head, char *errbuf, size_t err_len) {
+    return clef_bench_forward_batch(e, ids, n, 1, seconds_text, seconds_head, errbuf, err_len);
+}
+
+int clef_bench_forward_batch(clef_engine *e, const int32_t *ids, size_t n, size_t records, double *seconds_text,
+                             double *seconds_head, char *errbuf, size_t err_len) {
     clef_err err;
     clef_err_clear(&err);
     clef_ops *ops = e->ops;
@@ -309,6 +314,10 @@ int clef_bench_forward(clef_engine *e, const int32_t *ids, size_t n, double *sec
     int rc = 0;
     float *hidden = NULL;
     if (n < 3) { rc = clef_err_set(&err, CLEF_E_INTERNAL, "bench needs at least 3 tokens"); goto out; }
+    if (records < 1 || records > 4096 || n > ((size_t)1 << 24) / records) {
+        rc = clef_err_set(&err, CLEF_E_INTERNAL, "bench: %zu records of %zu tokens", records, n);
+        goto out;
+    }
     for (size_t i = 0; i < n; i++)
         if (ids[i] < 0 || ids[i] >= e->mf->cfg.text.vocab_size) {
             rc = clef_err_set(&err, CLEF_E_INTERNAL, "token id %d outside the vocabulary", (int)ids[i]);
@@ -347,23 +356,40 @@ int clef_bench_forward(clef_engine *e, const int32_t *ids, size_t n, double *sec
         spans[2] = (int32_t)n - 1; spans[3] = (int32_t)n;
     }
     float logits[11];
-    hidden = ops->alloc(ops, n * H);
-    if (!hidden) { rc = clef_err_set(&err, CLEF_E_OOM, "out of memory for %zu tokens", n); goto out; }
+    int32_t *all = NULL;
+    clef_forward_seg *segs = NULL;
+    hidden = ops->alloc(ops, records * n * H);
+    all = malloc(records * n * sizeof *all);
+    segs = calloc(records, sizeof *segs);
+    if (!hidden || !all || !segs) {
+        free(all);
+        free(segs);
+        rc = clef_err_set(&err, CLEF_E_OOM, "out of memory for %zu x %zu tokens", records, n);
+        goto out;
+    }
+    for (size_t r = 0; r < records; r++) { /* every record the same ids, each a segment of its own */
+        memcpy(all + r * n, ids, n * sizeof *all);
+        segs[r].n = n;
+    }
     clef_forward_in in = {0};
-    in.ids = ids;
-    in.n = n;
+    in.ids = all;
+    in.n = records * n;
+    in.nseg = records;
+    in.segs = segs;
     double t0 = mono_seconds();
     rc = clef_text_forward(ops, &e->mf->cfg, &e->mf->text, &in, hidden, &err);
     double t1 = mono_seconds();
-    if (rc == 0) {
+    for (size_t r = 0; rc == 0 && r < records; r++) { /* the head per record, as clef_run_batch runs it */
         clef_head_in hin = {0};
-        hin.hidden = hidden;
+        hin.hidden = hidden + r * n * H;
         hin.T = n;
         hin.ids = ids;
         hin.n_questions = nq;
         hin.questions = hq;
         rc = clef_head_forward(ops, &e->mf->head_cfg, &e->mf->head, &e->mf->text.lm_head, &hin, logits, &err);
     }
+    free(all);
+    free(segs);
     double t2 = mono_seconds();
     if (rc == 0 && ops->failed) {
         ops->failed = 0;
