@@ -11,9 +11,11 @@
  *   pointer; the model passes the tensors as bound by model/weights.h, with the backend's
  *   prepared form (prepare_weight) in w->prep where it made one.
  * - Arrays documented as "host" (token ids, positions) are ordinary host memory.
- * - Ops do not fail on valid arguments. A backend that runs out of scratch memory inside an op
- *   sets ops->failed (sticky) and leaves the output unspecified; callers check it at safe points
- *   (the model does after each layer).
+ * - Ops do not fail on valid arguments. A backend that cannot run an op (out of scratch memory, a
+ *   device error, a shape it does not support) records why with clef_ops_fail and leaves the output
+ *   unspecified: ops->status is a value (a code and the backend's message), sticky, the first
+ *   failure kept. Callers check clef_ops_failed at safe points (the model does after each layer)
+ *   and turn the status into their clef_err with clef_ops_take, which clears it.
  * - Every op computes each output element inside one worker, so results do not depend on the
  *   thread count. Long sums accumulate in double on the CPU backend.
  * - Unless stated, output buffers must not overlap inputs; "in place" ops say so. */
@@ -24,9 +26,27 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "base/err.h"
 #include "compute/tensor.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct clef_ops clef_ops;
+
+/* Why an op failed (clef_ops.status.code). */
+enum {
+    CLEF_OPS_OK = 0,
+    CLEF_OPS_OOM = 1,    /* host or device memory ran out: reported as OutOfMemory */
+    CLEF_OPS_DEVICE = 2, /* the device (CUDA, cuBLAS) refused or faulted: InternalError with its text */
+    CLEF_OPS_SHAPE = 3   /* arguments this backend does not support: InternalError */
+};
+
+typedef struct clef_ops_status {
+    int code;      /* CLEF_OPS_*: the first failure since the last clef_ops_take / clef_ops_clear */
+    char msg[256]; /* the backend's words, e.g. "attention: out of memory for 4 workers' scores" */
+} clef_ops_status;
 
 /* Packed forwards: one op call covers several records, each a segment of consecutive rows. Ops that
  * mix rows (conv1d, the delta rule, attention) never mix two segments; every other op is per row,
@@ -62,7 +82,7 @@ typedef struct clef_prepared {
 struct clef_ops {
     const char *name;     /* "cpu", ... */
     int host_memory;      /* 1: device buffers are host memory (pointers may be used directly) */
-    int failed;           /* sticky: an op ran out of memory */
+    clef_ops_status status; /* sticky: why an op failed (clef_ops_fail); code 0 while none did */
     int can_resume;       /* 1: conv1d_silu and delta_rule honour clef_seg_state and causal attention
                              takes cached keys (nk > nq); the engine's state cache needs it */
     void *impl;           /* backend state */
@@ -168,6 +188,17 @@ struct clef_ops {
     void (*add)(clef_ops *ops, float *y, const float *a, const float *b, size_t n); /* y = a + b; y may alias a or b */
 };
 
+/* Records a failure (the first one is kept: later ones are its consequences). Returns -1. */
+int clef_ops_fail(clef_ops *ops, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static inline int clef_ops_failed(const clef_ops *ops) { return ops->status.code != CLEF_OPS_OK; }
+static inline void clef_ops_clear(clef_ops *ops) {
+    ops->status.code = CLEF_OPS_OK;
+    ops->status.msg[0] = '\0';
+}
+/* Turns a recorded failure into err ("<where>: <the backend's message>"; OutOfMemory for
+ * CLEF_OPS_OOM, InternalError otherwise) and clears it. Returns 0 when no op failed, else -1. */
+int clef_ops_take(clef_ops *ops, const char *where, clef_err *err);
+
 /* Attention over one segment: Tq query rows against Tk key rows (the common case). */
 static inline void clef_attention1(clef_ops *ops, float *o, size_t ldo, const float *q, size_t ldq,
                                    const float *k, size_t ldk, const float *v, size_t ldv, size_t Tq,
@@ -210,5 +241,9 @@ static inline float clef_tensor_f32_at(const clef_tensor *t, int64_t i) {
     if (t->dtype == CLEF_ST_F16) return clef_half_to_f32(((const uint16_t *)t->data)[i]);
     return 0.0f;
 }
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

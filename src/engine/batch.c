@@ -193,7 +193,7 @@ static int run_group(clef_engine *e, plan *ps, size_t m) {
     }
     if (clef_text_forward(ops, cfg, &e->mf->text, &in, hidden, &err)) goto fail;
     if (dump.failed) { clef_err_set(&err, CLEF_E_IO, "could not write layer dumps to %s", e->dump_dir); goto fail; }
-    if (ops->failed) { clef_err_set(&err, CLEF_E_OOM, "out of memory inside the compute backend"); goto fail; }
+    if (clef_ops_take(ops, "the text forward", &err)) goto fail;
 
     /* 4: the head, per job */
     for (size_t i = 0; i < m; i++) {
@@ -229,10 +229,8 @@ static int run_group(clef_engine *e, plan *ps, size_t m) {
             hin.mem_snap = ps[i].pending ? ps[i].pending->mem : NULL;
             hin.snap_rows = ps[i].pending ? ps[i].snap : 0;
             hrc = clef_head_forward(ops, &e->mf->head_cfg, &e->mf->head, &e->mf->text.lm_head, &hin, j->logits, &j->err);
-            if (hrc == 0 && ops->failed) {
-                ops->failed = 0;
-                hrc = clef_err_set(&j->err, CLEF_E_OOM, "out of memory inside the compute backend");
-            }
+            if (hrc == 0) hrc = clef_ops_take(ops, "the head", &j->err);
+            clef_ops_clear(ops); /* one job's failure is its own */
         }
         free(hq);
         free(spans);
@@ -245,7 +243,7 @@ static int run_group(clef_engine *e, plan *ps, size_t m) {
     rc = 0;
     goto done;
 fail:
-    ops->failed = 0;
+    clef_ops_clear(ops);
     for (size_t i = 0; i < m; i++) ps[i].j->err = err;
 done:
     free(ids);

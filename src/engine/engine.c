@@ -391,10 +391,8 @@ int clef_bench_forward_batch(clef_engine *e, const int32_t *ids, size_t n, size_
     free(all);
     free(segs);
     double t2 = mono_seconds();
-    if (rc == 0 && ops->failed) {
-        ops->failed = 0;
-        rc = clef_err_set(&err, CLEF_E_OOM, "out of memory inside the compute backend");
-    }
+    if (rc == 0) rc = clef_ops_take(ops, "the forward", &err);
+    clef_ops_clear(ops);
     if (seconds_text) *seconds_text = t1 - t0;
     if (seconds_head) *seconds_head = t2 - t1;
 out:

@@ -89,10 +89,7 @@ int clef_attention_forward(clef_ops *ops, const clef_text_config *tc, const clef
     /* 6: o * sigmoid(gate); 7: o_proj */
     ops->sigmoid_mul(ops, o, gate, T * qd);
     ops->linear(ops, out, o, T, &L->attn.o_proj, 0, H, NULL);
-    if (ops->failed) {
-        clef_err_set(err, CLEF_E_OOM, "out of memory inside a full-attention op");
-        goto done;
-    }
+    if (clef_ops_take(ops, "a full-attention op", err)) goto done;
     rc = 0;
 done:
     ops->free(ops, qg);

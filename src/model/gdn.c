@@ -62,10 +62,7 @@ int clef_gdn_forward(clef_ops *ops, const clef_text_config *tc, const clef_text_
     /* §4.4.7 gated RMSNorm per (token, v-head), then §4.4.8 out_proj */
     ops->gated_rmsnorm(ops, o, o, z, T * Hv, dv, &L->gdn.norm, (float)tc->rms_norm_eps);
     ops->linear(ops, out, o, T, &L->gdn.out_proj, 0, H, NULL);
-    if (ops->failed) {
-        clef_err_set(err, CLEF_E_OOM, "out of memory inside a Gated DeltaNet op");
-        goto done;
-    }
+    if (clef_ops_take(ops, "a Gated DeltaNet op", err)) goto done;
     rc = 0;
 done:
     ops->free(ops, mixed);

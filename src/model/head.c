@@ -180,7 +180,7 @@ int clef_head_forward(clef_ops *ops, const clef_head_config *hc, const clef_head
     }
     /* 10: base fields; 11: option summary (host) */
     ops->linear(ops, B, Qv, (size_t)Q, &hw->question_projection, 0, W, NULL);
-    if (ops->failed) { clef_err_set(err, CLEF_E_OOM, "out of memory inside a head op"); goto done; }
+    if (clef_ops_take(ops, "a head op", err)) goto done;
     ops->download(ops, hR, R, N * W);
     ops->download(ops, hB, B, (size_t)Q * W);
     {
@@ -230,7 +230,7 @@ int clef_head_forward(clef_ops *ops, const clef_head_config *hc, const clef_head
     ops->layernorm(ops, Fd, Fd, (size_t)Q, W, &hw->field_norm_w, &hw->field_norm_b, ln_eps);
     /* 15: per option: o = option_norm(R), cosine, residual scorer, prior */
     ops->layernorm(ops, On, R, N, W, &hw->option_norm_w, &hw->option_norm_b, ln_eps);
-    if (ops->failed) { clef_err_set(err, CLEF_E_OOM, "out of memory inside a head op"); goto done; }
+    if (clef_ops_take(ops, "a head op", err)) goto done;
     ops->download(ops, hF, Fd, (size_t)Q * W);
     ops->download(ops, hO, On, N * W);
     ops->download(ops, hQ, Qv, (size_t)Q * Hb);
@@ -274,7 +274,7 @@ int clef_head_forward(clef_ops *ops, const clef_head_config *hc, const clef_head
     ops->linear(ops, r1, feat, N, &hw->scorer0_w, 0, W, &hw->scorer0_b);
     ops->gelu(ops, r1, N * W, 0);
     ops->linear(ops, r2, r1, N, &hw->scorer3_w, 0, 1, &hw->scorer3_b);
-    if (ops->failed) { clef_err_set(err, CLEF_E_OOM, "out of memory inside a head op"); goto done; }
+    if (clef_ops_take(ops, "a head op", err)) goto done;
     ops->download(ops, hr, r2, N);
     for (size_t j = 0; j < N; j++) {
         float joint = joint_scale * hcos[j] + hr[j];

@@ -184,12 +184,17 @@ int clef_text_forward(clef_ops *ops, const clef_config *cfg, const clef_text_wei
         ops->add(ops, h, h, mix, T * H);
         ops->free(ops, gu);
         gu = NULL;
-        if (ops->failed) { clef_err_set(err, CLEF_E_OOM, "out of memory inside an op of layer %d", li); goto done; }
+        if (clef_ops_failed(ops)) {
+            char where[48];
+            snprintf(where, sizeof where, "an op of layer %d", li);
+            clef_ops_take(ops, where, err);
+            goto done;
+        }
         if (report(ops, in, li, h, T, H, err) != 0) goto done;
     }
     /* §4.6 final norm, in place */
     ops->rmsnorm(ops, h, H, h, H, T, H, &w->final_norm, 1, eps);
-    if (ops->failed) { clef_err_set(err, CLEF_E_OOM, "out of memory in the final norm"); goto done; }
+    if (clef_ops_take(ops, "the final norm", err)) goto done;
     if (report(ops, in, CLEF_LAYER_FINAL_NORM, h, T, H, err) != 0) goto done;
     rc = 0;
 done:

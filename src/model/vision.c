@@ -2,6 +2,7 @@
 #include "model/vision.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -201,7 +202,7 @@ static int image_pack(clef_ops *ops, const clef_vision_config *vc, const clef_vi
     ops->add(ops, b.h, b.h, b.tmp, Np * Hv);
     ops->upload(ops, b.cos, hc, Np * half);
     ops->upload(ops, b.sin, hc + Np * half, Np * half);
-    if (ops->failed) goto oom;
+    if (clef_ops_failed(ops)) goto op_failed;
 
     for (int l = 0; l < vc->depth; l++) {
         const clef_vision_block *B = &w->blocks[l];
@@ -218,7 +219,7 @@ static int image_pack(clef_ops *ops, const clef_vision_config *vc, const clef_vi
         ops->gelu(ops, b.mlp, Np * Iv, 1);
         ops->linear(ops, b.tmp, b.mlp, Np, &B->fc2_w, 0, Hv, &B->fc2_b);
         ops->add(ops, b.h, b.h, b.tmp, Np * Hv);
-        if (ops->failed) goto oom;
+        if (clef_ops_failed(ops)) goto op_failed;
     }
 
     /* merger: LayerNorm per patch, 4 consecutive rows = one token (never across images: each
@@ -227,10 +228,13 @@ static int image_pack(clef_ops *ops, const clef_vision_config *vc, const clef_vi
     ops->linear(ops, b.m1, b.x, Nt, &w->merger_fc1_w, 0, Md, &w->merger_fc1_b);
     ops->gelu(ops, b.m1, Nt * Md, 0);
     ops->linear(ops, out, b.m1, Nt, &w->merger_fc2_w, 0, Od, &w->merger_fc2_b);
-    if (ops->failed) goto oom;
+    if (clef_ops_failed(ops)) goto op_failed;
     goto done;
-oom:
-    rc = clef_err_set(err, CLEF_E_OOM, "out of memory inside the compute backend (vision, %zu patches)", Np);
+op_failed: {
+        char where[64];
+        snprintf(where, sizeof where, "the vision tower (%zu patches)", Np);
+        rc = clef_ops_take(ops, where, err);
+    }
 done:
     free(host);
     free(hc);

@@ -139,7 +139,7 @@ static void cmpv(const char *op, int m, size_t T, const float *got, const float 
 }
 
 static void check_ok(int m, const char *op) {
-    CHECK_MSG(!gpu[m & 1]->failed, "%s (%s): backend failed: %s", op, mode_name[m], clef_cuda_last_error(gpu[m & 1]));
+    CHECK_MSG(!clef_ops_failed(gpu[m & 1]), "%s (%s): backend failed: %s", op, mode_name[m], clef_cuda_last_error(gpu[m & 1]));
 }
 
 /* ------------------------------------------------------------------ per-op tests */
@@ -210,7 +210,7 @@ static void t_linear(size_t T, size_t N, size_t K, size_t row0, int bias) {
         float *dx = dev(g, x, T * K), *dy = dev(g, NULL, T * N);
         g->linear(g, dy, dx, T, &w, row0, N, bias ? &b : NULL);
         float *got = host_of(g, dy, T * N);
-        CHECK_MSG(!g->failed, "linear (bf16): backend failed: %s", clef_cuda_last_error(g));
+        CHECK_MSG(!clef_ops_failed(g), "linear (bf16): backend failed: %s", clef_cuda_last_error(g));
         char name[48];
         snprintf(name, sizeof name, "linear%zux%zu%s/bf16", N, K, bias ? "+b" : "");
         cmpv(name, 1, T, got, ref, T * N, 1e-2);
@@ -693,7 +693,7 @@ static int gpass_fn(clef_ops *g, void *vctx) {
     g->free(g, y);
     g->free(g, e);
     g->free(g, a);
-    return g->failed ? -1 : 0;
+    return clef_ops_failed(g) ? -1 : 0;
 }
 
 /* Graph passes give the eager pass's bits: eager run, capture, replays with new host data (uploads

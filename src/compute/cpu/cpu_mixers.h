@@ -1,6 +1,6 @@
 /* The token mixers of the CPU backend (cpu_gdn.c: conv1d_silu, l2norm, gated_rmsnorm, the chunked
  * delta rule; cpu_attention.c: attention). cpu_ops.c wires them into the op table; each returns 0,
- * or -1 when scratch memory could not be allocated (the caller sets ops->failed).
+ * or -1 when scratch memory could not be allocated (the caller records it with clef_ops_fail).
  *
  * Arithmetic (the parity path): fp32 storage at the points the reference rounds, every product of
  * two fp32 values taken exactly in double and summed in double in a fixed sequential order, one

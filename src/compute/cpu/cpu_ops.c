@@ -173,7 +173,7 @@ static void cpu_linear(clef_ops *ops, float *y, const float *x, size_t T, const 
         float *bias = NULL;
         if (b) {
             bias = malloc(N * sizeof *bias);
-            if (!bias) { ops->failed = 1; return; }
+            if (!bias) { clef_ops_fail(ops, CLEF_OPS_OOM, "linear: out of memory for a bias of %zu floats", N); return; }
             for (size_t n = 0; n < N; n++) bias[n] = wat(b, row0 + n);
         }
         const clef_gemm_packed *g = w->prep && w->prep->kind == &cpu_packed_kind ? ((cpu_packed *)w->prep)->g : NULL;
@@ -184,13 +184,13 @@ static void cpu_linear(clef_ops *ops, float *y, const float *x, size_t T, const 
             const uint16_t *W = (const uint16_t *)w->data + row0 * K;
             rc = clef_gemm_bf16_with(((cpu_impl *)ops->impl)->gemm, POOL(ops), y, N, x, K, T, K, W, K, N, bias);
         }
-        if (rc) ops->failed = 1;
+        if (rc) clef_ops_fail(ops, CLEF_OPS_OOM, "linear: out of memory for the GEMM's packing buffers (%zu x %zu x %zu)", T, N, K);
         free(bias);
         return;
     }
     int nw = NW(ops);
     float *scratch = malloc((size_t)nw * LIN_NB * K * sizeof(float));
-    if (!scratch) { ops->failed = 1; return; }
+    if (!scratch) { clef_ops_fail(ops, CLEF_OPS_OOM, "linear: out of memory for %d workers' weight rows (K = %zu)", nw, K); return; }
     linear_ctx c = {y, x, T, K, N, row0, w, b, scratch};
     clef_pool_for(POOL(ops), N, LIN_NB, linear_fn, &c);
     free(scratch);
@@ -277,7 +277,7 @@ static void norm_fn(void *c_, size_t b, size_t e, int worker) {
 
 static float *vec_f32(clef_ops *ops, const clef_tensor *t, size_t D) {
     float *v = malloc((D ? D : 1) * sizeof(float));
-    if (!v) { ops->failed = 1; return NULL; }
+    if (!v) { clef_ops_fail(ops, CLEF_OPS_OOM, "norm: out of memory for a weight of %zu floats", D); return NULL; }
     load_f32(t, 0, D, v);
     return v;
 }
@@ -308,7 +308,8 @@ static void cpu_l2norm(clef_ops *ops, float *x, size_t ld, size_t rows, size_t D
 
 static void cpu_gated_rmsnorm(clef_ops *ops, float *y, const float *x, const float *z, size_t rows,
                               size_t D, const clef_tensor *w, float eps) {
-    if (clef_cpu_gated_rmsnorm(POOL(ops), y, x, z, rows, D, w, eps)) ops->failed = 1;
+    if (clef_cpu_gated_rmsnorm(POOL(ops), y, x, z, rows, D, w, eps))
+        clef_ops_fail(ops, CLEF_OPS_OOM, "gated_rmsnorm: out of memory for a weight of %zu floats", D);
 }
 
 /* ---------------------------------------------------------------- rope */
@@ -342,7 +343,8 @@ static void cpu_rope(clef_ops *ops, float *x, size_t ld, size_t T, size_t nh, si
 
 static void cpu_conv1d_silu(clef_ops *ops, float *y, const float *x, size_t C, const clef_tensor *w,
                             const clef_seg *segs, size_t nseg, const clef_seg_state *st) {
-    if (clef_cpu_conv1d_silu_segs(POOL(ops), y, x, C, w, segs, nseg, st)) ops->failed = 1;
+    if (clef_cpu_conv1d_silu_segs(POOL(ops), y, x, C, w, segs, nseg, st))
+        clef_ops_fail(ops, CLEF_OPS_OOM, "conv1d_silu: out of memory for its scratch (%zu channels)", C);
 }
 
 static void cpu_gdn_gates(clef_ops *ops, float *beta, float *g, const float *b, const float *a, size_t T,
@@ -366,7 +368,7 @@ static void cpu_delta_rule(clef_ops *ops, float *o, const float *q, const float 
                            const float *beta, const float *g, size_t Hk, size_t Hv, size_t dk, size_t dv,
                            size_t chunk, const clef_seg *segs, size_t nseg, const clef_seg_state *st) {
     if (clef_cpu_delta_rule_segs(POOL(ops), o, q, k, v, beta, g, Hk, Hv, dk, dv, chunk, segs, nseg, st))
-        ops->failed = 1;
+        clef_ops_fail(ops, CLEF_OPS_OOM, "delta_rule: out of memory for its scratch (%zu v-heads, chunk %zu)", Hv, chunk);
 }
 
 /* ---------------------------------------------------------------- attention */
@@ -382,8 +384,10 @@ static void cpu_attention(clef_ops *ops, float *o, size_t ldo, const float *q, s
         const clef_attn_seg *sg = &segs[i];
         if ((fp32 ? clef_cpu_attention_f32 : clef_cpu_attention)(
                 POOL(ops), o + sg->q0 * ldo, ldo, q + sg->q0 * ldq, ldq, k + sg->k0 * ldk, ldk, v + sg->k0 * ldv,
-                ldv, sg->nq, sg->nk, nh, nkv, hd, scale, causal))
-            ops->failed = 1;
+                ldv, sg->nq, sg->nk, nh, nkv, hd, scale, causal)) {
+            clef_ops_fail(ops, CLEF_OPS_OOM, "attention: out of memory for the workers' scores (%zu keys)", sg->nk);
+            return;
+        }
     }
 }
 

@@ -538,7 +538,7 @@ void op_attention(clef_ops *ops, float *o, size_t ldo, const float *q, size_t ld
     if (nseg == 0 || nh == 0) return;
     Impl *im = IM(ops);
     if (hd == 0 || hd > 256 || nkv == 0 || nh % nkv || nh > 65535) {
-        fail(ops, "attention", "head dim over 256 or bad head counts");
+        fail_code(ops, CLEF_OPS_SHAPE, "attention", "head dim over 256 or bad head counts");
         return;
     }
     /* the products: QK^T and PV over the unmasked (row, key) pairs, x3 on the 3xTF32 tensor cores */
@@ -548,11 +548,11 @@ void op_attention(clef_ops *ops, float *o, size_t ldo, const float *q, size_t ld
         const clef_attn_seg *sg = &segs[i];
         if (sg->q0 > 0xffffffffu || sg->nq > 0xffffffffu - sg->q0 || sg->k0 > 0xffffffffu ||
             sg->nk > 0xffffffffu - sg->k0) {
-            fail(ops, "attention", "segment rows over 2^32");
+            fail_code(ops, CLEF_OPS_SHAPE, "attention", "segment rows over 2^32");
             return;
         }
         if (causal && sg->nk < sg->nq) {
-            fail(ops, "attention", "causal segment with fewer keys than queries");
+            fail_code(ops, CLEF_OPS_SHAPE, "attention", "causal segment with fewer keys than queries");
             return;
         }
         const double nq = (double)sg->nq, nk = (double)sg->nk;
@@ -560,7 +560,7 @@ void op_attention(clef_ops *ops, float *o, size_t ldo, const float *q, size_t ld
         blocks += (sg->nq + BQ - 1) / BQ;
     }
     if (blocks > 0x7fffffffu) {
-        fail(ops, "attention", "too many query rows");
+        fail_code(ops, CLEF_OPS_SHAPE, "attention", "too many query rows");
         return;
     }
     const bool tc = im->attn_kernel != CLEF_CUDA_ATTN_SIMT && im->precision != CLEF_CUDA_FP32 && im->cc_major >= 8;
@@ -583,7 +583,7 @@ void op_attention(clef_ops *ops, float *o, size_t ldo, const float *q, size_t ld
     }
     size_t smem = ((size_t)BQ * hd + (size_t)BK * (hd + 1) + (size_t)BK * hd) * sizeof(float);
     if (smem > (size_t)im->max_smem_optin) {
-        fail(ops, "attention", "not enough shared memory on this device");
+        fail_code(ops, CLEF_OPS_SHAPE, "attention", "not enough shared memory on this device");
         return;
     }
     if (!smem_optin(ops, k_attention, smem, "attention (shared memory)")) return;

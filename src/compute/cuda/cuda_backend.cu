@@ -19,22 +19,19 @@ const char *const op_names[OP_COUNT] = {
 static const size_t ALIGN = 256;
 static const size_t EV_PAIRS = 8192;
 
-bool fail(clef_ops *ops, const char *what, const char *detail) {
-    Impl *im = IM(ops);
-    ops->failed = 1;
-    if (im->last_error.empty()) {
-        im->last_error = what;
-        if (detail && *detail) {
-            im->last_error += ": ";
-            im->last_error += detail;
-        }
-    }
+bool fail_code(clef_ops *ops, int code, const char *what, const char *detail) {
+    if (detail && *detail) clef_ops_fail(ops, code, "%s: %s", what, detail);
+    else clef_ops_fail(ops, code, "%s", what);
     return false;
 }
 
+bool fail(clef_ops *ops, const char *what, const char *detail) { return fail_code(ops, CLEF_OPS_DEVICE, what, detail); }
+
 bool cuda_ok(clef_ops *ops, cudaError_t e, const char *what) {
     if (e == cudaSuccess) return true;
-    return fail(ops, what, cudaGetErrorString(e));
+    char detail[160];
+    snprintf(detail, sizeof detail, "CUDA error %s: %s", cudaGetErrorName(e), cudaGetErrorString(e));
+    return fail_code(ops, e == cudaErrorMemoryAllocation ? CLEF_OPS_OOM : CLEF_OPS_DEVICE, what, detail);
 }
 
 bool launch_ok(clef_ops *ops, const char *what) { return cuda_ok(ops, cudaGetLastError(), what); }
@@ -129,7 +126,7 @@ void *scratch_alloc(clef_ops *ops, size_t bytes) {
     } catch (...) {
         p = nullptr;
     }
-    if (!p) fail(ops, "out of device memory for an op's scratch", nullptr);
+    if (!p) fail_code(ops, CLEF_OPS_OOM, "out of device memory for an op's scratch", nullptr);
     return p;
 }
 
@@ -158,7 +155,7 @@ static Weight *weight_entry(clef_ops *ops, const clef_tensor *t) {
     try {
         return &im->weights[std::make_pair(t->data, (size_t)t->numel)];
     } catch (...) {
-        fail(ops, "out of host memory for the weight cache", nullptr);
+        fail_code(ops, CLEF_OPS_OOM, "out of host memory for the weight cache", nullptr);
         return nullptr;
     }
 }
@@ -183,7 +180,7 @@ static bool upload_raw(clef_ops *ops, Weight *w, const clef_tensor *t) {
         return cuda_ok(ops, cudaMemcpyAsync(w->raw, t->data, n * 4, cudaMemcpyHostToDevice, im->stream),
                        "upload weight");
     float *h = (float *)malloc((n ? n : 1) * sizeof(float));
-    if (!h) return fail(ops, "out of host memory converting a weight", nullptr);
+    if (!h) return fail_code(ops, CLEF_OPS_OOM, "out of host memory converting a weight", nullptr);
     for (size_t i = 0; i < n; i++) h[i] = clef_tensor_f32_at(t, (int64_t)i);
     bool ok = cuda_ok(ops, cudaMemcpyAsync(w->raw, h, n * 4, cudaMemcpyHostToDevice, im->stream), "upload weight");
     cudaStreamSynchronize(im->stream); /* h is freed next */
@@ -444,7 +441,7 @@ extern "C" clef_ops *clef_cuda_ops_create(int device, int precision, const clef_
         return NULL;
     }
     if (!linear_init(ops)) {
-        clef_err_set(err, CLEF_E_BAD_MODEL, "cuBLAS: %s", im->last_error.c_str());
+        clef_err_set(err, CLEF_E_BAD_MODEL, "cuBLAS: %s", ops->status.msg);
         cu_destroy(ops);
         return NULL;
     }
@@ -455,7 +452,7 @@ extern "C" clef_ops *clef_cuda_ops_create(int device, int precision, const clef_
 }
 
 extern "C" const char *clef_cuda_last_error(const clef_ops *ops) {
-    return static_cast<const Impl *>(ops->impl)->last_error.c_str();
+    return ops->status.msg;
 }
 
 extern "C" void clef_cuda_get_kernels(const clef_ops *ops, clef_cuda_kernels *k) {
@@ -477,11 +474,11 @@ extern "C" const char *clef_cuda_device_name(const clef_ops *ops) { return stati
 extern "C" int clef_cuda_sync(clef_ops *ops) {
     if (IM(ops)->gmode != G_OFF) { /* inside a captured / replayed forward: a sync cannot be in a graph */
         graph_break(ops, "clef_cuda_sync inside the forward");
-        return ops->failed ? -1 : 0;
+        return clef_ops_failed(ops) ? -1 : 0;
     }
     cuda_ok(ops, cudaStreamSynchronize(IM(ops)->stream), "synchronize");
     launch_ok(ops, "synchronize");
-    return ops->failed ? -1 : 0;
+    return clef_ops_failed(ops) ? -1 : 0;
 }
 
 extern "C" void clef_cuda_memory(const clef_ops *ops, size_t *arena_bytes, size_t *weight_bytes) {

@@ -606,11 +606,11 @@ void op_delta_rule(clef_ops *ops, float *o, const float *q, const float *k, cons
     Impl *im = IM(ops);
     if (chunk == 0) chunk = 64;
     if (chunk > (size_t)CMAX) {
-        fail(ops, "delta_rule", "chunk over 64 is not supported by the CUDA backend");
+        fail_code(ops, CLEF_OPS_SHAPE, "delta_rule", "chunk over 64 is not supported by the CUDA backend");
         return;
     }
     if (!Hk || !Hv || Hv % Hk || !dk || !dv) {
-        fail(ops, "delta_rule", "bad head counts");
+        fail_code(ops, CLEF_OPS_SHAPE, "delta_rule", "bad head counts");
         return;
     }
     const int C = (int)chunk;
@@ -619,11 +619,11 @@ void op_delta_rule(clef_ops *ops, float *o, const float *q, const float *k, cons
     int in_group = 0;
     for (size_t i = 0; i < nseg; i++) {
         if (segs[i].n > 0xffffffffu) {
-            fail(ops, "delta_rule", "segment over 2^32 rows");
+            fail_code(ops, CLEF_OPS_SHAPE, "delta_rule", "segment over 2^32 rows");
             return;
         }
         if (st && st[i].out && (st[i].snap == 0 || st[i].snap > segs[i].n || (st[i].snap % chunk && st[i].snap != segs[i].n))) {
-            fail(ops, "delta_rule", "a state is saved after a chunk boundary or the segment's end only");
+            fail_code(ops, CLEF_OPS_SHAPE, "delta_rule", "a state is saved after a chunk boundary or the segment's end only");
             return;
         }
         if (!segs[i].n) continue;
@@ -647,7 +647,7 @@ void op_delta_rule(clef_ops *ops, float *o, const float *q, const float *k, cons
     size_t smA = ((size_t)C + (size_t)C * C) * sizeof(float);
     size_t smB = (dk * VS + (size_t)C * VS + (size_t)C * KT + (size_t)C * C) * sizeof(float);
     if (smB > (size_t)im->max_smem_optin || nch > 0x7fffffffu || Hv > 65535) {
-        fail(ops, "delta_rule", "key head dim too large for the device's shared memory");
+        fail_code(ops, CLEF_OPS_SHAPE, "delta_rule", "key head dim too large for the device's shared memory");
         return;
     }
     const size_t per = (size_t)C * (3 * dk + dv + (size_t)C);

@@ -107,18 +107,18 @@ void op_conv1d_silu(clef_ops *ops, float *y, const float *x, size_t C, const cle
     if (!nseg || !C) return;
     size_t K = (size_t)(w->numel / w->shape[0]);
     if (K < 1 || K > 8) {
-        fail(ops, "conv1d_silu", "kernel size over 8 is not supported by the CUDA backend");
+        fail_code(ops, CLEF_OPS_SHAPE, "conv1d_silu", "kernel size over 8 is not supported by the CUDA backend");
         return;
     }
     size_t maxn = 0;
     for (size_t i = 0; i < nseg; i++) {
         if (segs[i].n > 0xffffffffu) {
-            fail(ops, "conv1d_silu", "segment over 2^32 rows");
+            fail_code(ops, CLEF_OPS_SHAPE, "conv1d_silu", "segment over 2^32 rows");
             return;
         }
         if (st && st[i].out) {
             if (st[i].snap == 0 || st[i].snap > segs[i].n) {
-                fail(ops, "conv1d_silu", "a window is saved before a row of the segment (0 < snap <= n)");
+                fail_code(ops, CLEF_OPS_SHAPE, "conv1d_silu", "a window is saved before a row of the segment (0 < snap <= n)");
                 return;
             }
         }

@@ -297,8 +297,7 @@ static void end_pass(Impl *im) {
 static void clear_error(clef_ops *ops) {
     Impl *im = IM(ops);
     (void)cudaGetLastError();
-    ops->failed = 0;
-    im->last_error.clear();
+    clef_ops_clear(ops);
 }
 
 static int eager(clef_ops *ops, clef_cuda_pass_fn fn, void *ctx) {
@@ -329,7 +328,7 @@ static int warm(clef_ops *ops, GraphEntry *g, clef_cuda_pass_fn fn, void *ctx) {
     im->gcount = false;
     g->warm_peak = im->main.peak_bytes - base;
     g->stage_need = im->gstage_count;
-    if (rc == 0 && !ops->failed) g->state = GS_WARM;
+    if (rc == 0 && !clef_ops_failed(ops)) g->state = GS_WARM;
     return rc;
 }
 
@@ -374,7 +373,7 @@ static int capture(clef_ops *ops, GraphEntry *g, clef_cuda_pass_fn fn, void *ctx
     if (!why)
         why = e != cudaSuccess    ? "the capture was invalidated"
               : rc != 0           ? "the pass failed while captured"
-              : ops->failed       ? "an op failed while captured"
+              : clef_ops_failed(ops) ? "an op failed while captured"
               : g->pool.live != 0 ? "an allocation outlived the pass"
                                   : nullptr;
     bool ok = e == cudaSuccess && graph && !broken && !why;
@@ -404,7 +403,7 @@ static int replay(clef_ops *ops, GraphEntry *g, clef_cuda_pass_fn fn, void *ctx)
     if (!cuda_ok(ops, cudaEventSynchronize(g->done), "graph event")) return -1; /* the staging is free again */
     begin_pass(im, g, G_REPLAY);
     int rc = fn(ops, ctx);
-    const bool same = rc == 0 && !ops->failed && !im->gbroken && im->gfp == g->fp && im->gcalls == g->ncalls &&
+    const bool same = rc == 0 && !clef_ops_failed(ops) && !im->gbroken && im->gfp == g->fp && im->gcalls == g->ncalls &&
                       g->pool.live == 0;
     const char *why = im->gwhy;
     end_pass(im);
@@ -439,7 +438,7 @@ extern "C" int clef_cuda_graph_enabled(const clef_ops *ops) {
 
 extern "C" int clef_cuda_graph_run(clef_ops *ops, uint64_t key, clef_cuda_pass_fn fn, void *ctx) {
     Impl *im = IM(ops);
-    if (!im->graph_on || im->prof_on || im->gmode != G_OFF || ops->failed) return eager(ops, fn, ctx);
+    if (!im->graph_on || im->prof_on || im->gmode != G_OFF || clef_ops_failed(ops)) return eager(ops, fn, ctx);
     GraphEntry *g = nullptr;
     auto it = im->graphs.find(key);
     if (it != im->graphs.end()) {

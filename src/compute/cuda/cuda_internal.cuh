@@ -113,7 +113,6 @@ struct Impl {
     int sm_count = 0;
     int cc_major = 0;             /* compute capability (mma.sync TF32 needs 8.0) */
     char name[256] = {0};
-    std::string last_error;
 
     Pool main;
     Pool *cur_pool = nullptr;      /* where alloc / scratch go: &main, or the capturing graph's pool */
@@ -145,12 +144,15 @@ struct Impl {
 
 static inline Impl *IM(clef_ops *ops) { return static_cast<Impl *>(ops->impl); }
 
-/* Records a failure (sticky ops->failed) with a message; returns false. */
+/* Records a failure (clef_ops_fail: sticky ops->status, the first kept) as "what: detail"; returns
+ * false. fail records a device error (CLEF_OPS_DEVICE); fail_code another code (CLEF_OPS_OOM,
+ * CLEF_OPS_SHAPE). cuda_ok records cudaErrorMemoryAllocation as CLEF_OPS_OOM. */
+bool fail_code(clef_ops *ops, int code, const char *what, const char *detail);
 bool fail(clef_ops *ops, const char *what, const char *detail);
 bool cuda_ok(clef_ops *ops, cudaError_t e, const char *what);
 /* Lets `kernel` launch with `bytes` of dynamic shared memory: above the default 48 KB that needs a
  * per-kernel opt-in (the caller has checked bytes <= Impl::max_smem_optin). False, with
- * ops->failed set, when CUDA refuses. */
+ * ops->status set, when CUDA refuses. */
 template <typename Kernel>
 static inline bool smem_optin(clef_ops *ops, Kernel kernel, size_t bytes, const char *what) {
     return bytes <= 48 * 1024 ||
@@ -159,12 +161,12 @@ static inline bool smem_optin(clef_ops *ops, Kernel kernel, size_t bytes, const 
 /* Checks the last launch. */
 bool launch_ok(clef_ops *ops, const char *what);
 
-/* Arena scratch inside an op (bytes). NULL (and ops->failed) when out of memory. */
+/* Arena scratch inside an op (bytes). NULL (and ops->status) when out of memory. */
 void *scratch_alloc(clef_ops *ops, size_t bytes);
 void scratch_free(clef_ops *ops, void *p);
 
 /* Host -> device copy of `bytes` on the stream. While a graph is captured the bytes go through the
- * graph's pinned staging (a replay refills it); an eager warm-up counts them. False (ops->failed set,
+ * graph's pinned staging (a replay refills it); an eager warm-up counts them. False (ops->status set,
  * or the capture marked broken) on failure. */
 bool h2d(clef_ops *ops, void *dst, const void *src, size_t bytes, const char *what);
 /* Marks the pass being captured / replayed as unusable (it falls back to an eager run). */
@@ -177,7 +179,7 @@ void *pool_alloc(Impl *im, Pool *pool, size_t bytes);
 void pool_release(Pool *pool);
 
 /* Device copies of a weight tensor: as stored (bf16 or fp32; *dtype says which) or widened to fp32.
- * NULL (and ops->failed) on failure. */
+ * NULL (and ops->status) on failure. */
 const void *weight_raw(clef_ops *ops, const clef_tensor *t, int *dtype);
 const float *weight_f32(clef_ops *ops, const clef_tensor *t);
 

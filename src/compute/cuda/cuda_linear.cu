@@ -33,7 +33,7 @@ static bool blas_ok(clef_ops *ops, cublasStatus_t s, const char *what) {
     if (s == CUBLAS_STATUS_SUCCESS) return true;
     char buf[64];
     snprintf(buf, sizeof buf, "cuBLAS status %d", (int)s);
-    return fail(ops, what, buf);
+    return fail_code(ops, s == CUBLAS_STATUS_ALLOC_FAILED ? CLEF_OPS_OOM : CLEF_OPS_DEVICE, what, buf);
 }
 
 bool linear_init(clef_ops *ops) {
@@ -175,7 +175,7 @@ out:
     return ok;
 }
 
-/* cuBLASLt, else cublasGemmEx in bf16; false (ops->failed set) when neither ran. */
+/* cuBLASLt, else cublasGemmEx in bf16; false (ops->status set) when neither ran. */
 static bool gemm_bf16(clef_ops *ops, float *y, const __nv_bfloat16 *xb, const __nv_bfloat16 *wb, int N, int T, int K,
                       bool accumulate) {
     if (lt_bf16(ops, y, xb, wb, N, T, K, accumulate)) return true;
@@ -194,7 +194,7 @@ void op_linear(clef_ops *ops, float *y, const float *x, size_t T, const clef_ten
     Impl *im = IM(ops);
     size_t K = (size_t)(w->numel / w->shape[0]);
     if (K > 0x7fffffff || N > 0x7fffffff || T > 0x3fffffff) { /* 2T columns in the split product */
-        fail(ops, "linear", "dimension over 2^31");
+        fail_code(ops, CLEF_OPS_SHAPE, "linear", "dimension over 2^31");
         return;
     }
     const float one = 1.0f, zero = 0.0f;

@@ -80,7 +80,7 @@ __global__ void k_layernorm(float *Y, const float *X, size_t D, const float *w, 
 }
 
 static bool rows_ok(clef_ops *ops, size_t rows) {
-    if (rows > 0x7fffffffu) return fail(ops, "norm", "more than 2^31 rows");
+    if (rows > 0x7fffffffu) return fail_code(ops, CLEF_OPS_SHAPE, "norm", "more than 2^31 rows");
     return true;
 }
 

@@ -16,7 +16,9 @@
  * - Deterministic: one stream, no atomics, fixed reduction trees; the same request gives the same
  *   bits on the same GPU model and library versions.
  * - Ops never fail on valid arguments; a CUDA or cuBLAS error or an exhausted arena sets
- *   ops->failed (sticky), and clef_cuda_last_error says what happened. */
+ *   ops->status (compute/ops.h clef_ops_fail): CLEF_OPS_OOM for an exhausted arena or
+ *   cudaErrorMemoryAllocation, CLEF_OPS_DEVICE with CUDA's error name and words otherwise, and
+ *   clef_cuda_last_error returns its message. */
 #ifndef CLEF_COMPUTE_CUDA_OPS_H
 #define CLEF_COMPUTE_CUDA_OPS_H
 
@@ -48,7 +50,7 @@ clef_ops *clef_cuda_ops_create(int device, int precision, const clef_knobs *knob
 const char *clef_cuda_last_error(const clef_ops *ops);
 /* The device's name ("NVIDIA H200", ...). */
 const char *clef_cuda_device_name(const clef_ops *ops);
-/* Waits for all queued work; returns 0, or -1 when an error was recorded (ops->failed set). */
+/* Waits for all queued work; returns 0, or -1 when an error was recorded (ops->status set). */
 int clef_cuda_sync(clef_ops *ops);
 /* Bytes held on the device: the arena blocks and the cached weights. */
 void clef_cuda_memory(const clef_ops *ops, size_t *arena_bytes, size_t *weight_bytes);
