@@ -21,6 +21,9 @@ const clef_knob_info clef_knob_table[] = {
      "=ref|avx2|avx512|amx: the CPU GEMM kernel, when this CPU runs it", "diagnostic", "clef_knobs"},
     {"CLEF_AMX_PACKED", "1", "=0: the AMX kernel packs weights per call instead of once at load",
      "diagnostic", "clef_knobs"},
+    {"CLEF_ARENA_POISON", "0",
+     "=1: every CPU activation buffer (ops->alloc, fresh or reused) is handed out filled with NaN (tests: no op reads what it did not write)",
+     "diagnostic", "clef_knobs"},
     {"CLEF_CPU_MASK", "unset", "comma-separated CPU features to pretend absent (dispatch tests), process-wide",
      "diagnostic", "clef_knobs"},
     {"CLEF_CUDA_LINEAR", "split", "=bf16: the fast CUDA GEMMs take one bf16 term per activation, not two",
@@ -79,6 +82,7 @@ void clef_knobs_parse(clef_knobs *k, const char *(*lookup)(const char *name, voi
     v = lookup("CLEF_GEMM", ctx);
     if (v && strlen(v) < sizeof k->gemm) snprintf(k->gemm, sizeof k->gemm, "%s", v);
     k->amx_packed = !is(lookup("CLEF_AMX_PACKED", ctx), "0");
+    k->arena_poison = is(lookup("CLEF_ARENA_POISON", ctx), "1");
     v = lookup("CLEF_CPU_MASK", ctx);
     if (v) snprintf(k->cpu_mask, sizeof k->cpu_mask, "%s", v);
     k->cuda_linear_split = !is(lookup("CLEF_CUDA_LINEAR", ctx), "bf16");

@@ -32,6 +32,7 @@ typedef struct clef_knobs {
     int linear_double;      /* CLEF_LINEAR=double: every Linear (and the attention) in double */
     char gemm[16];          /* CLEF_GEMM=ref|avx2|avx512|amx: the CPU GEMM kernel ("" = auto) */
     int amx_packed;         /* CLEF_AMX_PACKED: 1 (default) = AMX weights packed at load, 0 = per call */
+    int arena_poison;       /* CLEF_ARENA_POISON=1: every CPU activation block handed out is filled with NaN */
     char cpu_mask[256];     /* CLEF_CPU_MASK: CPU features to pretend absent ("" = none) */
     int cuda_linear_split;  /* CLEF_CUDA_LINEAR: 1 (default) = two-term bf16 split, 0 (=bf16) = one term */
     int cuda_attn;          /* CLEF_CUDA_ATTN=simt|v2|v3: 0, 1 (default), 2 = CLEF_CUDA_ATTN_* */

@@ -105,5 +105,30 @@ int main(void) {
         CHECK(st.cached_bytes <= 40 * MB && st.hits > 0);
         clef_arena_destroy(a);
     }
+    /* poison mode: every block handed out, fresh or reused, small or large, is NaN */
+    {
+        clef_arena *p = clef_arena_create((size_t)64 << 20);
+        CHECK(p != NULL);
+        clef_arena_set_poison(p, 1);
+        int all_nan = 1;
+        size_t sizes[4] = {10, 300000, 300000, 1000};
+        for (int r = 0; r < 4; r++) {
+            float *b = clef_arena_alloc(p, sizes[r]);
+            CHECK(b != NULL);
+            if (!b) break;
+            uint32_t u;
+            for (size_t i2 = 0; i2 < sizes[r]; i2++) {
+                memcpy(&u, &b[i2], sizeof u);
+                all_nan &= u == CLEF_ARENA_POISON_BITS && b[i2] != b[i2];
+            }
+            memset(b, 0, sizes[r] * sizeof *b); /* written; the next hand-out of this block is NaN again */
+            clef_arena_free(p, b);
+        }
+        clef_arena_stats ps;
+        clef_arena_get_stats(p, &ps);
+        CHECK_MSG(all_nan, "every float of every block handed out is the poison NaN");
+        CHECK_MSG(ps.hits >= 1, "the large block was reused (%zu hits)", ps.hits);
+        clef_arena_destroy(p);
+    }
     return TEST_END();
 }

@@ -37,12 +37,13 @@ static void test_parse(void) {
 
     static const char *const all[] = {"CLEF_DEVICE", "cuda", "CLEF_PRECISION", "fast", "CLEF_CPU_CACHE_MB", "0",
                                       "CLEF_CUDA_POOL_MB", "256", "CLEF_LINEAR", "double", "CLEF_GEMM", "avx2",
-                                      "CLEF_AMX_PACKED", "0", "CLEF_CPU_MASK", "avx512f,amx-bf16",
+                                      "CLEF_AMX_PACKED", "0", "CLEF_CPU_MASK", "avx512f,amx-bf16", "CLEF_ARENA_POISON", "1",
                                       "CLEF_CUDA_LINEAR", "bf16", "CLEF_CUDA_ATTN", "v3", "CLEF_CUDA_DELTA", "v1",
                                       NULL};
     parse(&k, all);
     CHECK(k.device == CLEF_KNOB_DEVICE_CUDA && k.precision == CLEF_KNOB_PRECISION_FAST);
     CHECK(k.cpu_cache_mb == 0 && k.cuda_pool_mb == 256 && k.linear_double == 1 && k.amx_packed == 0);
+    CHECK(k.arena_poison == 1);
     CHECK_STR(k.gemm, "avx2");
     CHECK_STR(k.cpu_mask, "avx512f,amx-bf16");
     CHECK(k.cuda_linear_split == 0 && k.cuda_attn == 2 && k.cuda_delta == 0);

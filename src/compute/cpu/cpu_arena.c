@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/asan_interface.h>
@@ -38,6 +39,7 @@ struct clef_arena {
     uint64_t clock;
     slot_t slot[SLOTS];
     size_t hits, misses, released;
+    int poison;
 };
 
 clef_arena *clef_arena_create(size_t cap) {
@@ -73,6 +75,17 @@ static void *take(clef_arena *a, int i) {
     return base;
 }
 
+void clef_arena_set_poison(clef_arena *a, int on) { a->poison = on != 0; }
+
+/* Poison mode: n floats of NaN (CLEF_ARENA_POISON_BITS). */
+static float *handed_out(const clef_arena *a, float *p, size_t n) {
+    if (a->poison) {
+        uint32_t bits = CLEF_ARENA_POISON_BITS;
+        for (size_t i = 0; i < n; i++) memcpy(&p[i], &bits, sizeof bits);
+    }
+    return p;
+}
+
 float *clef_arena_alloc(clef_arena *a, size_t n) {
     if (n == 0) n = 1;
     if (n > (SIZE_MAX / 2) / sizeof(float)) return NULL;
@@ -82,7 +95,7 @@ float *clef_arena_alloc(clef_arena *a, size_t n) {
         if (posix_memalign(&base, 64, need) != 0) return NULL;
         ((hdr_t *)base)->cap = 0;
         POISON(base, HDR);
-        return (float *)((char *)base + HDR);
+        return handed_out(a, (float *)((char *)base + HDR), n);
     }
     pthread_mutex_lock(&a->mu);
     int best = -1;
@@ -108,7 +121,7 @@ float *clef_arena_alloc(clef_arena *a, size_t n) {
     ((hdr_t *)base)->cap = cap;
     POISON(base, HDR);
     UNPOISON((char *)base + HDR, bytes);
-    return (float *)((char *)base + HDR);
+    return handed_out(a, (float *)((char *)base + HDR), n);
 }
 
 void clef_arena_free(clef_arena *a, float *p) {

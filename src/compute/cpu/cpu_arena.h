@@ -13,7 +13,7 @@
  * - The cache holds at most `cap` bytes; over it, the least recently freed blocks are released.
  * - Small blocks go straight to malloc (glibc reuses them without clearing).
  * - Reused memory is NOT cleared: callers never relied on zeroed buffers (posix_memalign never
- *   promised it).
+ *   promised it); the poison mode below is how a test holds them to that.
  * - Thread-safe (one mutex; a handful of calls per op). */
 #ifndef CLEF_COMPUTE_CPU_ARENA_H
 #define CLEF_COMPUTE_CPU_ARENA_H
@@ -27,6 +27,11 @@ typedef struct clef_arena clef_arena;
 
 /* NULL when out of memory. cap: most bytes kept cached (0: cache nothing). */
 clef_arena *clef_arena_create(size_t cap);
+/* Poison mode (CLEF_ARENA_POISON=1, docs/knobs.md): from now on every block clef_arena_alloc hands
+ * out, fresh or reused, small or large, has its n floats set to CLEF_ARENA_POISON_BITS (a quiet NaN),
+ * so a read of a value no op wrote shows in the answer. */
+#define CLEF_ARENA_POISON_BITS 0x7fc0deadu
+void clef_arena_set_poison(clef_arena *a, int on);
 /* Releases the cached blocks; blocks still handed out must be freed before. */
 void clef_arena_destroy(clef_arena *a);
 /* n floats, 64-byte aligned; NULL when out of memory (or n absurdly large). */

@@ -472,6 +472,7 @@ clef_ops *clef_cpu_ops_create(int nthreads, const clef_knobs *knobs, clef_err *e
     im->gemm = clef_gemm_named(knobs->gemm);
     im->amx_packed = knobs->amx_packed && !knobs->linear_double && im->gemm == CLEF_GEMM_AMX;
     im->arena = clef_arena_create(cache_cap(knobs));
+    if (im->arena) clef_arena_set_poison(im->arena, knobs->arena_poison);
     if (!im->arena) {
         free(ops);
         free(im);
