@@ -121,7 +121,12 @@ $(BUILD)/clef: $(CLI_OBJ) $(LIB)
 
 $(BUILD)/tests/%: tests/unit/%.c $(LIB) tests/unit/test.h
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -Itests/unit $< $(LIB) -o $@ $(LDLIBS_ALL)
+	$(CC) $(CFLAGS_ALL) -Itests/unit $< $(LIB) -o $@ $(TEST_LDFLAGS) $(LDLIBS_ALL)
+
+# tests/unit/test_alloc_fail.c fails the N-th allocation: its link wraps the allocators, and since
+# libclef.a's objects call them directly, every allocation site of the library goes through its hook.
+ALLOC_WRAP := -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=posix_memalign,--wrap=aligned_alloc,--wrap=strdup
+$(BUILD)/tests/test_alloc_fail: TEST_LDFLAGS := $(ALLOC_WRAP)
 
 $(BUILD)/tests/%: tests/tools/%.c $(LIB)
 	@mkdir -p $(dir $@)
