@@ -3,7 +3,9 @@
 #include <errno.h>
 #include <malloc.h>
 #include <pthread.h>
+#include <semaphore.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,10 +40,58 @@ static void serve_usage(FILE *f) {
             "  --max-batch N          most requests in one forward (default 32)\n"
             "  --model-id NAME        the id /v1/models reports (default clef-flash)\n"
             "  --text-only            do not load the vision tower\n"
-            "  --quiet                no per-request log lines\n");
+            "  --quiet                no per-request log lines\n"
+            /* hostile clients and access (docs/reliability.md, docs/serving.md) */
+            "  --header-timeout S     seconds from connect to a complete request head, else closed (default 10)\n"
+            "  --body-timeout S       seconds from the head to a complete body, else closed (default 60; 0 = none)\n"
+            "  --max-pending N        connections still sending their request head (default 4 x --max-connections)\n"
+            "  --client-share N       of those, per client address; a new one closes that address's oldest (default 64)\n"
+            "  --prepare-threads N    threads that parse, tokenize and decode images (default --http-threads)\n"
+            "  --api-key KEY          require Authorization: Bearer KEY (401 without); see --auth-all\n"
+            "  --api-key-file PATH    the same, the key read from the file's first line\n"
+            "  --auth-all             /health and /metrics need the key too (default: open)\n"
+            "  --cors-origin ORIGIN   answer CORS preflights and add CORS headers for ORIGIN (or *); default off\n"
+            "  --gzip-min BYTES       gzip answers of at least BYTES when the client accepts gzip (default 1024; 0 = never)\n");
+}
+
+/* --api-key-file: the first line, without its newline; 1 when it holds a key. */
+static int read_key_file(const char *path, char *out, size_t cap) {
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    int ok = fgets(out, (int)cap, f) != NULL;
+    fclose(f);
+    if (!ok) return 0;
+    out[strcspn(out, "\r\n")] = 0;
+    return out[0] != 0;
+}
+
+/* Signals: blocked in every thread; one thread waits for them. While the model loads (phase 0)
+ * a signal ends the process at once (the load cannot be interrupted: a slow disk or a FIFO named
+ * tokenizer.json would hold it for ever), with a log line and exit code 128 + the signal; once
+ * serving, it starts the graceful shutdown on the main thread. */
+static sigset_t sig_set;
+static atomic_int sig_phase;
+static atomic_int sig_got;
+static sem_t sig_sem;
+
+static void *signal_main(void *arg) {
+    (void)arg;
+    int sig = 0;
+    while (sigwait(&sig_set, &sig) != 0) {
+    }
+    const char *name = sig == SIGTERM ? "SIGTERM" : "SIGINT";
+    if (atomic_load(&sig_phase) == 0) {
+        clef_log_linel("warn", "\"event\":\"signal\",\"signal\":\"%s\",\"phase\":\"loading\",\"exit\":%d", name,
+                       128 + sig);
+        _exit(128 + sig);
+    }
+    atomic_store(&sig_got, sig);
+    sem_post(&sig_sem);
+    return NULL;
 }
 
 int cmd_serve(int argc, char **argv) {
+    static char key_buf[512];
     clef_server_config sc;
     clef_server_config_default(&sc);
     clef_options o;
@@ -72,6 +122,17 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--model-id")) { NEED(); sc.model_id = v; }
         else if (!strcmp(a, "--text-only")) o.text_only = 1;
         else if (!strcmp(a, "--quiet")) sc.log_requests = 0;
+        /* hostile clients and access (docs/reliability.md, docs/serving.md) */
+        else if (!strcmp(a, "--header-timeout")) { NEED(); ok = cli_double(v, 0.1, 3600, &sc.header_timeout_s); }
+        else if (!strcmp(a, "--body-timeout")) { NEED(); ok = cli_double(v, 0, 86400, &sc.body_timeout_s); }
+        else if (!strcmp(a, "--max-pending")) { NEED(); int n; ok = cli_int(v, 1, 1 << 20, &n); sc.max_pending = (unsigned)n; }
+        else if (!strcmp(a, "--client-share")) { NEED(); int n; ok = cli_int(v, 1, 1 << 20, &n); sc.client_share = (unsigned)n; }
+        else if (!strcmp(a, "--prepare-threads")) { NEED(); ok = cli_int(v, 1, 256, &sc.prepare_threads); }
+        else if (!strcmp(a, "--api-key")) { NEED(); sc.api_key = v; ok = v[0] != 0; }
+        else if (!strcmp(a, "--api-key-file")) { NEED(); ok = read_key_file(v, key_buf, sizeof key_buf); sc.api_key = key_buf; }
+        else if (!strcmp(a, "--auth-all")) sc.auth_all = 1;
+        else if (!strcmp(a, "--cors-origin")) { NEED(); sc.cors_origin = v; ok = v[0] != 0; }
+        else if (!strcmp(a, "--gzip-min")) { NEED(); ok = cli_size(v, 0, (size_t)1 << 34, &sc.gzip_min); }
         else {
             fprintf(stderr, "clef serve: unknown option '%s'\n", a);
             serve_usage(stderr);
@@ -93,17 +154,35 @@ int cmd_serve(int argc, char **argv) {
     mallopt(M_MMAP_THRESHOLD, 128 * 1024);
     mallopt(M_TRIM_THRESHOLD, 1024 * 1024);
     /* Every thread started from here on inherits this mask; the main thread waits for them. */
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGTERM);
-    sigaddset(&set, SIGINT);
-    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    sigemptyset(&sig_set);
+    sigaddset(&sig_set, SIGTERM);
+    sigaddset(&sig_set, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &sig_set, NULL);
     signal(SIGPIPE, SIG_IGN);
+    sem_init(&sig_sem, 0, 0);
+    pthread_t sig_th;
+    if (pthread_create(&sig_th, NULL, signal_main, NULL) != 0) {
+        clef_log_fatal("clef serve: cannot start the signal thread");
+        return 1;
+    }
+    pthread_detach(sig_th);
 
     char err[1024];
+    /* a model folder that is not there: one line, before anything listens */
+    char cfg_path[4096];
+    snprintf(cfg_path, sizeof cfg_path, "%s/config.json", o.model_dir);
+    if (access(cfg_path, R_OK) != 0) {
+        char line[8400];
+        snprintf(line, sizeof line, "clef serve: cannot open the model folder %s: %s (%s)", o.model_dir,
+                 strerror(errno), cfg_path);
+        clef_log_fatal(line);
+        return 1;
+    }
     clef_server *srv = clef_server_start(&sc, err, sizeof err);
     if (!srv) {
-        fprintf(stderr, "clef serve: %s\n", err);
+        char line[1100];
+        snprintf(line, sizeof line, "clef serve: %s", err);
+        clef_log_fatal(line);
         return 1;
     }
     clef_log_line("\"event\":\"listening\",\"host\":\"%s\",\"port\":%d", sc.host, clef_server_port(srv));
@@ -124,8 +203,10 @@ int cmd_serve(int argc, char **argv) {
     clef_engine *e = clef_open(&o, err, sizeof err);
     cli_progress_end(&bar);
     if (!e) {
+        char line[1100];
+        snprintf(line, sizeof line, "clef serve: %s", err);
+        clef_log_fatal(line);
         clef_server_shutdown(srv);
-        fprintf(stderr, "clef serve: %s\n", err);
         return 1;
     }
     double t1 = clef_now();
@@ -134,15 +215,18 @@ int cmd_serve(int argc, char **argv) {
     int wrc = clef_decide(e, WARMUP, sizeof WARMUP - 1, &wr);
     double t2 = clef_now();
     if (wrc != 0) {
+        char line[1100];
+        snprintf(line, sizeof line, "clef serve: the warm-up request failed: %.*s", (int)wr.body_len,
+                 wr.body ? wr.body : "");
+        clef_log_fatal(line);
         clef_server_shutdown(srv);
         clef_close(e);
-        fprintf(stderr, "clef serve: the warm-up request failed: %.*s\n", (int)wr.body_len, wr.body ? wr.body : "");
         clef_result_free(&wr);
         return 1;
     }
     clef_result_free(&wr);
     if (clef_server_attach(srv, e) != 0) {
-        fprintf(stderr, "clef serve: cannot start the scheduler thread\n");
+        clef_log_fatal("clef serve: cannot start the scheduler and prepare threads");
         clef_server_shutdown(srv);
         clef_close(e);
         return 1;
@@ -150,13 +234,14 @@ int cmd_serve(int argc, char **argv) {
     /* prepared_mb: the backend's own copy of the weights made at open (the CPU's AMX-packed Linear
      * weights; load_ms includes making it) */
     clef_log_line("\"event\":\"ready\",\"load_ms\":%.1f,\"warmup_ms\":%.1f,\"prepared_mb\":%.1f,"
-                  "\"batch_tokens\":%zu,\"max_batch\":%zu,\"queue\":%zu",
+                  "\"batch_tokens\":%zu,\"max_batch\":%zu,\"queue\":%zu,\"backend\":\"%s\"",
                   (t1 - t0) * 1e3, (t2 - t1) * 1e3, (double)clef_engine_prepared_bytes(e) / 1048576.0,
-                  sc.batch_tokens, sc.max_batch, sc.queue_len);
+                  sc.batch_tokens, sc.max_batch, sc.queue_len, clef_engine_backend(e));
 
-    int sig = 0;
-    while (sigwait(&set, &sig) != 0) {
+    atomic_store(&sig_phase, 1);
+    while (sem_wait(&sig_sem) != 0) {
     }
+    int sig = atomic_load(&sig_got);
     clef_log_line("\"event\":\"signal\",\"signal\":\"%s\"", sig == SIGTERM ? "SIGTERM" : "SIGINT");
     clef_server_shutdown(srv);
     clef_close(e);

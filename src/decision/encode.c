@@ -137,6 +137,48 @@ static int kw_int(const json_value *v, const char *name, int64_t *out, clef_err 
     return clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA, "media_kwargs.%s must be a positive integer", name);
 }
 
+/* Entry k's target grid alone puts the prompt over max_length (clef_image_opts.max_tokens): the
+ * request ends in SchemaTooLong, as in the reference, unless an error the reference raises earlier
+ * applies: a fetch or decoder failure of any entry from k on (the processor decodes every entry
+ * first), then a later entry's processing failure (its aspect ratio, say). Those are checked without
+ * resizing anything big: each later entry runs with a budget of 1 token, so it stops at its header
+ * unless it is a 1-token image. */
+static void over_budget(const json_value *const *entries, size_t k, size_t n, const clef_image_opts *io,
+                        size_t at_least, size_t max_length, clef_err *err) {
+    clef_image_opts o = *io;
+    o.max_tokens = 0;
+    o.over_tokens = NULL;
+    clef_err e;
+    for (size_t j = k; j < n; j++) {
+        if (entries[j]->kind != JSON_STRING) break;
+        clef_err_clear(&e);
+        if (clef_image_decodes(entries[j]->u.string.s, entries[j]->u.string.len, &o, &e)) {
+            *err = e;
+            return;
+        }
+    }
+    size_t dummy = 0;
+    o.max_tokens = 1;
+    o.over_tokens = &dummy;
+    for (size_t j = k + 1; j < n; j++) {
+        if (entries[j]->kind != JSON_STRING) break;
+        clef_image im;
+        clef_err_clear(&e);
+        if (clef_image_prepare(entries[j]->u.string.s, entries[j]->u.string.len, &o, &im, &e)) {
+            if (!e.type || strcmp(e.type, CLEF_E_SCHEMA_TOO_LONG)) {
+                *err = e;
+                return;
+            }
+        } else {
+            clef_image_free(&im);
+        }
+    }
+    clef_err_set(err, CLEF_E_SCHEMA_TOO_LONG,
+                 "schema requires at least %zu tokens before state; maximum is %zu (images[%zu] refused before "
+                 "resizing)",
+                 at_least, max_length, k);
+}
+
 /* list(request.get(x) or []) for images: the entries as JSON values (synthesized ones in `own`). */
 static int media_list(const json_value *v, const char *name, json_doc *own, const json_value ***items, size_t *n,
                       clef_err *err) {
@@ -294,8 +336,17 @@ int clef_encode_record(const clef_tokenizer *tok, const clef_request *req, const
         /* every entry first: the processor decodes all of them, then resizes, then patchifies */
         for (size_t k = 0; k < n_entries; k++) {
             clef_enc_image *im = &out->images[k];
+            /* the budget this entry's grid alone may take (a lower bound of the prompt's fixed part
+             * without it); off after a several-image entry, whose frames then take the placeholders */
+            size_t fixed_now = prefix.n + schema.n + suffix.n + 2 * n_entries + 1;
+            for (size_t j = 0; j < k; j++) fixed_now += out->images[j].n_pad;
+            size_t over = 0;
+            io.max_tokens = several ? 0 : fixed_now < max_length ? max_length - fixed_now : 1;
+            io.over_tokens = &over;
             if (fn(ctx, k, entries[k], &io, &im->image, err)) {
-                if (fn == default_media) first_decoder_failure(entries, k, n_entries, &io, err);
+                if (fn == default_media && over && err && err->type && !strcmp(err->type, CLEF_E_SCHEMA_TOO_LONG))
+                    over_budget(entries, k, n_entries, &io, fixed_now + over, max_length, err);
+                else if (fn == default_media) first_decoder_failure(entries, k, n_entries, &io, err);
                 goto done;
             }
             out->n_images = k + 1;
