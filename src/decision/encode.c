@@ -336,12 +336,16 @@ int clef_encode_record(const clef_tokenizer *tok, const clef_request *req, const
         /* every entry first: the processor decodes all of them, then resizes, then patchifies */
         for (size_t k = 0; k < n_entries; k++) {
             clef_enc_image *im = &out->images[k];
-            /* the budget this entry's grid alone may take (a lower bound of the prompt's fixed part
-             * without it); off after a several-image entry, whose frames then take the placeholders */
+            /* The most tokens this entry's target grid may take before it is resized: the whole budget,
+             * and never less than the processor's default max_pixels gives (16384 tokens), so that
+             * requests within the processor's defaults take the reference's path and its exact error
+             * (its later-entry errors, its count) unchanged; a grid over it can never fit. Off after a
+             * several-image entry, whose frames then take the placeholders. fixed_now: a lower bound
+             * of the prompt's fixed part without this entry, for the message. */
             size_t fixed_now = prefix.n + schema.n + suffix.n + 2 * n_entries + 1;
             for (size_t j = 0; j < k; j++) fixed_now += out->images[j].n_pad;
             size_t over = 0;
-            io.max_tokens = several ? 0 : fixed_now < max_length ? max_length - fixed_now : 1;
+            io.max_tokens = several ? 0 : max_length > CLEF_IMAGE_TOKENS_ALWAYS ? max_length : CLEF_IMAGE_TOKENS_ALWAYS;
             io.over_tokens = &over;
             if (fn(ctx, k, entries[k], &io, &im->image, err)) {
                 if (fn == default_media && over && err && err->type && !strcmp(err->type, CLEF_E_SCHEMA_TOO_LONG))

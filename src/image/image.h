@@ -24,6 +24,10 @@
 #define CLEF_E_SCHEMA_TOO_LONG "SchemaTooLong"
 #endif
 
+/* Image tokens of the processor's default max_pixels (16777216 / 32^2): a target grid up to this is
+ * always processed (encode.c), larger ones only when they fit the token budget. */
+#define CLEF_IMAGE_TOKENS_ALWAYS ((size_t)16384)
+
 /* Our defaults: encoded bytes per image, and decoded pixels per image (Pillow's MAX_IMAGE_PIXELS, the
  * size above which Pillow itself warns of a decompression bomb). */
 #define CLEF_IMAGE_DEFAULT_MAX_BYTES ((size_t)32 << 20)
