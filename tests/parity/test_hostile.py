@@ -395,6 +395,7 @@ def test_health_not_starved():
         body = json.dumps({"model": "clef-flash", "state": state, "questions": {"q": {"type": "noul"}}}).encode()
         conn = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=300)
         conn.request("POST", "/v1/systemone", body, {"Content-Type": "application/json"})  # sent
+        t_sent = time.time()
         done = {}
 
         def big():
@@ -409,8 +410,11 @@ def test_health_not_starved():
         th.join()
         conn.close()
         t_big, st_big = done["big"]
-        check(st == 200 and st_big == 413 and t_health < t_big,
-              "/health answered while a 7.6 MB state is tokenized (health %.2fs before the big one's %s)" % (t_big - t_health, st_big))
+        # while one HTTP thread tokenized, /health came back with (or just before) the big one's answer;
+        # now it comes back while the big one is still being prepared (a share of its time, not a speed)
+        check(st == 200 and st_big == 413 and t_big - t_health > 0.25 * (t_big - t_sent),
+              "/health answered while a 7.6 MB state is tokenized (health %.2fs before the big one's %s, which took %.2fs)" %
+              (t_big - t_health, st_big, t_big - t_sent))
     finally:
         srv.stop(signal.SIGKILL)
 
