@@ -448,11 +448,10 @@ static enum MHD_Result decide_checks(clef_server *s, req *r) {
     r->decide = 1;
     atomic_store(&r->state, R_UPLOAD);
     /* the body's own deadline: a client that sends a byte now and then keeps MHD's idle timer
-     * alive for ever; the guard's thread shuts the socket down at this deadline */
-    if (s->cfg.body_timeout_s > 0) {
-        r->watched = 1;
-        clef_guard_watch(s->guard, r, conn_fd(c), clef_now() + s->cfg.body_timeout_s);
-    }
+     * alive for ever; the guard's thread shuts the socket down at this deadline (0: none, but
+     * listed all the same, so that shutdown can cut it off) */
+    r->watched = 1;
+    clef_guard_watch(s->guard, r, conn_fd(c), s->cfg.body_timeout_s > 0 ? clef_now() + s->cfg.body_timeout_s : 0);
     return MHD_YES;
 }
 
