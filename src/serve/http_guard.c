@@ -284,7 +284,7 @@ static void answer(clef_guard *g, size_t i, int status, const char *type, const 
     }
 }
 
-static void on_readable(clef_guard *g, pend *q) {
+static void on_readable(clef_guard *g, pend *q, unsigned events) {
     size_t i = find(g, q);
     if (i == (size_t)-1) return;
     if (q->draining) {
@@ -313,7 +313,12 @@ static void on_readable(clef_guard *g, pend *q) {
     char msg[256];
     int rc = clef_guard_check_head(g->peek, (size_t)r, g->cfg.max_header, g->cfg.max_body, &head_len, &status, &type,
                                    msg, sizeof msg);
-    if (rc == 1) return;
+    if (rc == 1) {
+        /* the client has finished sending (FIN) without completing its head: it never will */
+        if (events & (EPOLLRDHUP | EPOLLHUP))
+            pend_close(g, i, 0, "client_closed", "the client closed its side before its request head was complete");
+        return;
+    }
     if (rc < 0) {
         if (status == 0) {
             pend_close(g, i, 0, type, msg);
@@ -388,7 +393,7 @@ static void on_accept(clef_guard *g) {
             continue;
         }
         g->p[g->np++] = q;
-        on_readable(g, q); /* the head may be there already */
+        on_readable(g, q, 0); /* the head may be there already */
     }
 }
 
@@ -448,7 +453,7 @@ static void *guard_main(void *arg) {
                 if (read(g->evfd, &v, sizeof v) < 0) { /* nothing to do */
                 }
             } else {
-                on_readable(g, ptr);
+                on_readable(g, ptr, evs[k].events);
             }
         }
         tick(g, mono_now());

@@ -727,7 +727,7 @@ static int guard_handoff(void *ctx, int fd, const struct sockaddr *sa, socklen_t
 static void guard_refused(void *ctx, const clef_guard_refusal *g) {
     clef_server *s = ctx;
     clef_metrics_request(s->metrics, "other", g->status, g->type, 0, 0, -1);
-    if (!s->cfg.log_requests && g->status == 0) return;
+    if (!s->cfg.log_requests) return;
     clef_buf m, t, msg;
     clef_buf_init(&m);
     clef_buf_init(&t);
