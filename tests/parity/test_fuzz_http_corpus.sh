@@ -10,7 +10,7 @@ dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 pkgs="oniguruma libutf8proc libmicrohttpd libpng libjpeg libwebp libwebpdemux libgif zlib"
 # shellcheck disable=SC2046
-if ! clang -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
+if ! clang -std=c11 -D_GNU_SOURCE -g -O0 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
     -Iinclude -Isrc $(pkg-config --cflags $pkgs) fuzz/fuzz_http.c \
     $(find src -name '*.c' -not -path 'src/cli/*' -not -path 'src/compute/cuda/*' | sort) \
     $(pkg-config --libs $pkgs) -lm -pthread -o "$dir/fuzz_http" >"$dir/build.log" 2>&1; then
