@@ -5,16 +5,27 @@
 #   make test       run the whole suite against build/
 #   make check      build both, run the whole suite on each (what CI runs)
 #   make tiny       write the tiny release-layout checkpoint to models/tiny/
+#   make install    PREFIX=/usr/local (LIBDIR, BINDIR, INCLUDEDIR, DESTDIR): the clef binary,
+#                   libclef.so.N (soname) and libclef.a exporting only the clef.h API, clef.h and
+#                   clef.pc for pkg-config; `make uninstall` removes exactly those files
 #
 # Sources are discovered: every src/**/*.c except src/cli (the CLI's main) and
 # src/compute/cuda (built only with CUDA=1) goes into libclef.a; every
 # tests/unit/test_*.c and tests/tools/*.c becomes its own program.
+#
+# Two forms of the library: $(BUILD)/libclef.a holds every object as compiled, internal symbols
+# included (what the CLI, tests, bench and tools link); $(BUILD)/dist/ holds what is shipped
+# (make install, the Python package): libclef.so and libclef.a whose only global symbols are the
+# API of include/clef.h (CLEF_API). Library objects are compiled -fPIC -fvisibility=hidden for
+# that: Debian's gcc already makes position-independent (PIE) code, and hidden symbols are reached
+# directly, so the code the CLI runs is the same.
 
 CC      ?= cc
 BUILD   ?= build
 PKGS    := oniguruma libutf8proc libmicrohttpd libpng libjpeg libwebp libwebpdemux libgif zlib
 WARN    := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wno-unused-parameter
 OPT     ?= -O2 -g -march=x86-64-v2 -mtune=native
+LIB_CFLAGS := -fPIC -fvisibility=hidden
 CFLAGS_ALL = -std=c11 -D_GNU_SOURCE $(WARN) $(OPT) -pthread -Iinclude -Isrc \
              $(shell pkg-config --cflags $(PKGS)) $(EXTRA_CFLAGS)
 LDLIBS_ALL = $(shell pkg-config --libs $(PKGS)) -lm -pthread $(EXTRA_LDLIBS)
@@ -34,6 +45,7 @@ CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 TOOL_BIN := $(TOOL_SRC:tests/tools/%.c=$(BUILD)/tests/%)
 LIB      := $(BUILD)/libclef.a
+FLAGS_STAMP := $(BUILD)/obj/flags
 
 # ---- CUDA backend (docs/cuda.md): `make CUDA=1 BUILD=build-cuda`. Compiles src/compute/cuda/*.cu
 # with nvcc into libclef.a, defines CLEF_HAVE_CUDA for the C side, links cudart + cuBLAS(Lt), and
@@ -46,16 +58,20 @@ ifeq ($(CUDA),1)
   CUDA_ARCHS ?= 80 89 90
   NVCC_GENCODE := $(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a))
   NVCC_OPT   ?= -O3 -g -lineinfo
+  # -fno-gnu-unique: libstdc++'s inline statics (std::piecewise_construct) become weak, not
+  # STB_GNU_UNIQUE, so that the shipped libclef.a can make them local (objcopy keeps unique ones global).
   NVCCFLAGS  := -std=c++17 $(NVCC_OPT) -fmad=false $(NVCC_GENCODE) -Iinclude -Isrc \
-                -Xcompiler -Wall,-Wextra,-Wno-unused-parameter,-Werror $(EXTRA_NVCCFLAGS)
+                -Xcompiler -Wall,-Wextra,-Wno-unused-parameter,-Werror,-fPIC,-fvisibility=hidden,-fno-gnu-unique \
+                $(EXTRA_NVCCFLAGS)
   CUDA_SRC   := $(sort $(wildcard src/compute/cuda/*.cu))
   CUDA_OBJ   := $(CUDA_SRC:%.cu=$(BUILD)/obj/%.o)
   LIB_OBJ    += $(CUDA_OBJ)
   CFLAGS_ALL += -DCLEF_HAVE_CUDA
-  LDLIBS_ALL += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart -lstdc++ -ldl -lrt
+  CUDA_LIBS  := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart -lstdc++ -ldl -lrt
+  LDLIBS_ALL += $(CUDA_LIBS)
 all: $(BUILD)/bench/bench_cuda
 
-$(BUILD)/obj/%.o: %.cu $(wildcard src/compute/cuda/*.cuh) src/compute/cuda/cuda_ops.h src/compute/ops.h
+$(BUILD)/obj/%.o: %.cu $(FLAGS_STAMP) $(wildcard src/compute/cuda/*.cuh) src/compute/cuda/cuda_ops.h src/compute/ops.h
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
@@ -68,12 +84,18 @@ else
 endif
 
 
-.PHONY: all asan test check tiny clean
+.PHONY: all asan test check tiny clean dist install uninstall
 all: $(LIB) $(BUILD)/clef $(TEST_BIN) $(TOOL_BIN)
 
-$(BUILD)/obj/%.o: %.c
+# Objects depend on a record of the flags they were compiled with, so that changing the flags
+# (OPT, EXTRA_CFLAGS, LIB_CFLAGS, a pkg-config path) recompiles them instead of mixing two builds.
+FLAGS_NOW   := $(CC) $(CFLAGS_ALL) $(LIB_CFLAGS) $(NVCCFLAGS)
+$(shell mkdir -p $(BUILD)/obj && { [ "$$(cat $(FLAGS_STAMP) 2>/dev/null)" = '$(FLAGS_NOW)' ] || echo '$(FLAGS_NOW)' > $(FLAGS_STAMP); })
+
+$(LIB_OBJ): OBJ_CFLAGS := $(LIB_CFLAGS)
+$(BUILD)/obj/%.o: %.c $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -MMD -MP -c $< -o $@
+	$(CC) $(CFLAGS_ALL) $(OBJ_CFLAGS) -MMD -MP -c $< -o $@
 
 $(LIB): $(LIB_OBJ)
 	@mkdir -p $(dir $@)
@@ -89,6 +111,89 @@ $(BUILD)/tests/%: tests/unit/%.c $(LIB) tests/unit/test.h
 $(BUILD)/tests/%: tests/tools/%.c $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) $< $(LIB) -o $@ $(LDLIBS_ALL)
+
+# The web playground (src/serve/playground.c): each web/ file becomes a byte array
+# (web/playground.html -> web_playground_html[]) in $(BUILD)/gen/serve/web_assets.h, served as it is.
+WEB_SRC := $(sort $(wildcard web/*))
+$(BUILD)/gen/serve/web_assets.h: $(WEB_SRC)
+	@mkdir -p $(dir $@)
+	for f in $(WEB_SRC); do echo "static const unsigned char $$(echo "$$f" | tr -c 'A-Za-z0-9\n' _)[] = {"; \
+	  od -An -v -tx1 "$$f" | sed 's/ \([0-9a-f][0-9a-f]\)/0x\1,/g'; echo "};"; done > $@.tmp && mv $@.tmp $@
+$(BUILD)/obj/src/serve/playground.o: $(BUILD)/gen/serve/web_assets.h
+$(BUILD)/obj/src/serve/playground.o: CFLAGS_ALL += -I$(BUILD)/gen
+
+# ---- What is shipped: $(BUILD)/dist/ (see the top of this file) and make install / uninstall.
+VERSION  := $(shell sed -n 's/^\#define CLEF_VERSION "\(.*\)"/\1/p' include/clef.h)
+SOMAJOR  := $(firstword $(subst ., ,$(VERSION)))
+DIST     := $(BUILD)/dist
+SO_REAL  := $(DIST)/libclef.so.$(VERSION)
+SO_NAME  := libclef.so.$(SOMAJOR)
+PREFIX   ?= /usr/local
+BINDIR   ?= $(PREFIX)/bin
+LIBDIR   ?= $(PREFIX)/lib
+INCLUDEDIR ?= $(PREFIX)/include
+PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
+INSTALL  ?= install
+
+# The sanitizer build ships nothing (its objects need the ASan runtime).
+ifneq ($(SAN),1)
+all: dist
+endif
+dist: $(SO_REAL) $(DIST)/libclef.so $(DIST)/libclef.a
+
+# The version script is a second guard behind -fvisibility=hidden: whatever else a compiler or a
+# C++ header marks default (CUDA's runtime stubs, libstdc++ templates) stays local.
+$(DIST)/libclef.map: include/clef.h Makefile
+	@mkdir -p $(dir $@)
+	printf '{\n  global: clef_*;\n  local: *;\n};\n' > $@
+
+$(SO_REAL): $(LIB_OBJ) $(DIST)/libclef.map
+	$(CC) -shared -Wl,-soname,$(SO_NAME) -Wl,--version-script=$(DIST)/libclef.map -Wl,-z,defs \
+	    $(OPT) $(LIB_OBJ) -o $@ $(LDLIBS_ALL)
+
+$(DIST)/libclef.so: $(SO_REAL)
+	ln -sf libclef.so.$(VERSION) $(DIST)/$(SO_NAME)
+	ln -sf $(SO_NAME) $@
+
+# The static library as one relocatable object whose only global symbols are the API (the
+# defined, default-visibility clef_* symbols): every internal global (json_*, bpe_*, utf8_*,
+# and the library's own clef_* internals) is made local, so nothing collides with the program
+# or its other libraries (json-c's json_object_get ...). A program linking it pulls in the whole
+# engine, which it would anyway through clef_open.
+$(DIST)/libclef.a: $(LIB_OBJ)
+	@mkdir -p $(dir $@)
+	ld -r -o $(DIST)/clef.o $(LIB_OBJ)
+	readelf -sW $(DIST)/clef.o | awk '$$5 == "GLOBAL" && $$6 == "DEFAULT" && $$7 != "UND" && $$8 ~ /^clef_/ { print $$8 }' \
+	    | sort -u > $(DIST)/clef.keep
+	objcopy --keep-global-symbols=$(DIST)/clef.keep $(DIST)/clef.o
+	rm -f $@ && ar rcs $@ $(DIST)/clef.o && rm -f $(DIST)/clef.o
+
+# clef.pc: Libs.private names the libraries the engine links (PKGS as `pkg-config --libs` gives
+# them, -lm, -pthread, CUDA's), so that `pkg-config --static --libs clef` is what linking libclef.a
+# against the system's shared libraries needs. Not Requires.private: pkg-config --static then also
+# pulls each package's own private libraries (libmicrohttpd -> gnutls -> -lunistring -lp11-kit ...),
+# which Debian 12 does not install for linking, and the link fails.
+$(DIST)/clef.pc: clef.pc.in include/clef.h Makefile
+	@mkdir -p $(dir $@)
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|' \
+	    -e 's|@VERSION@|$(VERSION)|' -e 's|@LIBS_PRIVATE@|$(strip $(shell pkg-config --libs $(PKGS)) -lm -pthread $(CUDA_LIBS))|' $< > $@
+
+# Always regenerated: PREFIX is part of its content.
+.PHONY: $(DIST)/clef.pc
+install: dist $(BUILD)/clef $(DIST)/clef.pc
+	$(INSTALL) -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(PKGCONFIGDIR)
+	$(INSTALL) -m 755 $(BUILD)/clef $(DESTDIR)$(BINDIR)/clef
+	$(INSTALL) -m 755 $(SO_REAL) $(DESTDIR)$(LIBDIR)/libclef.so.$(VERSION)
+	ln -sf libclef.so.$(VERSION) $(DESTDIR)$(LIBDIR)/$(SO_NAME)
+	ln -sf $(SO_NAME) $(DESTDIR)$(LIBDIR)/libclef.so
+	$(INSTALL) -m 644 $(DIST)/libclef.a $(DESTDIR)$(LIBDIR)/libclef.a
+	$(INSTALL) -m 644 include/clef.h $(DESTDIR)$(INCLUDEDIR)/clef.h
+	$(INSTALL) -m 644 $(DIST)/clef.pc $(DESTDIR)$(PKGCONFIGDIR)/clef.pc
+
+uninstall:
+	rm -f $(DESTDIR)$(BINDIR)/clef $(DESTDIR)$(LIBDIR)/libclef.so.$(VERSION) \
+	      $(DESTDIR)$(LIBDIR)/$(SO_NAME) $(DESTDIR)$(LIBDIR)/libclef.so $(DESTDIR)$(LIBDIR)/libclef.a \
+	      $(DESTDIR)$(INCLUDEDIR)/clef.h $(DESTDIR)$(PKGCONFIGDIR)/clef.pc
 
 asan:
 	$(MAKE) BUILD=build-asan SAN=1 all

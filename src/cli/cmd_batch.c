@@ -35,6 +35,7 @@ static void batch_usage(FILE *f) {
             "  --threads N        compute threads (default: all cores)\n"
             "  --batch-tokens N   token budget of one forward (default 8192)\n"
             "  --max-batch N      most requests in one forward (default 32)\n"
+            "  --state-cache-mb N MiB of saved states for requests on a state already seen (default 1024; 0: off)\n"
             "  --max-length N     the engine's token budget per request (default 16384)\n"
             "  --text-only        do not load the vision tower\n"
             "  --restart          ignore OUT's contents and start over\n"
@@ -127,6 +128,7 @@ int cmd_batch(int argc, char **argv) {
             else if (!strcmp(a, "--threads")) ok = cli_int(v, 0, 4096, &o.threads);
             else if (!strcmp(a, "--batch-tokens")) ok = cli_size(v, 1, (size_t)1 << 30, &batch_tokens);
             else if (!strcmp(a, "--max-batch")) ok = cli_size(v, 1, 512, &max_batch);
+            else if (!strcmp(a, "--state-cache-mb")) ok = cli_size(v, 0, (size_t)1 << 30, &o.state_cache_mb);
             else if (!strcmp(a, "--max-length")) ok = cli_int(v, 1, 1 << 24, &o.max_length);
             else {
                 fprintf(stderr, "clef batch: unknown option '%s'\n", a);

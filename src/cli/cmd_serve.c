@@ -38,9 +38,11 @@ static void serve_usage(FILE *f) {
             "  --max-length N         the engine's token budget per request (default 16384, the reference's)\n"
             "  --batch-tokens N       token budget of one forward (default 8192)\n"
             "  --max-batch N          most requests in one forward (default 32)\n"
+            "  --state-cache-mb N     MiB of saved states for requests on a state already seen (default 1024; 0: off)\n"
             "  --model-id NAME        the id /v1/models reports (default clef-flash)\n"
             "  --text-only            do not load the vision tower\n"
             "  --quiet                no per-request log lines\n"
+            "  --no-ui                no web playground at / (then / is 404)\n"
             /* hostile clients and access (docs/reliability.md, docs/serving.md) */
             "  --header-timeout S     seconds from connect to a complete request head, else closed (default 10)\n"
             "  --body-timeout S       seconds from the head to a complete body, else closed (default 60; 0 = none)\n"
@@ -119,9 +121,11 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--max-length")) { NEED(); ok = cli_int(v, 1, 1 << 24, &o.max_length); }
         else if (!strcmp(a, "--batch-tokens")) { NEED(); ok = cli_size(v, 1, (size_t)1 << 30, &sc.batch_tokens); }
         else if (!strcmp(a, "--max-batch")) { NEED(); ok = cli_size(v, 1, 512, &sc.max_batch); }
+        else if (!strcmp(a, "--state-cache-mb")) { NEED(); ok = cli_size(v, 0, (size_t)1 << 30, &o.state_cache_mb); }
         else if (!strcmp(a, "--model-id")) { NEED(); sc.model_id = v; }
         else if (!strcmp(a, "--text-only")) o.text_only = 1;
         else if (!strcmp(a, "--quiet")) sc.log_requests = 0;
+        else if (!strcmp(a, "--no-ui")) sc.no_ui = 1;
         /* hostile clients and access (docs/reliability.md, docs/serving.md) */
         else if (!strcmp(a, "--header-timeout")) { NEED(); ok = cli_double(v, 0.1, 3600, &sc.header_timeout_s); }
         else if (!strcmp(a, "--body-timeout")) { NEED(); ok = cli_double(v, 0, 86400, &sc.body_timeout_s); }

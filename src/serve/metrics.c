@@ -164,3 +164,24 @@ void clef_metrics_render(clef_metrics *m, clef_buf *b, size_t queue_depth, size_
     histo_render(b, "clef_request_tokens", "Input tokens per answered request.", &m->req_tokens);
     pthread_mutex_unlock(&m->mu);
 }
+
+void clef_metrics_render_cache(clef_buf *b, const clef_cache_info *ci) {
+    clef_buf_printf(b, "# HELP clef_state_cache_hits_total Requests that resumed from a saved state.\n"
+                       "# TYPE clef_state_cache_hits_total counter\nclef_state_cache_hits_total %llu\n",
+                    (unsigned long long)ci->hits);
+    clef_buf_printf(b, "# HELP clef_state_cache_misses_total Cacheable requests whose state was not saved yet.\n"
+                       "# TYPE clef_state_cache_misses_total counter\nclef_state_cache_misses_total %llu\n",
+                    (unsigned long long)ci->misses);
+    clef_buf_printf(b, "# HELP clef_state_cache_evictions_total Saved states dropped to stay under the bound.\n"
+                       "# TYPE clef_state_cache_evictions_total counter\nclef_state_cache_evictions_total %llu\n",
+                    (unsigned long long)ci->evictions);
+    clef_buf_printf(b, "# HELP clef_state_cache_tokens_reused_total Prompt tokens not recomputed thanks to hits.\n"
+                       "# TYPE clef_state_cache_tokens_reused_total counter\nclef_state_cache_tokens_reused_total %llu\n",
+                    (unsigned long long)ci->tokens_reused);
+    clef_buf_printf(b, "# HELP clef_state_cache_bytes Bytes of saved states held now.\n"
+                       "# TYPE clef_state_cache_bytes gauge\nclef_state_cache_bytes %zu\n", ci->bytes);
+    clef_buf_printf(b, "# HELP clef_state_cache_entries Saved states held now.\n"
+                       "# TYPE clef_state_cache_entries gauge\nclef_state_cache_entries %zu\n", ci->entries);
+    clef_buf_printf(b, "# HELP clef_state_cache_limit_bytes The cache's bound (0: off).\n"
+                       "# TYPE clef_state_cache_limit_bytes gauge\nclef_state_cache_limit_bytes %zu\n", ci->limit);
+}

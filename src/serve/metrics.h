@@ -6,6 +6,7 @@
 #include <stddef.h>
 
 #include "base/buf.h"
+#include "clef.h"
 
 typedef struct clef_metrics clef_metrics;
 
@@ -22,5 +23,8 @@ void clef_metrics_batch(clef_metrics *m, size_t n, size_t tokens, double compute
 /* Appends the exposition text. Gauges are passed in by the caller. */
 void clef_metrics_render(clef_metrics *m, clef_buf *out, size_t queue_depth, size_t queue_cap, long inflight,
                          int ready);
+
+/* The state cache's counters (clef_engine_cache_info) in the same text format. */
+void clef_metrics_render_cache(clef_buf *out, const clef_cache_info *ci);
 
 #endif

@@ -30,6 +30,7 @@
 #include "serve/http_extras.h"
 #include "serve/http_guard.h"
 #include "serve/metrics.h"
+#include "serve/playground.h"
 #include "serve/request_id.h"
 #include "serve/scheduler.h"
 #include "serve/workq.h"
@@ -56,6 +57,7 @@ typedef struct req {
     int too_big;
     clef_job *job;
     int tokens;
+    size_t cached_tokens; /* prompt tokens the state cache supplied */
     atomic_int state;
     int reject_status;
     clef_result res;
@@ -340,6 +342,11 @@ static enum MHD_Result answer_get(clef_server *s, req *r, const char *url) {
         pthread_rwlock_unlock(&s->gate);
         clef_metrics_render(s->metrics, &b, depth, s->cfg.queue_len, (long)atomic_load(&s->live) - 1,
                             atomic_load(&s->ready) && !atomic_load(&s->shutting));
+        if (atomic_load(&s->ready)) {
+            clef_cache_info ci;
+            clef_engine_cache_info(s->engine, &ci);
+            clef_metrics_render_cache(&b, &ci);
+        }
         snprintf(r->outcome, sizeof r->outcome, "ok");
         rc = b.oom ? MHD_NO : send_bytes(r, 200, "text/plain; version=0.0.4; charset=utf-8", b.data, b.len);
     } else if (!strcmp(url, "/v1/models")) {
@@ -574,6 +581,17 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             !clef_bearer_ok(MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION),
                             s->cfg.api_key))
             return send_error(r, 401, "Unauthorized", "this server needs Authorization: Bearer <key> (--api-key)");
+        const clef_asset *ui = route || s->cfg.no_ui ? NULL : clef_playground_find(url);
+        if (ui) { /* the web playground (playground.c, web/) */
+            r->route = ui->path;
+            if (!get) return send_error(r, 405, "MethodNotAllowed", "%s takes GET, not %s", ui->path, method);
+            snprintf(r->outcome, sizeof r->outcome, "ok");
+            r->status = 200;
+            atomic_store(&r->state, R_ANSWERED);
+            /* one request per connection, as every answer (send_bytes): the next head goes through
+             * the guard; the id is in the log line */
+            return clef_playground_send(conn, ui, MHD_HTTP_HEADER_CONNECTION, "close");
+        }
         if (!route) return send_error(r, 404, "NotFound", "no route %s", url);
         if (route == known_route(ROUTE_DECIDE)) {
             if (strcmp(method, MHD_HTTP_METHOD_POST))
@@ -608,6 +626,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return send_error(r, 413, "RequestTooLong", "request has %d tokens; this server accepts at most %zu",
                           r->tokens, s->cfg.max_tokens);
     case R_RAN:
+        r->cached_tokens = clef_job_cached_tokens(r->job);
         clef_job_finish(r->job, &r->res);
         r->job = NULL;
         r->have_res = 1;
@@ -655,11 +674,11 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
             clef_log_linel(level,
                            "\"event\":\"request\",\"id\":\"%s\",\"client\":\"%s\",\"method\":%s,\"path\":\"%s\","
                            "\"status\":%d,\"outcome\":%s,\"tokens\":%d,\"bytes_in\":%zu,\"bytes_out\":%zu,"
-                           "\"queue_ms\":%.3f,\"compute_ms\":%.3f,\"batch\":%d,\"total_ms\":%.3f,"
+                           "\"queue_ms\":%.3f,\"compute_ms\":%.3f,\"batch\":%d,\"cached_tokens\":%zu,\"total_ms\":%.3f,"
                            "\"connection\":\"%s\",\"backend\":\"%s\"",
                            r->id, r->client, m.data, r->route, r->status, o.data, r->tokens, r->body_bytes,
                            r->bytes_out, queue_s >= 0 ? queue_s * 1e3 : 0.0, r->compute_s * 1e3, r->batch_n,
-                           (t_end - r->t0) * 1e3, term, s->backend[0] ? s->backend : "none");
+                           r->cached_tokens, (t_end - r->t0) * 1e3, term, s->backend[0] ? s->backend : "none");
         clef_buf_free(&m);
         clef_buf_free(&o);
     }

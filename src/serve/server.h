@@ -27,6 +27,7 @@ typedef struct clef_server_config {
     size_t max_batch;        /* most requests in one forward (default 32) */
     const char *model_id;    /* for /v1/models */
     int log_requests;        /* one JSON line per request on stderr */
+    int no_ui;               /* 1: no web playground at / (404 there, as any unknown path) */
     /* hostile clients (docs/reliability.md) */
     double header_timeout_s; /* accept -> complete request head, else closed (408 if bytes came; default 10) */
     double body_timeout_s;   /* complete head -> complete body, else closed (default 60; 0 = none) */

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Write a tiny clef-flash checkpoint in the release layout (numpy + stdlib only).
 
-    python3 tools/reference/write_tiny.py OUT_DIR [--real-dims]
+    python3 tools/reference/write_tiny.py OUT_DIR [--real-dims | --full-dims]
 
 Writes into OUT_DIR:
   config.json                               Qwen3_5ForConditionalGeneration, model_type qwen3_5
@@ -26,7 +26,8 @@ SEED = 20261129.
 
 --real-dims writes the same layout with the real Qwen3.5-9B / clef-flash dimensions but only 4 decoder layers
 (3 Gated DeltaNet + 1 full attention), a 2-block vision tower of real width, and the real-size head (~6.2 GB of
-disk; not used in CI).
+disk; not used in CI). --full-dims writes every layer at those dimensions: 32 decoder layers (24 Gated DeltaNet +
+8 full attention) and the 27-block tower (~19 GB; for time and memory figures of the 9B shape, not parity).
 """
 
 import hashlib
@@ -46,12 +47,12 @@ M64 = (1 << 64) - 1
 
 # ----------------------------------------------------------------------------- dims
 
-def dims(real):
+def dims(real, full=False):
     if real:
         return dict(
-            hidden=4096, layers=4, vocab=248320, inter=12288, heads=16, kv_heads=4, head_dim=256,
+            hidden=4096, layers=32 if full else 4, vocab=248320, inter=12288, heads=16, kv_heads=4, head_dim=256,
             partial=0.25, mrope=[11, 11, 10], lk_heads=16, lv_heads=32, lk_dim=128, lv_dim=128, conv=4,
-            v_depth=2, v_hidden=1152, v_heads=16, v_inter=4304, v_pos=2304,
+            v_depth=27 if full else 2, v_hidden=1152, v_heads=16, v_inter=4304, v_pos=2304,
             h_width=1024, h_routing=2, h_layers=4, h_heads=16, h_ff=4096,
         )
     return dict(
@@ -387,11 +388,12 @@ def write_manifest(out):
 def main(argv):
     args = [a for a in argv if not a.startswith("--")]
     flags = [a for a in argv if a.startswith("--")]
-    if len(args) != 1 or any(f != "--real-dims" for f in flags):
+    if len(args) != 1 or any(f not in ("--real-dims", "--full-dims") for f in flags):
         print(__doc__.split("\n\n")[0], file=sys.stderr)
         return 2
-    out, real = args[0], "--real-dims" in flags
-    d = dims(real)
+    out, full = args[0], "--full-dims" in flags
+    real = full or "--real-dims" in flags
+    d = dims(real, full)
     os.makedirs(out, exist_ok=True)
 
     write_json(os.path.join(out, "config.json"), config_json(d))
