@@ -10,7 +10,8 @@
 // CLEF_FUZZ_MODEL=models/tiny the tiny model is attached and valid requests run. Not part of the
 // default build; tests/parity/test_fuzz_http_corpus.sh builds it and replays fuzz/corpus/http.
 //
-//   clang -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -Isrc \
+//   make build/gen/serve/web_assets.h
+//   clang -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -Isrc -Ibuild/gen \
 //     $(pkg-config --cflags oniguruma libutf8proc libmicrohttpd libpng) fuzz/fuzz_http.c \
 //     $(find src -name '*.c' -not -path 'src/cli/*' -not -path 'src/compute/cuda/*') \
 //     $(pkg-config --libs oniguruma libutf8proc libmicrohttpd libpng libjpeg libwebp libwebpdemux libgif zlib) \

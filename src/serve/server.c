@@ -588,9 +588,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             snprintf(r->outcome, sizeof r->outcome, "ok");
             r->status = 200;
             atomic_store(&r->state, R_ANSWERED);
-            /* one request per connection, as every answer (send_bytes): the next head goes through
-             * the guard; the id is in the log line */
-            return clef_playground_send(conn, ui, MHD_HTTP_HEADER_CONNECTION, "close");
+            return clef_playground_send(conn, ui, "X-Request-Id", r->id); /* with Connection: close */
         }
         if (!route) return send_error(r, 404, "NotFound", "no route %s", url);
         if (route == known_route(ROUTE_DECIDE)) {

@@ -9,9 +9,11 @@ command -v clang >/dev/null || { echo "no clang: the fuzz target is not built"; 
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 pkgs="oniguruma libutf8proc libmicrohttpd libpng libjpeg libwebp libwebpdemux libgif zlib"
+# the playground's assets as C arrays (src/serve/playground.c includes them): the Makefile makes them
+make -s build/gen/serve/web_assets.h >"$dir/gen.log" 2>&1 || { cat "$dir/gen.log"; exit 1; }
 # shellcheck disable=SC2046
 if ! clang -std=c11 -D_GNU_SOURCE -g -O0 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-    -Iinclude -Isrc $(pkg-config --cflags $pkgs) fuzz/fuzz_http.c \
+    -Iinclude -Isrc -Ibuild/gen $(pkg-config --cflags $pkgs) fuzz/fuzz_http.c \
     $(find src -name '*.c' -not -path 'src/cli/*' -not -path 'src/compute/cuda/*' | sort) \
     $(pkg-config --libs $pkgs) -lm -pthread -o "$dir/fuzz_http" >"$dir/build.log" 2>&1; then
   if grep -q -i "fuzzer" "$dir/build.log" && grep -q -i "cannot find\|no such file" "$dir/build.log"; then
