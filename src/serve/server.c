@@ -577,11 +577,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         if (!strcmp(method, MHD_HTTP_METHOD_OPTIONS) && s->cfg.cors_origin &&
             MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Origin"))
             return answer_preflight(s, r);
-        if (s->cfg.api_key && (s->cfg.auth_all || !route || !open_route(route)) &&
+        const clef_asset *ui = route || s->cfg.no_ui ? NULL : clef_playground_find(url);
+        /* --api-key: every route but the open ones (/health, /metrics unless --auth-all, and the
+         * playground's static files, which hold no data: its requests need the key) */
+        int open = !s->cfg.auth_all && (ui || (route && open_route(route)));
+        if (s->cfg.api_key && !open &&
             !clef_bearer_ok(MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION),
                             s->cfg.api_key))
             return send_error(r, 401, "Unauthorized", "this server needs Authorization: Bearer <key> (--api-key)");
-        const clef_asset *ui = route || s->cfg.no_ui ? NULL : clef_playground_find(url);
         if (ui) { /* the web playground (playground.c, web/) */
             r->route = ui->path;
             if (!get) return send_error(r, 405, "MethodNotAllowed", "%s takes GET, not %s", ui->path, method);

@@ -478,6 +478,8 @@ def test_api_key():
         check(st == 200, "--api-key: right key -> 200 (%s)" % st)
         st, _, _ = request(srv.port, "GET", "/health")
         check(st == 200, "--api-key: /health open by default")
+        st, _, _ = request(srv.port, "GET", "/v1/models")
+        check(st == 401, "--api-key: /v1/models needs the key (%s)" % st)
     finally:
         srv.stop(signal.SIGKILL)
     srv = Server("--api-key", "s3cret", "--auth-all", wait=False)
