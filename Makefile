@@ -23,11 +23,13 @@
 CC      ?= cc
 BUILD   ?= build
 PKGS    := oniguruma libutf8proc libmicrohttpd libpng libjpeg libwebp libwebpdemux libgif zlib
+# CLI_PKGS: linked into the clef binary only (clef pull, src/cli/pull.c); the library never touches the network
+CLI_PKGS := libcurl
 WARN    := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wno-unused-parameter
 OPT     ?= -O2 -g -march=x86-64-v2 -mtune=native
 LIB_CFLAGS := -fPIC -fvisibility=hidden
 CFLAGS_ALL = -std=c11 -D_GNU_SOURCE $(WARN) $(OPT) -pthread -Iinclude -Isrc \
-             $(shell pkg-config --cflags $(PKGS)) $(EXTRA_CFLAGS)
+             $(shell pkg-config --cflags $(PKGS) $(CLI_PKGS)) $(EXTRA_CFLAGS)
 LDLIBS_ALL = $(shell pkg-config --libs $(PKGS)) -lm -pthread $(EXTRA_LDLIBS)
 
 ifeq ($(SAN),1)
@@ -101,8 +103,21 @@ $(LIB): $(LIB_OBJ)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 
+# The git commit `clef version` reports: rewritten only when it changes (so a new commit relinks
+# the CLI, an unchanged tree rebuilds nothing); "unknown" outside a git checkout.
+$(BUILD)/gen/clef_commit.h: FORCE
+	@mkdir -p $(dir $@)
+	@c=$$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown); \
+	 if [ "$$c" != unknown ] && ! git diff --quiet HEAD -- 2>/dev/null; then c="$$c-dirty"; fi; \
+	 printf '#define CLEF_GIT_COMMIT "%s"\n' "$$c" > $@.tmp; \
+	 if cmp -s $@.tmp $@; then rm -f $@.tmp; else mv $@.tmp $@; fi
+$(BUILD)/obj/src/cli/cmd_version.o: $(BUILD)/gen/clef_commit.h
+$(BUILD)/obj/src/cli/cmd_version.o: CFLAGS_ALL += -I$(BUILD)/gen
+.PHONY: FORCE
+FORCE:
+
 $(BUILD)/clef: $(CLI_OBJ) $(LIB)
-	$(CC) $(CFLAGS_ALL) $^ -o $@ $(LDLIBS_ALL)
+	$(CC) $(CFLAGS_ALL) $^ -o $@ $(shell pkg-config --libs $(CLI_PKGS)) $(LDLIBS_ALL)
 
 $(BUILD)/tests/%: tests/unit/%.c $(LIB) tests/unit/test.h
 	@mkdir -p $(dir $@)

@@ -2,20 +2,37 @@
  * (32 layers: 24 Gated DeltaNet + 8 gated attention, hidden 4096, MLP 12288), created directly in
  * GPU memory (no checkpoint file). Built by `make CUDA=1` as $(BUILD)/bench/bench_cuda.
  *
- *   bench_cuda [--precision fast|fp32|both] [--tokens 436,2048,16384] [--reps N] [--records N]
- *              [--layers N] [--long-reps N (reps at T >= 8192, default 1)]
- * Kernel variants come from the environment (CLEF_CUDA_LINEAR=bf16, CLEF_CUDA_ATTN=simt|v2|v3,
- * CLEF_CUDA_DELTA=v1|v2|v3; cuda_ops.h says which are verified and default); every line names them in "kernels". Kernels inside
- * an op are reported as "op.X" lines (delta_rule.A / .B) and are not added to the total.
+ *   bench_cuda [--precision fast|bf16|fp32|both|all] [--tokens 436,2048,16384] [--reps N]
+ *              [--records N] [--layers N] [--long-reps N (reps at T >= 8192, default 1)]
+ *              [--graph 0|1] [--packed N]
+ * both = fast and fp32, all = fast, bf16 and fp32. --graph 1 runs each forward through
+ * clef_cuda_graph_run keyed by the token count (the timed reps replay the captured graph; the warm-up
+ * runs eagerly and the capture is untimed). Kernel variants come from the environment
+ * (CLEF_CUDA_LINEAR=bf16, CLEF_CUDA_ATTN=simt|v2|v3, CLEF_CUDA_DELTA=v1|v2|v3; cuda_ops.h says which
+ * are verified and default); every line names them in "kernels". Kernels inside an op are reported
+ * as "op.X" lines (delta_rule.A / .B) and are not added to the total.
  *
  * One JSON object per line on stdout:
- *   {"kind":"prefill", precision, tokens, seconds (median of reps), tflop, tflops, peak_pct, ...}
- *   {"kind":"kernel", precision, tokens, op, calls, ms, pct}   per-op time from CUDA events (one run)
+ *   {"kind":"prefill", precision, tokens, seconds (median of reps), tflop, tflops, peak_pct,
+ *    mfu_pct, issued_tflop, issued_pct, linear_ms, linear_tflops, linear_pct, ...}
+ *   {"kind":"kernel", precision, tokens, op, calls, ms, ms_per_call, pct, tflop, tflops}
+ *       per-op time from CUDA events around each op, summed over one profiled forward
  *   {"kind":"throughput", precision, records, tokens_each, seconds, records_per_s, tokens_per_s}
- *   {"kind":"device", name, arena_bytes, weight_bytes}
- * FLOPs are counted analytically (GEMMs 2*M*N*K, causal attention 2*T^2*hd*heads per layer, the
- * chunked delta rule's matrix products); peak_pct is against the H200's dense bf16 peak of
- * 989 TFLOP/s (for fp32, against 67 TFLOP/s, the FP32 non-tensor peak). The head is not run. */
+ *       records one after another, one forward each
+ *   {"kind":"packed", precision, records, tokens_each, seconds, records_per_s, tokens_per_s}
+ *       --packed N: N records of 436 tokens packed into one forward (median of reps)
+ *   {"kind":"device", name, arena_bytes, weight_bytes, graph counters}
+ * Work and utilisation:
+ *   - tflop is the model's analytic work (GEMMs 2*M*N*K, causal attention 2*T^2*hd*heads per layer,
+ *     the chunked delta rule's matrix products); mfu_pct = tflop / seconds / peak (peak_pct is the
+ *     same figure, kept for older summaries).
+ *   - issued_tflop is what the kernels really do, counted by the backend per op in the profiled
+ *     forward: the fast precision's GEMMs do two products per weight (x = h + l), bf16 one, fp32
+ *     one; 3xTF32 attention three MMAs per product. issued_pct = issued_tflop / seconds / peak.
+ *   - linear_tflops = the Linear ops' issued work / their kernel time; linear_pct against the peak:
+ *     how busy the tensor cores are inside the GEMMs.
+ *   peak: the H200's dense bf16 989 TFLOP/s for fast and bf16, the FP32 non-tensor 67 TFLOP/s for
+ *   fp32. The head is not run. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -155,28 +172,60 @@ static int cmp_d(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-static int forward(clef_ops *ops, const clef_config *cfg, const clef_text_weights *w, const int32_t *ids, size_t T,
-                   float *hidden, double *secs) {
+typedef struct fwd_ctx {
+    const clef_config *cfg;
+    const clef_text_weights *w;
     clef_forward_in in;
-    memset(&in, 0, sizeof in);
-    in.ids = ids;
-    in.n = T;
+    float *hidden;
     clef_err err;
-    clef_err_clear(&err);
+} fwd_ctx;
+
+static int fwd_pass(clef_ops *ops, void *vctx) {
+    fwd_ctx *c = vctx;
+    clef_err_clear(&c->err);
+    return clef_text_forward(ops, c->cfg, c->w, &c->in, c->hidden, &c->err);
+}
+
+static int use_graph = 0; /* --graph */
+
+/* One forward of T rows: one record, or nseg packed records (segs). */
+static int forward_segs(clef_ops *ops, const clef_config *cfg, const clef_text_weights *w, const int32_t *ids,
+                        size_t T, size_t nseg, const clef_forward_seg *segs, float *hidden, double *secs) {
+    fwd_ctx c;
+    memset(&c, 0, sizeof c);
+    c.cfg = cfg;
+    c.w = w;
+    c.in.ids = ids;
+    c.in.n = T;
+    c.in.nseg = nseg;
+    c.in.segs = segs;
+    c.hidden = hidden;
     double t0 = now();
-    int rc = clef_text_forward(ops, cfg, w, &in, hidden, &err);
+    /* the graph key: the shape (rows, and the record count of a packed forward) */
+    int rc = use_graph ? clef_cuda_graph_run(ops, (uint64_t)T ^ ((uint64_t)nseg << 40), fwd_pass, &c) : fwd_pass(ops, &c);
     if (rc == 0) rc = clef_cuda_sync(ops);
     *secs = now() - t0;
-    if (rc) fprintf(stderr, "bench_cuda: forward of %zu tokens failed: %s %s\n", T, err.msg, clef_cuda_last_error(ops));
+    if (rc) fprintf(stderr, "bench_cuda: forward of %zu tokens failed: %s %s\n", T, c.err.msg, clef_cuda_last_error(ops));
     return rc;
+}
+
+static int forward(clef_ops *ops, const clef_config *cfg, const clef_text_weights *w, const int32_t *ids, size_t T,
+                   float *hidden, double *secs) {
+    return forward_segs(ops, cfg, w, ids, T, 0, NULL, hidden, secs);
+}
+
+static const char *prec_name(int precision) {
+    return precision == CLEF_CUDA_FAST ? "fast" : precision == CLEF_CUDA_BF16 ? "bf16" : "fp32";
 }
 
 static int long_reps = 1; /* --long-reps: repetitions at T >= 8192 */
 
+static int packed = 0; /* --packed N: N records of 436 tokens in one forward */
+
 static int run_precision(int precision, const size_t *Ts, int nT, int reps, int records, int layers) {
-    const char *pname = precision == CLEF_CUDA_FAST ? "fast" : "fp32";
-    char kern[96]; /* which kernel variants ran (env CLEF_CUDA_LINEAR / ATTN / DELTA at create) */
-    double peak = precision == CLEF_CUDA_FAST ? PEAK_BF16 : PEAK_FP32;
+    const char *pname = prec_name(precision);
+    char kern[128]; /* which kernel variants ran (env CLEF_CUDA_LINEAR / ATTN / DELTA at create) */
+    double peak = precision == CLEF_CUDA_FP32 ? PEAK_FP32 : PEAK_BF16;
     clef_err err;
     clef_err_clear(&err);
     clef_ops *ops = clef_cuda_ops_create(0, precision, NULL, &err);
@@ -186,10 +235,12 @@ static int run_precision(int precision, const size_t *Ts, int nT, int reps, int 
     }
     clef_cuda_kernels kv;
     clef_cuda_get_kernels(ops, &kv);
-    snprintf(kern, sizeof kern, "\"kernels\":\"linear=%s,attn=%s,delta=%s\"", kv.linear_split ? "split" : "bf16",
+    clef_cuda_set_graph(ops, use_graph);
+    snprintf(kern, sizeof kern, "\"kernels\":\"linear=%s,attn=%s,delta=%s\",\"graph\":%s",
+             precision == CLEF_CUDA_FP32 ? "fp32" : precision == CLEF_CUDA_BF16 || !kv.linear_split ? "bf16" : "split",
              kv.attn == CLEF_CUDA_ATTN_SIMT ? "simt" : kv.attn == CLEF_CUDA_ATTN_V2 ? "v2" : "v3", kv.delta == CLEF_CUDA_DELTA_V1   ? "v1"
              : kv.delta == CLEF_CUDA_DELTA_V2 ? "v2"
-                                              : "v3");
+                                              : "v3", use_graph ? "true" : "false");
     clef_config cfg;
     real_config(&cfg, layers);
     clef_text_weights w;
@@ -202,6 +253,7 @@ static int run_precision(int precision, const size_t *Ts, int nT, int reps, int 
     double tw = now() - t0;
     size_t maxT = 0;
     for (int i = 0; i < nT; i++) maxT = Ts[i] > maxT ? Ts[i] : maxT;
+    if ((size_t)packed * 436 > maxT) maxT = (size_t)packed * 436;
     int32_t *ids = malloc(maxT * sizeof(int32_t));
     float *hidden = ops->alloc(ops, maxT * (size_t)cfg.text.hidden_size);
     float probe[4];
@@ -217,33 +269,45 @@ static int run_precision(int precision, const size_t *Ts, int nT, int reps, int 
         int n = reps < 64 ? reps : 64;
         if (T >= 8192 && n > long_reps) n = long_reps; /* a 16k prefill takes seconds: keep the run short */
         if (forward(ops, &cfg, &w, ids, T, hidden, &s)) { rc = 1; break; } /* warm-up: weights, plans, arena */
-        double first = s;
+        double first = s, capture = 0;
+        if (use_graph) { /* the capture (untimed): the reps replay the graph */
+            if (forward(ops, &cfg, &w, ids, T, hidden, &capture)) { rc = 1; break; }
+        }
         for (int r = 0; r < n && !rc; r++) rc = forward(ops, &cfg, &w, ids, T, hidden, &times[r]);
         if (rc) break;
         qsort(times, (size_t)n, sizeof times[0], cmp_d);
         double med = times[n / 2], fl = flops(&cfg, (double)T);
         ops->download(ops, probe, hidden + (T - 1) * (size_t)cfg.text.hidden_size, 4);
         int finite = isfinite(probe[0]) && isfinite(probe[1]) && isfinite(probe[2]) && isfinite(probe[3]);
-        printf("{\"kind\":\"prefill\",\"precision\":\"%s\",%s,\"layers\":%d,\"tokens\":%zu,\"reps\":%d,\"seconds\":%.6f,"
-               "\"seconds_min\":%.6f,\"seconds_first\":%.6f,\"tokens_per_s\":%.1f,\"tflop\":%.4f,\"tflops\":%.2f,"
-               "\"peak_tflops\":%.0f,\"peak_pct\":%.2f,\"last_row_finite\":%s}\n",
-               pname, kern, layers, T, n, med, times[0], first, (double)T / med, fl * 1e-12, fl * 1e-12 / med, peak,
-               100.0 * fl * 1e-12 / med / peak, finite ? "true" : "false");
-        fflush(stdout);
-        /* one profiled run: per-op kernel time */
+        /* one profiled run (eager): per-op kernel time and issued work */
         clef_cuda_profile_reset(ops);
         clef_cuda_profile(ops, 1);
         rc = forward(ops, &cfg, &w, ids, T, hidden, &s);
         clef_cuda_op_time ot[32];
         size_t no = clef_cuda_profile_read(ops, ot, 32);
         clef_cuda_profile(ops, 0);
-        double tot = 0;
-        for (size_t i = 0; i < no; i++) /* "op.X" are kernels inside op X, already in its time */
-            if (!strchr(ot[i].op, '.')) tot += ot[i].ms;
+        double tot = 0, issued = 0, lin_ms = 0, lin_fl = 0;
+        for (size_t i = 0; i < no; i++) { /* "op.X" are kernels inside op X, already in its time */
+            if (strchr(ot[i].op, '.')) continue;
+            tot += ot[i].ms;
+            issued += ot[i].flop;
+            if (!strcmp(ot[i].op, "linear")) { lin_ms = ot[i].ms; lin_fl = ot[i].flop; }
+        }
+        printf("{\"kind\":\"prefill\",\"precision\":\"%s\",%s,\"layers\":%d,\"tokens\":%zu,\"reps\":%d,\"seconds\":%.6f,"
+               "\"seconds_min\":%.6f,\"seconds_first\":%.6f,\"seconds_capture\":%.6f,\"tokens_per_s\":%.1f,"
+               "\"tflop\":%.4f,\"tflops\":%.2f,\"peak_tflops\":%.0f,\"peak_pct\":%.2f,\"mfu_pct\":%.2f,"
+               "\"issued_tflop\":%.4f,\"issued_pct\":%.2f,\"linear_ms\":%.3f,\"linear_tflops\":%.1f,"
+               "\"linear_pct\":%.2f,\"kernel_ms\":%.3f,\"last_row_finite\":%s}\n",
+               pname, kern, layers, T, n, med, times[0], first, capture, (double)T / med, fl * 1e-12, fl * 1e-12 / med,
+               peak, 100.0 * fl * 1e-12 / med / peak, 100.0 * fl * 1e-12 / med / peak, issued * 1e-12,
+               100.0 * issued * 1e-12 / med / peak, lin_ms, lin_ms > 0 ? lin_fl * 1e-9 / lin_ms : 0.0,
+               lin_ms > 0 ? 100.0 * lin_fl * 1e-9 / lin_ms / peak : 0.0, tot, finite ? "true" : "false");
         for (size_t i = 0; i < no; i++)
             printf("{\"kind\":\"kernel\",\"precision\":\"%s\",%s,\"tokens\":%zu,\"op\":\"%s\",\"calls\":%llu,\"ms\":%.3f,"
-                   "\"pct\":%.2f}\n",
-                   pname, kern, T, ot[i].op, (unsigned long long)ot[i].calls, ot[i].ms, tot > 0 ? 100.0 * ot[i].ms / tot : 0.0);
+                   "\"ms_per_call\":%.4f,\"pct\":%.2f,\"tflop\":%.4f,\"tflops\":%.1f}\n",
+                   pname, kern, T, ot[i].op, (unsigned long long)ot[i].calls, ot[i].ms,
+                   ot[i].calls ? ot[i].ms / (double)ot[i].calls : 0.0, tot > 0 ? 100.0 * ot[i].ms / tot : 0.0,
+                   ot[i].flop * 1e-12, ot[i].ms > 0 ? ot[i].flop * 1e-9 / ot[i].ms : 0.0);
         printf("{\"kind\":\"kernel_total\",\"precision\":\"%s\",%s,\"tokens\":%zu,\"ms\":%.3f,\"wall_ms\":%.3f}\n", pname,
                kern, T, tot, s * 1e3);
         fflush(stdout);
@@ -262,12 +326,44 @@ static int run_precision(int precision, const size_t *Ts, int nT, int reps, int 
                    pname, kern, records, T, tot, records / tot, (double)records * (double)T / tot,
                    records * flops(&cfg, (double)T) * 1e-12 / tot);
     }
+    /* packed: `packed` records of 436 tokens in one forward (block-diagonal attention, per-record delta
+     * rule and conv), the serving engine's batch */
+    if (!rc && packed > 0) {
+        const size_t each = 436, T = (size_t)packed * each;
+        clef_forward_seg *segs = calloc((size_t)packed, sizeof *segs);
+        double s, times[64];
+        int n = reps < 64 ? reps : 64;
+        if (!segs) {
+            rc = 1;
+        } else {
+            for (int i = 0; i < packed; i++) segs[i].n = each;
+            rc = forward_segs(ops, &cfg, &w, ids, T, (size_t)packed, segs, hidden, &s); /* warm-up */
+            if (!rc && use_graph) rc = forward_segs(ops, &cfg, &w, ids, T, (size_t)packed, segs, hidden, &s);
+            for (int r = 0; r < n && !rc; r++) rc = forward_segs(ops, &cfg, &w, ids, T, (size_t)packed, segs, hidden, &times[r]);
+            if (!rc) {
+                qsort(times, (size_t)n, sizeof times[0], cmp_d);
+                double med = times[n / 2];
+                printf("{\"kind\":\"packed\",\"precision\":\"%s\",%s,\"records\":%d,\"tokens_each\":%zu,\"reps\":%d,"
+                       "\"seconds\":%.6f,\"seconds_min\":%.6f,\"records_per_s\":%.2f,\"tokens_per_s\":%.1f,\"tflops\":%.2f,"
+                       "\"mfu_pct\":%.2f}\n",
+                       pname, kern, packed, each, n, med, times[0], packed / med, (double)T / med,
+                       packed * flops(&cfg, (double)each) * 1e-12 / med,
+                       100.0 * packed * flops(&cfg, (double)each) * 1e-12 / med / peak);
+                fflush(stdout);
+            }
+            free(segs);
+        }
+    }
     size_t ab = 0, wb = 0;
     clef_cuda_memory(ops, &ab, &wb);
-    printf("{\"kind\":\"device\",\"precision\":\"%s\",\"name\":\"%s\",\"arena_bytes\":%zu,\"weight_bytes\":%zu,"
-           "\"weights_seconds\":%.3f%s%s%s}\n",
-           pname, clef_cuda_device_name(ops), ab, wb, tw, rc ? ",\"error\":\"" : "", rc ? clef_cuda_last_error(ops) : "",
-           rc ? "\"" : "");
+    clef_cuda_graph_info gi;
+    clef_cuda_graph_stats(ops, &gi);
+    printf("{\"kind\":\"device\",\"precision\":\"%s\",%s,\"name\":\"%s\",\"arena_bytes\":%zu,\"weight_bytes\":%zu,"
+           "\"weights_seconds\":%.3f,\"graph_captured\":%llu,\"graph_replayed\":%llu,\"graph_fallbacks\":%llu,"
+           "\"graph_unsafe\":%zu,\"graph_pool_bytes\":%zu,\"graph_unsafe_why\":\"%s\"%s%s%s}\n",
+           pname, kern, clef_cuda_device_name(ops), ab, wb, tw, (unsigned long long)gi.captured,
+           (unsigned long long)gi.replayed, (unsigned long long)gi.fallbacks, gi.unsafe, gi.pool_bytes,
+           gi.last_unsafe_why, rc ? ",\"error\":\"" : "", rc ? clef_cuda_last_error(ops) : "", rc ? "\"" : "");
     fflush(stdout);
     ops->free(ops, hidden);
     free(ids);
@@ -287,6 +383,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--records")) records = atoi(v);
         else if (!strcmp(a, "--long-reps")) long_reps = atoi(v);
         else if (!strcmp(a, "--layers")) layers = atoi(v);
+        else if (!strcmp(a, "--graph")) use_graph = atoi(v) != 0;
+        else if (!strcmp(a, "--packed")) packed = atoi(v);
         else if (!strcmp(a, "--tokens")) {
             nT = 0;
             for (const char *p = v; *p && nT < 16;) {
@@ -297,14 +395,14 @@ int main(int argc, char **argv) {
                 p++;
             }
         } else {
-            fprintf(stderr, "usage: bench_cuda [--precision fast|fp32|both] [--tokens a,b,c] [--reps N] [--records N] "
-                            "[--layers N]\n");
+            fprintf(stderr, "usage: bench_cuda [--precision fast|bf16|fp32|both|all] [--tokens a,b,c] [--reps N] [--records N] "
+                            "[--layers N] [--graph 0|1] [--packed N]\n");
             return 2;
         }
     }
-    if (argc % 2 == 0 || nT == 0 || reps < 1 || long_reps < 1 || layers < 1 || layers > 32) {
-        fprintf(stderr, "usage: bench_cuda [--precision fast|fp32|both] [--tokens a,b,c] [--reps N] [--records N] "
-                        "[--layers 1..32]\n");
+    if (argc % 2 == 0 || nT == 0 || reps < 1 || long_reps < 1 || layers < 1 || layers > 32 || packed < 0 || packed > 256) {
+        fprintf(stderr, "usage: bench_cuda [--precision fast|bf16|fp32|both|all] [--tokens a,b,c] [--reps N] [--records N] "
+                        "[--layers 1..32] [--graph 0|1] [--packed 0..256]\n");
         return 2;
     }
     if (clef_cuda_device_count() <= 0) {
@@ -312,7 +410,9 @@ int main(int argc, char **argv) {
         return 77;
     }
     int rc = 0;
-    if (!strcmp(prec, "fast") || !strcmp(prec, "both")) rc |= run_precision(CLEF_CUDA_FAST, Ts, nT, reps, records, layers);
-    if (!strcmp(prec, "fp32") || !strcmp(prec, "both")) rc |= run_precision(CLEF_CUDA_FP32, Ts, nT, reps, records, layers);
+    int all = !strcmp(prec, "all"), both = !strcmp(prec, "both");
+    if (!strcmp(prec, "fast") || both || all) rc |= run_precision(CLEF_CUDA_FAST, Ts, nT, reps, records, layers);
+    if (!strcmp(prec, "bf16") || all) rc |= run_precision(CLEF_CUDA_BF16, Ts, nT, reps, records, layers);
+    if (!strcmp(prec, "fp32") || both || all) rc |= run_precision(CLEF_CUDA_FP32, Ts, nT, reps, records, layers);
     return rc;
 }

@@ -71,7 +71,7 @@ typedef struct clef_options {
 #define CLEF_STATE_CACHE_MB_DEFAULT 1024
 
 enum { CLEF_DEVICE_AUTO = 0, CLEF_DEVICE_CPU = 1, CLEF_DEVICE_CUDA = 2 };
-enum { CLEF_PRECISION_FP32 = 0, CLEF_PRECISION_FAST = 1 };
+enum { CLEF_PRECISION_FP32 = 0, CLEF_PRECISION_FAST = 1, CLEF_PRECISION_BF16 = 2 /* one bf16 term per activation (CUDA) */ };
 
 CLEF_API void clef_options_default(clef_options *o);
 
@@ -133,6 +133,10 @@ CLEF_API void clef_set_dump_dir(clef_engine *e, const char *dir);
  * (bad ids or n, out of memory). Not reentrant with clef_run_batch. */
 CLEF_API int clef_bench_forward(clef_engine *e, const int32_t *ids, size_t n, double *seconds_text,
                        double *seconds_head, char *err, size_t err_len);
+/* The same with `records` records of those n ids packed into one forward (each its own segment), then
+ * the head once per record, as clef_run_batch runs a batch. seconds_* cover all records. */
+CLEF_API int clef_bench_forward_batch(clef_engine *e, const int32_t *ids, size_t n, size_t records,
+                                      double *seconds_text, double *seconds_head, char *err, size_t err_len);
 
 #ifdef __cplusplus
 }

@@ -11,19 +11,27 @@
 #                                  there by tools/reference/write_tiny.py (numpy; deterministic,
 #                                  checked against the carried manifest.sha256).
 #   tools/device-check.sh [run]    THERE (the device tool's machine, $OUT set), carrying
-#                                  build-cuda/devcheck; about 2.5 minutes (must stay < 200 s):
-#       1. nvidia-smi; builds test_cuda_ops + bench_cuda from source with nvcc (sm_90), the full
-#          `make CUDA=1` when pkg-config finds the host libraries; falls back to the carried binaries
-#       2. test_cuda_ops (every op vs the CPU backend, both precisions)
-#       3. every request of tests/corpus/requests through `clef decide` with "raw": true on
-#          --device cpu, --device cuda --precision fp32 and --precision fast (tiny checkpoint):
-#          fp32 bar max |dp| <= 1e-5, fast bar max |dp| <= 2e-3 and the same argmax per question,
-#          error bodies byte-identical
-#       4. bench_cuda (synthetic 9B: prefill at 436 / 2048 / 16384 tokens, 16-record throughput,
-#          per-op times incl. delta_rule.A / .B), fast and fp32, with the newest kernels and again
-#          at 436 / 2048 with the previous run's (CLEF_CUDA_ATTN=simt CLEF_CUDA_DELTA=v2)
-#     Everything lands in $OUT (<= 8 files): summary.txt, device-check.log, build.log,
-#     test_cuda_ops.txt, corpus.json, bench.jsonl, nvidia-smi.txt.
+#                                  build-cuda/devcheck; about 2.5 minutes (must stay < 200 s; the
+#                                  optional steps 6-7 are skipped past 150 / 160 s):
+#       1. nvidia-smi; the carried binaries (a device build only when they do not load there, or
+#          DEVCHECK_BUILD=1): test_cuda_ops + bench_cuda from source with nvcc (sm_90), the full
+#          `make CUDA=1` when pkg-config finds the host libraries
+#       2. test_cuda_ops (every op vs the CPU backend in fp32 / fast / bf16; packed segments vs each
+#          segment alone bit for bit, states in / out, resume = uninterrupted; CUDA graphs = eager bits)
+#       3. corpus: every request of tests/corpus/requests through `clef decide` with "raw": true on
+#          --device cpu and --device cuda --precision fp32 / fast / bf16 (tiny checkpoint): fp32 bar
+#          max |dp| <= 1e-5, fast bar 2e-3 and the same argmax, error bodies byte-identical; bf16 has
+#          no bar: its max |dp| and argmax agreement (vs the CPU and vs cuda fp32) are the figures
+#       4. packed on the device: the corpus (one line per request) through `clef batch` (packed
+#          forwards, the state cache) with CLEF_DEVICE=cpu, and cuda fp32 / fast, line by line
+#       5. bench_cuda (synthetic 9B), newest kernels (CLEF_CUDA_ATTN=v3 CLEF_CUDA_DELTA=v3): fast and
+#          bf16 at 436 / 2048 / 16384 tokens (reps 3, 16k once) with per-op times and MFU, 16 x 436
+#          records one after another and packed into one forward; fp32 at 436 / 2048
+#       6. CUDA graphs: fast at 436 / 2048 and 16 x 436 packed with --graph 1 (replayed forwards)
+#       7. the previous run's kernels (CLEF_CUDA_ATTN=simt CLEF_CUDA_DELTA=v2), fast and fp32 at
+#          436 / 2048: the side-by-side of the pending v3 kernels
+#     Everything lands in $OUT (<= 9 files): summary.txt, device-check.log, build.log,
+#     test_cuda_ops.txt, corpus.json, batch.json, bench.jsonl, nvidia-smi.txt.
 #
 # The device tool call (from the repo root, after `prep`):
 #   run(command="bash tools/device-check.sh", carry=["build-cuda/devcheck"], timeout_s=540)
@@ -142,13 +150,14 @@ done
 log "binaries: $BIN_CLEF $BIN_TEST $BIN_BENCH"
 
 # ---- 2. op tests
-timeout 120 "$BIN_TEST" > "$OUT/test_cuda_ops.txt" 2>&1
+timeout 90 "$BIN_TEST" > "$OUT/test_cuda_ops.txt" 2>&1
 rc=$?
 say "test_cuda_ops: exit $rc ($((SECONDS - T0))s): $(tail -n 1 "$OUT/test_cuda_ops.txt")"
-grep -E 'worst rel' "$OUT/test_cuda_ops.txt" | tee -a "$SUM" > /dev/null
+grep -E 'worst rel|^graph ' "$OUT/test_cuda_ops.txt" | tee -a "$SUM" > /dev/null
 grep -c 'FAIL' "$OUT/test_cuda_ops.txt" | sed 's/^/op comparisons over their bar: /' | tee -a "$SUM" > /dev/null
+grep -E 'CHECK failed' "$OUT/test_cuda_ops.txt" | head -5 | tee -a "$SUM" > /dev/null
 
-# ---- 3. corpus: cpu vs cuda fp32 vs cuda fast on the tiny checkpoint
+# ---- 3. corpus: cpu vs cuda fp32 / fast / bf16 on the tiny checkpoint
 MODEL=models/tiny
 if [ ! -f $MODEL/config.json ]; then
   MODEL=/tmp/clef-tiny
@@ -163,33 +172,37 @@ if [ ! -f $MODEL/config.json ]; then
   fi
 fi
 REQ=/tmp/clef-req; RES=/tmp/clef-res
-rm -rf $REQ $RES && mkdir -p $REQ $RES/cpu $RES/fp32 $RES/fast
-python3 - "$REQ" tests/corpus/requests/*.json <<'EOF'
+rm -rf $REQ $RES && mkdir -p $REQ $RES/cpu $RES/fp32 $RES/fast $RES/bf16 $RES/batch
+python3 - "$REQ" "$RES/batch/in.jsonl" tests/corpus/requests/*.json <<'PYEOF'
 import json, os, sys
-out = sys.argv[1]
-for p in sys.argv[2:]:
-    b = open(p, "rb").read()
-    try:
-        d = json.loads(b)
-        if isinstance(d, dict) and isinstance(d.get("questions"), dict):
-            d["raw"] = True
-            b = json.dumps(d, ensure_ascii=False).encode()
-    except Exception:
-        pass
-    open(os.path.join(out, os.path.basename(p)), "wb").write(b)
-EOF
+out, jl = sys.argv[1], sys.argv[2]
+with open(jl, "wb") as f:
+    for p in sys.argv[3:]:
+        b = open(p, "rb").read()
+        try:
+            d = json.loads(b)
+            if isinstance(d, dict) and isinstance(d.get("questions"), dict):
+                d["raw"] = True
+                b = json.dumps(d, ensure_ascii=False).encode()
+        except Exception:
+            pass
+        open(os.path.join(out, os.path.basename(p)), "wb").write(b)
+        # the batch input: one request per line (a body with a newline inside is not one line: skipped)
+        if b"\n" not in b.strip():
+            f.write(b.strip() + b"\n")
+PYEOF
 export CLEF_CUDA_POOL_MB=256
-run_all() { # name, decide flags...
-  local name=$1; shift
-  ls $REQ | xargs -P "${JOBS:-8}" -I{} sh -c "$BIN_CLEF decide --model $MODEL --threads 2 --allow-image-paths $* --request $REQ/{} > $RES/$name/{} 2> $RES/$name/{}.err; echo \$? > $RES/$name/{}.rc"
+run_all() { # name, parallel jobs, decide flags...
+  local name=$1 jobs=$2; shift 2
+  ls $REQ | xargs -P "$jobs" -I{} sh -c "$BIN_CLEF decide --model $MODEL --threads 2 --allow-image-paths $* --request $REQ/{} > $RES/$name/{} 2> $RES/$name/{}.err; echo \$? > $RES/$name/{}.rc"
 }
-t=$SECONDS; timeout 120 bash -c "$(declare -f run_all); REQ=$REQ RES=$RES BIN_CLEF=$BIN_CLEF MODEL=$MODEL; run_all cpu --device cpu"
-log "corpus cpu: $((SECONDS - t))s"
-t=$SECONDS; timeout 120 bash -c "$(declare -f run_all); REQ=$REQ RES=$RES BIN_CLEF=$BIN_CLEF MODEL=$MODEL; run_all fp32 --device cuda --precision fp32"
-log "corpus cuda fp32: $((SECONDS - t))s"
-t=$SECONDS; timeout 120 bash -c "$(declare -f run_all); REQ=$REQ RES=$RES BIN_CLEF=$BIN_CLEF MODEL=$MODEL; run_all fast --device cuda --precision fast"
-log "corpus cuda fast: $((SECONDS - t))s"
-python3 - "$REQ" "$RES" "$OUT/corpus.json" <<'EOF' | tee -a "$SUM"
+for mode in cpu fp32 fast bf16; do
+  t=$SECONDS
+  if [ $mode = cpu ]; then flags="--device cpu"; jobs=8; else flags="--device cuda --precision $mode"; jobs=16; fi
+  timeout 45 bash -c "$(declare -f run_all); REQ=$REQ RES=$RES BIN_CLEF=$BIN_CLEF MODEL=$MODEL; run_all $mode $jobs $flags"
+  log "corpus $mode: $((SECONDS - t))s"
+done
+python3 - "$REQ" "$RES" "$OUT/corpus.json" <<'PYEOF' | tee -a "$SUM"
 import json, os, sys
 req, res, out = sys.argv[1:4]
 def load(mode, name):
@@ -214,8 +227,24 @@ def probs(body):
         if isinstance(a, dict) and isinstance(a.get("raw"), dict):
             out[qn] = {k: float(v) for k, v in a["raw"].items() if isinstance(v, (int, float))}
     return out
-rows, bad = [], {"fp32": 0, "fast": 0}
-worst = {"fp32": 0.0, "fast": 0.0}
+def compare(p0, p1):
+    md, n, agree, qs, missing = 0.0, 0, 0, 0, set(p1) != set(p0)
+    for q in p0:
+        a, b = p0[q], p1.get(q, {})
+        for k in a:
+            if k in b:
+                md = max(md, abs(a[k] - b[k])); n += 1
+            else:
+                missing = True
+        if a and b:
+            qs += 1
+            agree += max(a, key=a.get) == max(b, key=b.get)
+    return md, n, agree, qs, missing
+BARS = {"fp32": 1e-5, "fast": 2e-3, "bf16": None}   # bf16: measured, no bar
+rows, bad = [], {m: 0 for m in BARS}
+worst = {m: 0.0 for m in BARS}
+agree_tot = {m: [0, 0] for m in BARS}
+bf16_vs_fp32 = {"worst_max_dp": 0.0, "argmax_agree": 0, "questions": 0}
 compared = 0
 for name in sorted(os.listdir(req)):
     rc0, b0, e0 = load("cpu", name)
@@ -225,7 +254,8 @@ for name in sorted(os.listdir(req)):
     except Exception as ex:
         p0 = None
         row["cpu_parse"] = str(ex)
-    for mode, bar in (("fp32", 1e-5), ("fast", 2e-3)):
+    parsed = {}
+    for mode, bar in BARS.items():
         rc1, b1, e1 = load(mode, name)
         r = {"rc": rc1}
         ok = True
@@ -235,51 +265,115 @@ for name in sorted(os.listdir(req)):
         else:
             try:
                 p1 = probs(b1)
+                parsed[mode] = p1
             except Exception as ex:
                 p1, ok = None, False
                 r["parse"] = str(ex)
-                r["stderr"] = e1
             if p1 is not None:
-                md, argmax_ok, n = 0.0, True, 0
-                if set(p1) != set(p0):
-                    ok = False
-                for q in p0:
-                    a, b = p0[q], p1.get(q, {})
-                    for k in a:
-                        if k in b:
-                            md = max(md, abs(a[k] - b[k])); n += 1
-                        else:
-                            ok = False
-                    if a and b and max(a, key=a.get) != max(b, key=b.get):
-                        argmax_ok = False
-                r.update({"max_dp": md, "argmax_equal": argmax_ok, "n_probs": n})
+                md, n, agree, qs, missing = compare(p0, p1)
+                r.update({"max_dp": md, "argmax_equal": agree == qs, "argmax_agree": agree, "questions": qs, "n_probs": n})
                 worst[mode] = max(worst[mode], md)
-                ok = ok and md <= bar and (mode == "fp32" or argmax_ok) and n > 0
+                agree_tot[mode][0] += agree
+                agree_tot[mode][1] += qs
+                ok = ok and not missing and n > 0 and (bar is None or (md <= bar and (mode == "fp32" or agree == qs)))
         r["ok"] = ok
         if not ok:
             bad[mode] += 1
             r["stderr"] = e1
         row[mode] = r
+    if "bf16" in parsed and "fp32" in parsed:
+        md, n, agree, qs, _ = compare(parsed["fp32"], parsed["bf16"])
+        bf16_vs_fp32["worst_max_dp"] = max(bf16_vs_fp32["worst_max_dp"], md)
+        bf16_vs_fp32["argmax_agree"] += agree
+        bf16_vs_fp32["questions"] += qs
     if rc0 == 0 and p0:
         compared += 1
     rows.append(row)
 json.dump({"requests": len(rows), "with_probabilities": compared, "failures": bad, "worst_max_dp": worst,
-           "bars": {"fp32": 1e-5, "fast": 2e-3}, "rows": rows}, open(out, "w"), indent=1)
-print(f"corpus: {len(rows)} requests, {compared} with probabilities; cuda fp32: worst max|dp| {worst['fp32']:.3e} "
-      f"(bar 1e-5), {bad['fp32']} failing; cuda fast: worst max|dp| {worst['fast']:.3e} (bar 2e-3, argmax equal), "
-      f"{bad['fast']} failing")
-EOF
+           "argmax_agree": agree_tot, "bf16_vs_cuda_fp32": bf16_vs_fp32,
+           "bars": {"fp32": 1e-5, "fast": 2e-3, "bf16": "none (measured)"}, "rows": rows}, open(out, "w"), indent=1)
+print(f"corpus: {len(rows)} requests, {compared} with probabilities")
+print(f"  cuda fp32: worst max|dp| {worst['fp32']:.3e} (bar 1e-5), {bad['fp32']} failing")
+print(f"  cuda fast: worst max|dp| {worst['fast']:.3e} (bar 2e-3, argmax equal), {bad['fast']} failing; "
+      f"argmax {agree_tot['fast'][0]}/{agree_tot['fast'][1]} questions")
+print(f"  cuda bf16: worst max|dp| {worst['bf16']:.3e} vs cpu, argmax agreement {agree_tot['bf16'][0]}/{agree_tot['bf16'][1]} "
+      f"questions; vs cuda fp32: {bf16_vs_fp32['worst_max_dp']:.3e}, {bf16_vs_fp32['argmax_agree']}/"
+      f"{bf16_vs_fp32['questions']}; {bad['bf16']} requests with a missing answer or a different error body")
+PYEOF
 
-# ---- 4. benchmark (synthetic 9B): the newest kernels, then the previous run's ones (SIMT attention
-#         for fp32, delta rule v2 = kernel A v1) at 436 / 2048 only, for the side-by-side; 16k
-#         prefills once each (--long-reps 1). Run 2026-11-30b measured the older ones already.
-timeout 100 "$BIN_BENCH" --precision both --tokens 436,2048,16384 --reps 3 --long-reps 1 --records 16 \
-  > "$OUT/bench.jsonl" 2>> "$LOG"
-say "bench_cuda (new kernels): exit $? ($((SECONDS - T0))s)"
-timeout 40 env CLEF_CUDA_ATTN=simt CLEF_CUDA_DELTA=v2 \
-  "$BIN_BENCH" --precision both --tokens 436,2048 --reps 1 --records 0 >> "$OUT/bench.jsonl" 2>> "$LOG"
-say "bench_cuda (previous kernels: attn=simt, delta=v2): exit $? ($((SECONDS - T0))s)"
-python3 - "$OUT/bench.jsonl" <<'EOF'  | tee -a "$SUM"
+# ---- 4. packed forwards on the device: clef batch (the serving engine's packing and state cache)
+for mode in cpu fp32 fast; do
+  t=$SECONDS
+  if [ $mode = cpu ]; then envs="CLEF_DEVICE=cpu"; else envs="CLEF_DEVICE=cuda CLEF_PRECISION=$mode"; fi
+  timeout 30 env $envs "$BIN_CLEF" batch --model $MODEL --threads 8 --restart "$RES/batch/in.jsonl" "$RES/batch/$mode.jsonl" \
+    > "$RES/batch/$mode.log" 2>&1
+  log "batch $mode: exit $? $((SECONDS - t))s: $(tail -n 2 "$RES/batch/$mode.log" | tr '\n' ' ')"
+done
+python3 - "$RES/batch" "$OUT/batch.json" <<'PYEOF' | tee -a "$SUM"
+import json, os, sys
+d, out = sys.argv[1:3]
+def lines(m):
+    try:
+        return open(os.path.join(d, m + ".jsonl"), "rb").read().splitlines()
+    except Exception:
+        return []
+def probs(b):
+    try:
+        j = json.loads(b)
+    except Exception:
+        return None
+    o = {}
+    for qn, a in (j.get("answers") or j).items() if isinstance(j, dict) else []:
+        if isinstance(a, dict) and isinstance(a.get("raw"), dict):
+            o[qn] = {k: float(v) for k, v in a["raw"].items() if isinstance(v, (int, float))}
+    return o
+ref = lines("cpu")
+res = {"lines": len(ref)}
+for mode, bar in (("fp32", 1e-5), ("fast", 2e-3)):
+    got = lines(mode)
+    md, bad, argmax_bad = 0.0, 0, 0
+    for a, b in zip(ref, got):
+        pa, pb = probs(a), probs(b)
+        if not pa or pb is None:
+            bad += a != b   # errors and answers without probabilities: the same bytes
+            continue
+        for q in pa:
+            x, y = pa[q], pb.get(q, {})
+            if set(x) != set(y):
+                bad += 1
+                continue
+            for k in x:
+                md = max(md, abs(x[k] - y[k]))
+            if x and max(x, key=x.get) != max(y, key=y.get):
+                argmax_bad += 1
+    bad += abs(len(ref) - len(got))
+    ok = bad == 0 and md <= bar and (mode == "fp32" or argmax_bad == 0) and len(got) == len(ref) > 0
+    res[mode] = {"lines": len(got), "worst_max_dp": md, "argmax_differ": argmax_bad, "mismatched": bad, "ok": ok}
+    print(f"batch (packed) cuda {mode}: {len(got)}/{len(ref)} lines, worst max|dp| {md:.3e} vs the cpu batch (bar {bar:g}), "
+          f"{argmax_bad} argmax differ, {bad} mismatched lines: {'ok' if ok else 'FAIL'}")
+json.dump(res, open(out, "w"), indent=1)
+PYEOF
+
+# ---- 5. benchmark (synthetic 9B), newest kernels
+bench() { # timeout, args...
+  local t=$1; shift
+  timeout "$t" "$BIN_BENCH" "$@" >> "$OUT/bench.jsonl" 2>> "$LOG"
+  say "bench_cuda $* ${EXTRA:-}: exit $? ($((SECONDS - T0))s)"
+}
+: > "$OUT/bench.jsonl"
+bench 45 --precision fast --tokens 436,2048,16384 --reps 3 --long-reps 1 --records 16 --packed 16
+bench 40 --precision bf16 --tokens 436,2048,16384 --reps 3 --long-reps 1 --records 0 --packed 16
+bench 25 --precision fp32 --tokens 436,2048 --reps 1 --records 0
+# ---- 6. CUDA graphs (replays), 7. the previous run's kernels: while the budget allows
+if [ $((SECONDS - T0)) -lt 150 ]; then
+  EXTRA="(graphs)" bench 20 --precision fast --tokens 436,2048 --reps 5 --records 0 --packed 16 --graph 1
+else say "graphs: skipped (over 150 s)"; fi
+if [ $((SECONDS - T0)) -lt 160 ]; then
+  export CLEF_CUDA_ATTN=simt CLEF_CUDA_DELTA=v2
+  EXTRA="(attn=simt delta=v2)" bench 25 --precision both --tokens 436,2048 --reps 1 --records 0
+  export CLEF_CUDA_ATTN=v3 CLEF_CUDA_DELTA=v3
+else say "previous kernels: skipped (over 160 s)"; fi
+python3 - "$OUT/bench.jsonl" <<'PYEOF'  | tee -a "$SUM"
 import json, sys
 rows = []
 for line in open(sys.argv[1]):
@@ -288,20 +382,29 @@ for line in open(sys.argv[1]):
     except Exception:
         pass
 for d in rows:
+    g = " graph" if d.get("graph") else ""
     if d.get("kind") == "prefill":
-        print("  prefill %-4s %-30s %6d tok: %9.1f ms %9.0f tok/s %7.1f TFLOP/s (%.1f%% of peak) finite=%s" % (
-            d["precision"], d.get("kernels", "?"), d["tokens"], d["seconds"] * 1e3, d["tokens_per_s"], d["tflops"],
-            d["peak_pct"], d["last_row_finite"]))
-    elif d.get("kind") == "throughput":
-        print("  throughput %-4s %-30s %d x %d tok: %.1f records/s, %.0f tok/s" % (
-            d["precision"], d.get("kernels", "?"), d["records"], d["tokens_each"], d["records_per_s"], d["tokens_per_s"]))
-# per-op kernel time of the three big ops, new vs old
+        print("  prefill %-4s %-30s%s %6d tok: %9.1f ms %8.0f tok/s  MFU %5.1f%%  issued %5.1f%%  linear %7.1f ms at %5.1f%%  "
+              "kernels %8.1f ms finite=%s" % (
+            d["precision"], d.get("kernels", "?"), g, d["tokens"], d["seconds"] * 1e3, d["tokens_per_s"],
+            d.get("mfu_pct", d.get("peak_pct", 0)), d.get("issued_pct", 0), d.get("linear_ms", 0), d.get("linear_pct", 0),
+            d.get("kernel_ms", 0), d["last_row_finite"]))
+    elif d.get("kind") in ("throughput", "packed"):
+        print("  %-10s %-4s %-30s%s %d x %d tok: %.1f records/s, %.0f tok/s" % (
+            d["kind"], d["precision"], d.get("kernels", "?"), g, d["records"], d["tokens_each"], d["records_per_s"],
+            d["tokens_per_s"]))
+    elif d.get("kind") == "device" and (d.get("graph_captured") or d.get("graph_unsafe")):
+        print("  graphs %-4s: captured %d, replayed %d, fell back %d, kept eager %d (%s), pools %.0f MiB" % (
+            d["precision"], d["graph_captured"], d["graph_replayed"], d["graph_fallbacks"], d["graph_unsafe"],
+            d.get("graph_unsafe_why", ""), d.get("graph_pool_bytes", 0) / 2**20))
+# per-op kernel time of the big ops (ms per forward, TFLOP/s of the issued work), eager runs only
 ops = {}
 for d in rows:
-    if d.get("kind") == "kernel" and d["op"] in ("linear", "delta_rule", "delta_rule.A", "delta_rule.B", "attention"):
-        ops[(d["precision"], d["tokens"], d["op"], d.get("kernels", "?"))] = d["ms"]
-for (p, t, op, k), ms in sorted(ops.items()):
-    print("  kernel %-4s %6d %-12s %-30s %9.2f ms" % (p, t, op, k, ms))
-EOF
+    if d.get("kind") == "kernel" and not d.get("graph") and d["op"] in (
+            "linear", "delta_rule", "delta_rule.A", "delta_rule.B", "attention", "conv1d_silu"):
+        ops[(d["precision"], d["tokens"], d["op"], d.get("kernels", "?"))] = (d["ms"], d.get("tflops", 0))
+for (p, t, op, k), (ms, tf) in sorted(ops.items()):
+    print("  kernel %-4s %6d %-12s %-30s %9.2f ms %7.1f TFLOP/s" % (p, t, op, k, ms, tf))
+PYEOF
 say "total $((SECONDS - T0))s"
 cat "$SUM"

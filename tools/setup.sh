@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 
 pkgs="build-essential pkg-config libonig-dev libutf8proc-dev libmicrohttpd-dev libpng-dev
       libjpeg62-turbo-dev libwebp-dev libgif-dev zlib1g-dev libopenblas-dev clang libclang-rt-14-dev
-      chromium chromium-driver"
+      chromium chromium-driver libcurl4-openssl-dev"
 missing=""
 for p in $pkgs; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
 if [ -n "$missing" ]; then

@@ -10,7 +10,7 @@
 const clef_knob_info clef_knob_table[] = {
     {"CLEF_DEVICE", "unset (auto: CUDA when built with it and a GPU is present, else CPU)",
      "the backend when the caller asks for device auto (clef batch / serve): cpu or cuda", "user", "clef_knobs"},
-    {"CLEF_PRECISION", "fp32", "the CUDA precision when the caller asks for device auto: fp32 or fast",
+    {"CLEF_PRECISION", "fp32", "the CUDA precision when the caller asks for device auto: fp32, fast or bf16",
      "user", "clef_knobs"},
     {"CLEF_CPU_CACHE_MB", "1024", "MiB of freed CPU activation buffers kept for the next forward (0: none)",
      "user", "clef_knobs"},
@@ -27,8 +27,15 @@ const clef_knob_info clef_knob_table[] = {
      "diagnostic", "clef_knobs"},
     {"CLEF_CUDA_ATTN", "v2", "=simt|v2|v3: the CUDA attention kernel", "diagnostic", "clef_knobs"},
     {"CLEF_CUDA_DELTA", "v2", "=v1|v2|v3: the CUDA delta-rule kernels", "diagnostic", "clef_knobs"},
+    {"CLEF_CUDA_GRAPH", "0", "=1: CUDA forwards run through CUDA graphs keyed by shape (not yet measured on a GPU)",
+     "diagnostic", "clef_knobs"},
+    {"CLEF_CUDA_GRAPH_MAX", "8", "CUDA graphs kept per backend (later shapes run eagerly)", "diagnostic", "clef_knobs"},
     {"CLEF_SERVE_TEST_LOAD_DELAY_MS", "0", "clef serve waits this long before loading the model (tests of /health)",
      "diagnostic", "src/cli/cmd_serve.c"},
+    {"HF_ENDPOINT", "https://huggingface.co", "clef pull: the hub to download from (docs/pull.md)", "user",
+     "src/cli/cmd_pull.c"},
+    {"HF_TOKEN", "unset", "clef pull: sent as Authorization: Bearer to HF_ENDPOINT's host only", "user",
+     "src/cli/cmd_pull.c"},
 };
 const size_t clef_knob_count = sizeof clef_knob_table / sizeof clef_knob_table[0];
 
@@ -40,6 +47,7 @@ void clef_knobs_default(clef_knobs *k) {
     k->cuda_linear_split = 1;
     k->cuda_attn = 1;
     k->cuda_delta = 1;
+    k->cuda_graph_max = 8;
 }
 
 static int is(const char *v, const char *s) { return v && !strcmp(v, s); }
@@ -55,6 +63,7 @@ void clef_knobs_parse(clef_knobs *k, const char *(*lookup)(const char *name, voi
     if (v && *v) {
         k->precision = is(v, "fp32")   ? CLEF_KNOB_PRECISION_FP32
                        : is(v, "fast") ? CLEF_KNOB_PRECISION_FAST
+                       : is(v, "bf16") ? CLEF_KNOB_PRECISION_BF16
                                        : CLEF_KNOB_BAD;
         snprintf(k->precision_raw, sizeof k->precision_raw, "%s", v);
     }
@@ -77,6 +86,13 @@ void clef_knobs_parse(clef_knobs *k, const char *(*lookup)(const char *name, voi
     k->cuda_attn = is(v, "simt") ? 0 : is(v, "v3") ? 2 : 1;
     v = lookup("CLEF_CUDA_DELTA", ctx);
     k->cuda_delta = is(v, "v1") ? 0 : is(v, "v3") ? 2 : 1;
+    k->cuda_graph = is(lookup("CLEF_CUDA_GRAPH", ctx), "1");
+    v = lookup("CLEF_CUDA_GRAPH_MAX", ctx);
+    if (v && *v) { /* a whole number; anything else: the default */
+        char *end;
+        long n = strtol(v, &end, 10);
+        if (!*end && n >= 0 && n <= 1024) k->cuda_graph_max = n;
+    }
 }
 
 static const char *env_lookup(const char *name, void *ctx) {

@@ -17,12 +17,12 @@
 
 enum { CLEF_KNOB_UNSET = 0, CLEF_KNOB_BAD = -1 };
 enum { CLEF_KNOB_DEVICE_CPU = 1, CLEF_KNOB_DEVICE_CUDA = 2 };      /* clef_knobs.device */
-enum { CLEF_KNOB_PRECISION_FP32 = 1, CLEF_KNOB_PRECISION_FAST = 2 }; /* clef_knobs.precision */
+enum { CLEF_KNOB_PRECISION_FP32 = 1, CLEF_KNOB_PRECISION_FAST = 2, CLEF_KNOB_PRECISION_BF16 = 3 }; /* clef_knobs.precision */
 
 typedef struct clef_knobs {
     /* ---- user-facing ---- */
     int device;             /* CLEF_DEVICE=cpu|cuda (device auto only): CLEF_KNOB_DEVICE_*, UNSET or BAD */
-    int precision;          /* CLEF_PRECISION=fp32|fast (device auto only): CLEF_KNOB_PRECISION_*, UNSET, BAD */
+    int precision;          /* CLEF_PRECISION=fp32|fast|bf16 (device auto only): CLEF_KNOB_PRECISION_*, UNSET, BAD */
     char device_raw[32];    /* the values as given (truncated), for the error message */
     char precision_raw[32];
     long long cpu_cache_mb; /* CLEF_CPU_CACHE_MB: MiB of freed CPU activation buffers kept; -1 = default */
@@ -36,6 +36,8 @@ typedef struct clef_knobs {
     int cuda_linear_split;  /* CLEF_CUDA_LINEAR: 1 (default) = two-term bf16 split, 0 (=bf16) = one term */
     int cuda_attn;          /* CLEF_CUDA_ATTN=simt|v2|v3: 0, 1 (default), 2 = CLEF_CUDA_ATTN_* */
     int cuda_delta;         /* CLEF_CUDA_DELTA=v1|v2|v3: 0, 1 (default), 2 = CLEF_CUDA_DELTA_* */
+    int cuda_graph;         /* CLEF_CUDA_GRAPH=1: forwards through CUDA graphs where the caller asks (default 0) */
+    long cuda_graph_max;    /* CLEF_CUDA_GRAPH_MAX: graphs kept per backend (default 8) */
 } clef_knobs;
 
 /* One row of the registry: every knob clef (library, CLI, server) reads from the environment. */

@@ -1,12 +1,20 @@
-/* Option parsing and the progress bar (see cli_opts.h). */
+/* The option parser, value checks and the progress bar (see cli_opts.h). */
 #include "cli/cli_opts.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "serve/scheduler.h"
+
+const char *const cli_device_choices[] = {"auto", "cpu", "cuda", NULL};
+const char *const cli_precision_choices[] = {"fp32", "fast", "bf16", NULL}; /* CLEF_PRECISION_* order */
+const char *const cli_split_choices[] = {"file", "qwen2", "qwen35", NULL};
+const char *const cli_tile_choices[] = {"0", "256", "448", NULL};
+const int cli_tile_values[] = {0, 256, 448};
 
 int cli_int(const char *s, int lo, int hi, int *out) {
     if (!s || !*s) return 0;
@@ -19,7 +27,7 @@ int cli_int(const char *s, int lo, int hi, int *out) {
 }
 
 int cli_size(const char *s, size_t lo, size_t hi, size_t *out) {
-    if (!s || !*s || *s == '-') return 0;
+    if (!s || *s < '0' || *s > '9') return 0;
     char *end;
     errno = 0;
     unsigned long long v = strtoull(s, &end, 10);
@@ -41,9 +49,160 @@ int cli_double(const char *s, double lo, double hi, double *out) {
     char *end;
     errno = 0;
     double v = strtod(s, &end);
-    if (errno || *end || !(v >= lo && v <= hi)) return 0;
+    if (errno || *end || !isfinite(v) || !(v >= lo && v <= hi)) return 0;
     *out = v;
     return 1;
+}
+
+int cli_set_value(const cli_opt *o, const char *v, char *why, size_t why_len) {
+    switch (o->kind) {
+    case CLI_FLAG:
+        *(int *)o->dst = 1;
+        return 0;
+    case CLI_STR:
+    case CLI_FILE:
+        if (!*v) {
+            snprintf(why, why_len, "an empty value is not a %s", o->kind == CLI_FILE ? "file name" : "value");
+            return -1;
+        }
+        *(const char **)o->dst = v;
+        return 0;
+    case CLI_INT:
+        if (cli_int(v, (int)o->lo, (int)o->hi, o->dst)) return 0;
+        snprintf(why, why_len, "'%s' is not an integer in [%.0f, %.0f]", v, o->lo, o->hi);
+        return -1;
+    case CLI_SIZE:
+        if (cli_size(v, (size_t)o->lo, (size_t)o->hi, o->dst)) return 0;
+        snprintf(why, why_len, "'%s' is not a whole number (optionally with K, M or G) in [%.0f, %.0f]", v, o->lo,
+                 o->hi);
+        return -1;
+    case CLI_DOUBLE:
+        if (cli_double(v, o->lo, o->hi, o->dst)) return 0;
+        snprintf(why, why_len, "'%s' is not a number in [%g, %g]", v, o->lo, o->hi);
+        return -1;
+    case CLI_ENUM:
+        for (int i = 0; o->choices[i]; i++)
+            if (!strcmp(v, o->choices[i])) {
+                *(int *)o->dst = o->values ? o->values[i] : i;
+                return 0;
+            }
+        {
+            int n = snprintf(why, why_len, "'%s' is not one of", v);
+            for (int i = 0; o->choices[i] && n > 0 && (size_t)n < why_len; i++)
+                n += snprintf(why + n, why_len - (size_t)n, "%s %s", i ? "," : "", o->choices[i]);
+        }
+        return -1;
+    }
+    snprintf(why, why_len, "internal: unknown option kind");
+    return -1;
+}
+
+void cli_print_help(const cli_cmd *c, FILE *f) {
+    fprintf(f, "usage: clef %s %s\n", c->verb, c->usage ? c->usage : "[options]");
+    fprintf(f, "options:\n");
+    for (const cli_opt *o = c->opts; o && o->name; o++) {
+        char left[96];
+        if (o->kind == CLI_FLAG) snprintf(left, sizeof left, "%s", o->name);
+        else snprintf(left, sizeof left, "%s %s", o->name, o->arg ? o->arg : "VALUE");
+        fprintf(f, "  %-26s  %s", left, o->help ? o->help : "");
+        if (o->required) fprintf(f, " (required)");
+        else if (o->def) fprintf(f, " (default %s)", o->def);
+        if (o->env) fprintf(f, " [env %s]", o->env);
+        fputc('\n', f);
+    }
+    fprintf(f, "  %-26s  %s\n", "-h, --help", "this help");
+    if (c->about) fprintf(f, "%s", c->about);
+}
+
+static const cli_opt *find_opt(const cli_cmd *c, const char *name, size_t len) {
+    for (const cli_opt *o = c->opts; o && o->name; o++)
+        if (strlen(o->name) == len && !strncmp(o->name, name, len)) return o;
+    return NULL;
+}
+
+int cli_parse(const cli_cmd *c, int argc, char **argv) {
+    size_t n_opts = 0;
+    for (const cli_opt *o = c->opts; o && o->name; o++) n_opts++;
+    /* which options the command line gave (for the env mirrors and required ones) */
+    unsigned char given[128] = {0};
+    if (n_opts > sizeof given) {
+        fprintf(stderr, "clef %s: internal: too many options\n", c->verb);
+        return 2;
+    }
+    int n_pos = 0, only_pos = 0;
+    char why[512];
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (only_pos || a[0] != '-' || !strcmp(a, "-")) {
+            if (n_pos >= c->max_args) {
+                fprintf(stderr, "clef %s: unexpected argument '%s' (clef %s --help)\n", c->verb, a, c->verb);
+                return 2;
+            }
+            c->args[n_pos++] = a;
+            continue;
+        }
+        if (!strcmp(a, "--")) {
+            only_pos = 1;
+            continue;
+        }
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            cli_print_help(c, stdout);
+            return fflush(stdout) ? 1 : 0;
+        }
+        const char *eq = a[1] == '-' ? strchr(a, '=') : NULL;
+        size_t name_len = eq ? (size_t)(eq - a) : strlen(a);
+        const cli_opt *o = find_opt(c, a, name_len);
+        if (!o) {
+            fprintf(stderr, "clef %s: unknown option '%.*s' (clef %s --help lists them)\n", c->verb, (int)name_len, a,
+                    c->verb);
+            return 2;
+        }
+        const char *v;
+        if (o->kind == CLI_FLAG) {
+            if (eq) {
+                fprintf(stderr, "clef %s: %s takes no value\n", c->verb, o->name);
+                return 2;
+            }
+            v = "";
+        } else if (eq) {
+            v = eq + 1;
+        } else if (i + 1 < argc) {
+            v = argv[++i];
+        } else {
+            fprintf(stderr, "clef %s: %s needs a value (%s)\n", c->verb, o->name, o->arg ? o->arg : "VALUE");
+            return 2;
+        }
+        if (cli_set_value(o, v, why, sizeof why)) {
+            fprintf(stderr, "clef %s: %s: %s\n", c->verb, o->name, why);
+            return 2;
+        }
+        given[o - c->opts] = 1;
+        if (o->seen) *o->seen = 1;
+    }
+    for (size_t k = 0; k < n_opts; k++) {
+        const cli_opt *o = &c->opts[k];
+        if (given[k] || !o->env) continue;
+        const char *v = getenv(o->env);
+        if (!v || !*v) continue;
+        if (cli_set_value(o, v, why, sizeof why)) {
+            fprintf(stderr, "clef %s: %s (the environment's %s): %s\n", c->verb, o->env, o->name, why);
+            return 2;
+        }
+        given[k] = 1;
+        if (o->seen) *o->seen = 1;
+    }
+    for (size_t k = 0; k < n_opts; k++)
+        if (c->opts[k].required && !given[k]) {
+            fprintf(stderr, "clef %s: %s %s is required (clef %s --help)\n", c->verb, c->opts[k].name,
+                    c->opts[k].arg ? c->opts[k].arg : "", c->verb);
+            return 2;
+        }
+    if (n_pos < c->min_args) {
+        fprintf(stderr, "clef %s: expected %s (clef %s --help)\n", c->verb, c->usage ? c->usage : "arguments", c->verb);
+        return 2;
+    }
+    if (c->n_args) *c->n_args = n_pos;
+    return CLI_CONTINUE;
 }
 
 void cli_progress_init(cli_progress *p, const char *label) {

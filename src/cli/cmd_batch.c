@@ -1,8 +1,16 @@
-/* clef batch: one request per line of IN.jsonl, one answer (response or error body) per line of
- * OUT.jsonl, in the same order, batched like the server (clef_sched_pick). Resumable: the complete
- * lines already in OUT are kept and their requests skipped, a partial last line is cut away. Each
- * line is written whole and the file is fdatasync'ed after every batch, so a crash loses at most
- * the batch being written (whose partial tail the next run cuts). docs/serving.md. */
+/* clef batch: one request per line of IN.jsonl (or stdin), one answer (response or error body) per
+ * line of OUT.jsonl, in the same order, batched like the server (clef_sched_pick). Resumable: the
+ * complete lines already in OUT are kept and their requests skipped, a partial last line is cut
+ * away. Each line is written whole and the file is fdatasync'ed after every batch, so a crash loses
+ * at most the batch being written (whose partial tail the next run cuts). docs/serving.md.
+ *
+ * Never losing input (SQLite's habits): IN is opened read-only and never written; OUT is refused
+ * when it is IN (same st_dev/st_ino: paths, symlinks, hard links); a record OUT.clef-batch (one
+ * JSON line, written with rename before OUT gets its first line) names IN's SHA-256 and the
+ * settings that change answers, and an OUT that is not empty is resumed only when that record
+ * matches and each of its complete lines is an answer ({"model","answers",...} or {"error"}); any
+ * other OUT is refused, not taken as finished work (--restart overwrites it). A line over
+ * --max-line bytes is not held: it gets an error line (RequestTooLong) and the run goes on. */
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -12,6 +20,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/buf.h"
+#include "base/json.h"
+#include "base/sha256.h"
 #include "clef.h"
 #include "cli/cmds.h"
 #include "cli/cli_opts.h"
@@ -29,19 +40,6 @@ static void on_stop(int sig) {
     stop_flag = 1;
 }
 
-static void batch_usage(FILE *f) {
-    fprintf(f,
-            "usage: clef batch --model DIR [options] IN.jsonl OUT.jsonl\n"
-            "  --threads N        compute threads (default: all cores)\n"
-            "  --batch-tokens N   token budget of one forward (default 8192)\n"
-            "  --max-batch N      most requests in one forward (default 32)\n"
-            "  --state-cache-mb N MiB of saved states for requests on a state already seen (default 1024; 0: off)\n"
-            "  --max-length N     the engine's token budget per request (default 16384)\n"
-            "  --text-only        do not load the vision tower\n"
-            "  --restart          ignore OUT's contents and start over\n"
-            "Lines already complete in OUT are skipped (resume); a partial last line is removed.\n");
-}
-
 static int write_all(int fd, const char *p, size_t n) {
     while (n) {
         ssize_t w = write(fd, p, n);
@@ -55,44 +53,226 @@ static int write_all(int fd, const char *p, size_t n) {
     return 0;
 }
 
-/* Counts complete lines in OUT and cuts anything after the last newline. */
-static int scan_out(int fd, uint64_t *lines) {
+/* Lines from a file descriptor with a cap on a line's length, which getline() does not have: a
+ * longer line is read to its end without being kept (too_long set, len = the bytes it had). */
+typedef struct {
+    int fd;
     char buf[1 << 16];
-    uint64_t n = 0;
-    off_t pos = 0, last_nl_end = 0;
+    size_t pos, end;
+    int eof, error;
+    uint64_t offset;          /* bytes consumed so far (up to the end of the last line returned) */
+} line_reader;
+
+static void reader_init(line_reader *r, int fd) {
+    memset(r, 0, sizeof *r);
+    r->fd = fd;
+}
+
+/* 1: a line in *line (len bytes, without its '\n'; NUL-terminated unless too_long); 0: end of
+ * input; -1: read error or out of memory (errno). */
+static int reader_next(line_reader *r, char **line, size_t *cap, size_t max, size_t *len, int *too_long) {
+    size_t n = 0;
+    int any = 0;
+    *too_long = 0;
     for (;;) {
-        ssize_t r = read(fd, buf, sizeof buf);
-        if (r < 0) {
-            if (errno == EINTR) continue;
-            return -1;
-        }
-        if (r == 0) break;
-        for (ssize_t i = 0; i < r; i++)
-            if (buf[i] == '\n') {
-                n++;
-                last_nl_end = pos + i + 1;
+        if (r->pos == r->end) {
+            if (r->eof) break;
+            ssize_t got = read(r->fd, r->buf, sizeof r->buf);
+            if (got < 0) {
+                if (errno == EINTR) continue;
+                r->error = 1;
+                return -1;
             }
-        pos += r;
+            if (got == 0) {
+                r->eof = 1;
+                break;
+            }
+            r->pos = 0;
+            r->end = (size_t)got;
+        }
+        any = 1;
+        const char *p = r->buf + r->pos;
+        size_t avail = r->end - r->pos;
+        const char *nl = memchr(p, '\n', avail);
+        size_t take = nl ? (size_t)(nl - p) : avail;
+        if (!*too_long && n + take > max) *too_long = 1;
+        if (!*too_long) {
+            if (n + take + 1 > *cap) {
+                size_t nc = *cap ? *cap : 4096;
+                while (nc < n + take + 1) nc *= 2;
+                char *q = realloc(*line, nc);
+                if (!q) return -1;
+                *line = q;
+                *cap = nc;
+            }
+            memcpy(*line + n, p, take);
+        }
+        n += take;
+        r->pos += take + (nl ? 1 : 0);
+        r->offset += take + (nl ? 1 : 0);
+        if (nl) break;
     }
-    if (pos != last_nl_end && ftruncate(fd, last_nl_end) != 0) return -1;
-    if (lseek(fd, last_nl_end, SEEK_SET) < 0) return -1;
+    if (!any) return 0;
+    if (!*too_long) (*line)[n] = '\0';
+    *len = n;
+    return 1;
+}
+
+/* 1 when the line is one clef batch writes: a JSON object with "answers" (a response) or "error". */
+static int is_answer(const char *line, size_t len) {
+    clef_err e;
+    clef_err_clear(&e);
+    json_doc *d = json_parse(line, len, NULL, &e);
+    if (!d) return 0;
+    const json_value *root = json_doc_root(d);
+    int ok = root && root->kind == JSON_OBJECT &&
+             ((json_object_get(root, "answers") && json_object_get(root, "model")) || json_object_get(root, "error"));
+    json_doc_free(d);
+    return ok;
+}
+
+/* Checks OUT's complete lines (each an answer), counts them and cuts anything after the last
+ * newline. 0, or -1 with a message in why (OUT is left untouched then). */
+static int scan_out(int fd, uint64_t *lines, char *why, size_t why_len) {
+    line_reader *r = malloc(sizeof *r);
+    if (!r) {
+        snprintf(why, why_len, "out of memory");
+        return -1;
+    }
+    reader_init(r, fd);
+    char *line = NULL;
+    size_t cap = 0, len = 0;
+    uint64_t n = 0, complete_end = 0;
+    int too_long = 0, rc = 0;
+    for (;;) {
+        uint64_t before = r->offset;
+        int got = reader_next(r, &line, &cap, (size_t)1 << 26, &len, &too_long);
+        if (got < 0) {
+            snprintf(why, why_len, "cannot read it back: %s", strerror(errno));
+            rc = -1;
+            break;
+        }
+        if (got == 0) break;
+        int whole = r->offset - before == len + 1; /* ended by '\n' */
+        if (!whole) break;                          /* the torn last line: cut below */
+        if (too_long || !is_answer(line, len)) {
+            snprintf(why, why_len, "line %llu is not an answer clef batch writes", (unsigned long long)(n + 1));
+            rc = -1;
+            break;
+        }
+        n++;
+        complete_end = r->offset;
+    }
+    free(line);
+    free(r);
+    if (rc) return rc;
+    struct stat st;
+    if (fstat(fd, &st) != 0 || ((uint64_t)st.st_size != complete_end && ftruncate(fd, (off_t)complete_end) != 0) ||
+        lseek(fd, (off_t)complete_end, SEEK_SET) < 0) {
+        snprintf(why, why_len, "cannot cut its torn last line: %s", strerror(errno));
+        return -1;
+    }
     *lines = n;
     return 0;
 }
 
-static uint64_t count_lines(FILE *f) {
-    char buf[1 << 16];
+/* Lines in a regular file (a last line without '\n' counts) and its SHA-256; the offset goes back
+ * to 0. */
+static int count_lines(int fd, uint64_t *lines, char hex[65]) {
+    char *buf = malloc(1 << 16);
+    if (!buf) return -1;
+    clef_sha256 sha;
+    clef_sha256_init(&sha);
     uint64_t n = 0;
-    size_t r;
     int last = '\n';
-    while ((r = fread(buf, 1, sizeof buf, f)) > 0) {
-        for (size_t i = 0; i < r; i++)
-            if (buf[i] == '\n') n++;
+    for (;;) {
+        ssize_t r = read(fd, buf, 1 << 16);
+        if (r < 0) {
+            if (errno == EINTR) continue;
+            free(buf);
+            return -1;
+        }
+        if (r == 0) break;
+        clef_sha256_update(&sha, buf, (size_t)r);
+        for (const char *p = buf, *e = buf + r; (p = memchr(p, '\n', (size_t)(e - p))); p++) n++;
         last = buf[r - 1];
     }
+    free(buf);
     if (last != '\n') n++;
-    rewind(f);
-    return n;
+    uint8_t d[32];
+    clef_sha256_final(&sha, d);
+    clef_sha256_to_hex(d, hex);
+    *lines = n;
+    return lseek(fd, 0, SEEK_SET) < 0 ? -1 : 0;
+}
+
+/* The record of what OUT answers: IN's hash and the settings that change answers. */
+static int render_record(clef_buf *b, const char *in_hex, const clef_options *o) {
+    clef_buf_printf(b, "{\"clef_batch\":1,\"input_sha256\":");
+    if (in_hex) clef_buf_printf(b, "\"%s\"", in_hex);
+    else clef_buf_puts(b, "null");
+    clef_buf_printf(b, ",\"max_length\":%d,\"tile\":%d,\"split\":\"%s\",\"text_only\":%s,\"allow_image_paths\":%s,"
+                       "\"precision\":\"%s\"}\n",
+                    o->max_length, o->image_tile, cli_split_choices[o->split_variant], o->text_only ? "true" : "false",
+                    o->allow_image_paths ? "true" : "false", cli_precision_choices[o->precision]);
+    return b->oom ? -1 : 0;
+}
+
+/* Writes the record next to OUT (tmp file, fsync, rename, fsync of the folder). */
+static int write_record(const char *rec_path, const clef_buf *b) {
+    char tmp[4200];
+    if (snprintf(tmp, sizeof tmp, "%s.tmp", rec_path) >= (int)sizeof tmp) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return -1;
+    if (write_all(fd, b->data, b->len) != 0 || fsync(fd) != 0) {
+        int e = errno;
+        close(fd);
+        unlink(tmp);
+        errno = e;
+        return -1;
+    }
+    close(fd);
+    if (rename(tmp, rec_path) != 0) {
+        int e = errno;
+        unlink(tmp);
+        errno = e;
+        return -1;
+    }
+    char dir[4200];
+    snprintf(dir, sizeof dir, "%s", rec_path);
+    char *slash = strrchr(dir, '/');
+    if (slash) *(slash == dir ? slash + 1 : slash) = '\0';
+    else snprintf(dir, sizeof dir, ".");
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+        fsync(dfd);
+        close(dfd);
+    }
+    return 0;
+}
+
+/* The error line for a request line over --max-line. */
+static int too_long_result(clef_result *res, uint64_t lineno, size_t len, size_t max) {
+    char msg[200];
+    snprintf(msg, sizeof msg, "line %llu is %zu bytes; the limit is %zu bytes (--max-line)", (unsigned long long)lineno,
+             len, max);
+    clef_buf b;
+    clef_buf_init(&b);
+    clef_buf_puts(&b, "{\"error\":{\"type\":\"RequestTooLong\",\"message\":");
+    json_render_string_utf8(&b, msg, strlen(msg));
+    clef_buf_puts(&b, "}}");
+    if (b.oom) {
+        clef_buf_free(&b);
+        return -1;
+    }
+    memset(res, 0, sizeof *res);
+    res->body = clef_buf_take(&b, &res->body_len);
+    res->error_type = "RequestTooLong";
+    res->http_status = 413;
+    return res->body ? 0 : -1;
 }
 
 static void fmt_eta(char *out, size_t cap, double s) {
@@ -105,76 +285,143 @@ static void fmt_eta(char *out, size_t cap, double s) {
 int cmd_batch(int argc, char **argv) {
     clef_options o;
     clef_options_default(&o);
-    size_t batch_tokens = 8192, max_batch = 32;
-    const char *in_path = NULL, *out_path = NULL;
-    int restart = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int ok = 1;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            batch_usage(stdout);
-            return 0;
-        }
-        if (!strcmp(a, "--text-only")) { o.text_only = 1; continue; }
-        if (!strcmp(a, "--restart")) { restart = 1; continue; }
-        if (a[0] == '-' && a[1] == '-') {
-            if (!v) {
-                fprintf(stderr, "clef batch: %s needs a value\n", a);
-                return 2;
-            }
-            i++;
-            if (!strcmp(a, "--model")) o.model_dir = v;
-            else if (!strcmp(a, "--threads")) ok = cli_int(v, 0, 4096, &o.threads);
-            else if (!strcmp(a, "--batch-tokens")) ok = cli_size(v, 1, (size_t)1 << 30, &batch_tokens);
-            else if (!strcmp(a, "--max-batch")) ok = cli_size(v, 1, 512, &max_batch);
-            else if (!strcmp(a, "--state-cache-mb")) ok = cli_size(v, 0, (size_t)1 << 30, &o.state_cache_mb);
-            else if (!strcmp(a, "--max-length")) ok = cli_int(v, 1, 1 << 24, &o.max_length);
-            else {
-                fprintf(stderr, "clef batch: unknown option '%s'\n", a);
-                batch_usage(stderr);
-                return 2;
-            }
-            if (!ok) {
-                fprintf(stderr, "clef batch: bad value for %s: '%s'\n", a, v);
-                return 2;
-            }
-        } else if (!in_path) in_path = a;
-        else if (!out_path) out_path = a;
-        else {
-            batch_usage(stderr);
-            return 2;
-        }
-    }
-    if (!o.model_dir || !in_path || !out_path) {
-        batch_usage(stderr);
+    size_t batch_tokens = 8192, max_batch = 32, max_line = (size_t)16 << 20; /* = serve's --max-body */
+    const char *paths[2] = {NULL, NULL};
+    int restart = 0, n_paths = 0;
+    const cli_opt opts[] = {
+        CLI_OPTS_ENGINE(&o),
+        {.name = "--batch-tokens", .kind = CLI_SIZE, .dst = &batch_tokens, .arg = "N", .lo = 1, .hi = 1073741824,
+         .def = "8192", .help = "token budget of one forward"},
+        {.name = "--max-batch", .kind = CLI_SIZE, .dst = &max_batch, .arg = "N", .lo = 1, .hi = 512, .def = "32",
+         .help = "most requests in one forward"},
+        CLI_OPT_STATE_CACHE(&o.state_cache_mb),
+        CLI_OPT_MAX_LENGTH(&o.max_length),
+        {.name = "--max-line", .kind = CLI_SIZE, .dst = &max_line, .arg = "BYTES", .lo = 1024, .hi = 1073741824,
+         .def = "16M", .help = "longest request line (as serve's --max-body); a longer one gets a RequestTooLong error line"},
+        CLI_OPT_SPLIT(&o.split_variant),
+        CLI_OPT_TILE(&o.image_tile),
+        CLI_OPT_ALLOW_PATHS(&o.allow_image_paths),
+        CLI_OPT_TEXT_ONLY(&o.text_only),
+        {.name = "--restart", .kind = CLI_FLAG, .dst = &restart,
+         .help = "discard OUT's contents (never IN's) and start over"},
+        CLI_OPT_END,
+    };
+    const cli_cmd cmd = {
+        .verb = "batch", .usage = "--model DIR [options] IN.jsonl|- OUT.jsonl", .opts = opts,
+        .args = paths, .n_args = &n_paths, .min_args = 2, .max_args = 2,
+        .about = "One answer line per request line, in order. Lines already complete in OUT are kept and their\n"
+                 "requests skipped (resume) when OUT.clef-batch records the same IN and settings; a partial last\n"
+                 "line is removed. IN = - reads stdin (no resume). OUT may not be IN.\n"};
+    int st = cli_parse(&cmd, argc, argv);
+    if (st != CLI_CONTINUE) return st;
+    const char *in_path = paths[0], *out_path = paths[1];
+    if (!strcmp(out_path, "-")) {
+        fprintf(stderr, "clef batch: OUT must be a file (it is resumed and synced), not -\n");
         return 2;
     }
-    FILE *in = fopen(in_path, "rb");
-    if (!in) {
+    char rec_path[4200];
+    if (snprintf(rec_path, sizeof rec_path, "%s.clef-batch", out_path) >= (int)sizeof rec_path) {
+        fprintf(stderr, "clef batch: %s: the name is too long\n", out_path);
+        return 2;
+    }
+    int from_stdin = !strcmp(in_path, "-");
+    int in_fd = from_stdin ? 0 : open(in_path, O_RDONLY | O_CLOEXEC);
+    struct stat in_st, st2;
+    if (in_fd < 0 || fstat(in_fd, &in_st) != 0) {
         fprintf(stderr, "clef batch: cannot read %s: %s\n", in_path, strerror(errno));
+        if (in_fd > 0) close(in_fd);
         return 2;
     }
-    int out = open(out_path, O_RDWR | O_CREAT | O_CLOEXEC | (restart ? O_TRUNC : 0), 0644);
-    if (out < 0) {
-        fprintf(stderr, "clef batch: cannot open %s: %s\n", out_path, strerror(errno));
-        fclose(in);
+    if (S_ISDIR(in_st.st_mode)) {
+        fprintf(stderr, "clef batch: %s is a folder, not a JSONL file\n", in_path);
+        close(in_fd);
         return 2;
+    }
+    /* OUT (or its record) being IN under any name: refused before OUT is opened, and again on the
+     * opened file (a name can change in between) */
+    if ((stat(out_path, &st2) == 0 && st2.st_dev == in_st.st_dev && st2.st_ino == in_st.st_ino) ||
+        (stat(rec_path, &st2) == 0 && st2.st_dev == in_st.st_dev && st2.st_ino == in_st.st_ino)) {
+        fprintf(stderr, "clef batch: %s and %s are the same file: the answers would overwrite the requests\n", in_path,
+                out_path);
+        if (!from_stdin) close(in_fd);
+        return 2;
+    }
+    int out = open(out_path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (out < 0 || fstat(out, &st2) != 0) {
+        fprintf(stderr, "clef batch: cannot open %s: %s\n", out_path, strerror(errno));
+        if (!from_stdin) close(in_fd);
+        if (out >= 0) close(out);
+        return 2;
+    }
+    int rc = 2;
+    clef_engine *e = NULL;
+    clef_buf want, have_rec;
+    clef_buf_init(&want);
+    clef_buf_init(&have_rec);
+    if (st2.st_dev == in_st.st_dev && st2.st_ino == in_st.st_ino) {
+        fprintf(stderr, "clef batch: %s and %s are the same file: the answers would overwrite the requests\n", in_path,
+                out_path);
+        goto early;
+    }
+    uint64_t total = 0;
+    char in_hex[65];
+    if (!from_stdin && S_ISREG(in_st.st_mode)) {
+        if (count_lines(in_fd, &total, in_hex) != 0) {
+            fprintf(stderr, "clef batch: cannot read %s: %s\n", in_path, strerror(errno));
+            goto early;
+        }
+    } else {
+        from_stdin = 1; /* a pipe or device: read once, hashed as it goes, no resume */
+    }
+    if (render_record(&want, from_stdin ? NULL : in_hex, &o)) {
+        fprintf(stderr, "clef batch: out of memory\n");
+        goto early;
     }
     uint64_t have = 0;
-    if (scan_out(out, &have) != 0) {
-        fprintf(stderr, "clef batch: cannot read back %s: %s\n", out_path, strerror(errno));
-        fclose(in);
-        close(out);
-        return 2;
+    if (restart && ftruncate(out, 0) != 0) {
+        fprintf(stderr, "clef batch: cannot empty %s: %s\n", out_path, strerror(errno));
+        goto early;
     }
-    uint64_t total = count_lines(in);
-    if (have > total) {
-        fprintf(stderr, "clef batch: %s has %llu lines but %s only %llu: not its output (use --restart)\n", out_path,
-                (unsigned long long)have, in_path, (unsigned long long)total);
-        fclose(in);
-        close(out);
-        return 2;
+    if (!restart && st2.st_size > 0) {
+        /* an OUT with something in it: resumed only when it is this IN's, with these settings */
+        size_t rl = 0;
+        char *rec = NULL;
+        int rfd = open(rec_path, O_RDONLY | O_CLOEXEC);
+        if (rfd >= 0) {
+            char buf[4096];
+            ssize_t r = read(rfd, buf, sizeof buf);
+            close(rfd);
+            if (r > 0) {
+                clef_buf_put(&have_rec, buf, (size_t)r);
+                rec = have_rec.data;
+                rl = have_rec.len;
+            }
+        }
+        const char *why = NULL;
+        if (!rec) why = "it has no record " ;
+        else if (from_stdin) why = "IN is read from a pipe, which cannot be checked against the record ";
+        else if (rl != want.len || memcmp(rec, want.data, rl)) why = "its record differs (another IN, or other settings) ";
+        if (why) {
+            fprintf(stderr,
+                    "clef batch: %s holds %lld bytes that are not answers to %s: %s%s%s; nothing was changed. Use "
+                    "--restart to overwrite it, or another OUT\n",
+                    out_path, (long long)st2.st_size, in_path, why, rec ? "in " : "", rec ? rec_path : rec_path);
+            goto early;
+        }
+        char reason[200];
+        if (scan_out(out, &have, reason, sizeof reason) != 0) {
+            fprintf(stderr, "clef batch: %s: %s; nothing was changed. Use --restart to overwrite it, or another OUT\n",
+                    out_path, reason);
+            goto early;
+        }
+        if (have > total) {
+            fprintf(stderr, "clef batch: %s has %llu lines but %s only %llu: not its output (use --restart)\n", out_path,
+                    (unsigned long long)have, in_path, (unsigned long long)total);
+            goto early;
+        }
+    } else if (write_record(rec_path, &want) != 0) { /* before OUT's first line */
+        fprintf(stderr, "clef batch: cannot write %s: %s\n", rec_path, strerror(errno));
+        goto early;
     }
 
     char err[1200];
@@ -182,13 +429,12 @@ int cmd_batch(int argc, char **argv) {
     cli_progress_init(&bar, "loading weights");
     o.progress = cli_progress_cb;
     o.progress_ctx = &bar;
-    clef_engine *e = clef_open(&o, err, sizeof err);
+    e = clef_open(&o, err, sizeof err);
     cli_progress_end(&bar);
     if (!e) {
         fprintf(stderr, "clef batch: %s\n", err);
-        fclose(in);
-        close(out);
-        return 3;
+        rc = 3;
+        goto early;
     }
     signal(SIGINT, on_stop);
     signal(SIGTERM, on_stop);
@@ -197,33 +443,53 @@ int cmd_batch(int argc, char **argv) {
     entry *win = calloc(window, sizeof *win);
     size_t *tok = malloc(window * sizeof *tok), *idx = malloc(window * sizeof *idx), *map = malloc(window * sizeof *map);
     clef_job **jobs = malloc(window * sizeof *jobs);
-    if (!win || !tok || !idx || !map || !jobs) {
+    line_reader *rd = malloc(sizeof *rd);
+    if (!win || !tok || !idx || !map || !jobs || !rd) {
         fprintf(stderr, "clef batch: out of memory\n");
-        return 3;
+        free(win), free(tok), free(idx), free(map), free(jobs), free(rd);
+        rc = 3;
+        goto early;
     }
+    reader_init(rd, in_fd);
     size_t head = 0, n = 0; /* ring: win[(head + i) % window], i < n */
     char *line = NULL;
-    size_t line_cap = 0;
+    size_t line_cap = 0, len = 0;
     uint64_t lineno = 0, written = have, errors = 0, tokens = 0;
-    int eof = 0, rc = 0;
+    int eof = 0, too_long = 0;
+    rc = 0;
     double t0 = clef_now();
     cli_progress_init(&bar, "requests");
     while (lineno < have) { /* skip what OUT already holds */
-        if (getline(&line, &line_cap, in) < 0) break;
+        int got = reader_next(rd, &line, &line_cap, 0, &len, &too_long);
+        if (got <= 0) break;
         lineno++;
     }
     for (;;) {
         while (!eof && !stop_flag && n < window) {
-            ssize_t len = getline(&line, &line_cap, in);
-            if (len < 0) {
+            int got = reader_next(rd, &line, &line_cap, max_line, &len, &too_long);
+            if (got < 0) {
+                fprintf(stderr, "\nclef batch: cannot read %s: %s\n", in_path, strerror(errno));
+                rc = 3;
+                goto done;
+            }
+            if (got == 0) {
                 eof = 1;
                 break;
             }
             lineno++;
-            if (len > 0 && line[len - 1] == '\n') len--;
+            if (from_stdin) total = lineno;
             entry *en = &win[(head + n) % window];
             memset(en, 0, sizeof *en);
-            en->job = clef_job_prepare(e, line, (size_t)len, &en->res);
+            if (too_long) {
+                if (too_long_result(&en->res, lineno, len, max_line)) {
+                    fprintf(stderr, "\nclef batch: out of memory\n");
+                    rc = 3;
+                    goto done;
+                }
+                en->job = NULL;
+            } else {
+                en->job = clef_job_prepare(e, line, len, &en->res);
+            }
             en->done = en->job == NULL;
             n++;
         }
@@ -300,8 +566,12 @@ done:
     free(idx);
     free(map);
     free(jobs);
-    clef_close(e);
-    fclose(in);
+    free(rd);
+early:
+    if (e) clef_close(e);
+    clef_buf_free(&want);
+    clef_buf_free(&have_rec);
+    if (!from_stdin || in_fd > 0) close(in_fd);
     close(out);
     return rc;
 }

@@ -16,6 +16,7 @@
 #include <time.h>
 
 #include "clef.h"
+#include "cli/cli_opts.h"
 #include "cli/cmds.h"
 
 #define MAX_COUNTS 16
@@ -27,19 +28,6 @@ static const int32_t common_ids[] = {760,  5813, 4439,  3315, 279,   1906, 995, 
                                      279,  8057, 19386, 421,  424,   1000, 16821, 383,   6796, 13,
                                      2091, 279,  4087,  10631, 321,  46193, 30,   5044,  4238, 279,
                                      9559, 494,  220,   15,    310,   220,   19,   13};
-
-static void bench_usage(FILE *f) {
-    fprintf(f,
-            "usage: clef bench --model DIR --tokens N[,N...] [--threads N] [--repeat R] [--warmup W]\n"
-            "  --tokens N[,N..]  token counts to time (each >= 3, <= %d)\n"
-            "  --threads N       compute threads (default: all cores)\n"
-            "  --repeat R        timed runs per count (default 3)\n"
-            "  --warmup W        untimed runs per count first (default 0)\n"
-            "  --prime N         one untimed N-token forward after loading, before any count (default 32;\n"
-            "                    0: none): pages the weights in and warms the pool\n"
-            "Prints one JSON line per run and a median summary line per count.\n",
-            MAX_TOKENS);
-}
 
 static double now_s(void) {
     struct timespec ts;
@@ -68,24 +56,28 @@ int cmd_bench(int argc, char **argv) {
     clef_options_default(&o);
     o.text_only = 1;
     const char *tokens_arg = NULL;
-    int repeat = 3, warmup = 0, prime = 32;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { bench_usage(stdout); return 0; }
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!v) { bench_usage(stderr); return 2; }
-        i++;
-        if (!strcmp(a, "--model")) o.model_dir = v;
-        else if (!strcmp(a, "--tokens")) tokens_arg = v;
-        else if (!strcmp(a, "--threads")) o.threads = atoi(v);
-        else if (!strcmp(a, "--repeat")) repeat = atoi(v);
-        else if (!strcmp(a, "--warmup")) warmup = atoi(v);
-        else if (!strcmp(a, "--prime")) prime = atoi(v);
-        else { bench_usage(stderr); return 2; }
-    }
+    int repeat = 3, warmup = 0, prime = 32, records = 1;
+    const cli_opt opts[] = {
+        CLI_OPTS_ENGINE(&o),
+        {.name = "--tokens", .kind = CLI_STR, .dst = &tokens_arg, .arg = "N[,N...]", .required = 1,
+         .help = "token counts to time, comma-separated (each in [3, 262144], at most 16)"},
+        {.name = "--repeat", .kind = CLI_INT, .dst = &repeat, .arg = "R", .lo = 1, .hi = 1000, .def = "3",
+         .help = "timed runs per count"},
+        {.name = "--warmup", .kind = CLI_INT, .dst = &warmup, .arg = "W", .lo = 0, .hi = 1000, .def = "0",
+         .help = "untimed runs per count first"},
+        {.name = "--records", .kind = CLI_INT, .dst = &records, .arg = "R", .lo = 1, .hi = 4096, .def = "1",
+         .help = "records of N tokens packed into each forward (tokens_per_s counts them all)"},
+        {.name = "--prime", .kind = CLI_INT, .dst = &prime, .arg = "N", .lo = 0, .hi = 4096, .def = "32",
+         .help = "one untimed N-token forward after loading (pages the weights in); 0 = none, else >= 3"},
+        CLI_OPT_END,
+    };
+    const cli_cmd cmd = {.verb = "bench", .usage = "--model DIR --tokens N[,N...] [options]", .opts = opts,
+                         .about = "Prints one JSON line per run and a median summary line per count (stdout).\n"};
+    int parsed = cli_parse(&cmd, argc, argv);
+    if (parsed != CLI_CONTINUE) return parsed;
     long counts[MAX_COUNTS];
     int n_counts = 0;
-    if (tokens_arg) {
+    {
         const char *p = tokens_arg;
         while (*p && n_counts < MAX_COUNTS) {
             char *end;
@@ -96,9 +88,13 @@ int cmd_bench(int argc, char **argv) {
         }
         if (n_counts >= 0 && *p) n_counts = -1;
     }
-    if (!o.model_dir || n_counts <= 0 || o.threads < 0 || repeat < 1 || repeat > 1000 || warmup < 0 ||
-        (prime != 0 && (prime < 3 || prime > 4096))) {
-        bench_usage(stderr);
+    if (n_counts <= 0) {
+        fprintf(stderr, "clef bench: --tokens: '%s' is not a list of up to %d counts in [3, %d]\n", tokens_arg,
+                MAX_COUNTS, MAX_TOKENS);
+        return 2;
+    }
+    if (prime == 1 || prime == 2) {
+        fprintf(stderr, "clef bench: --prime: '%d' is not 0 or an integer in [3, 4096]\n", prime);
         return 2;
     }
 
@@ -132,7 +128,7 @@ int cmd_bench(int argc, char **argv) {
         for (size_t i = 0; rc == 0 && i < n; i++) ids[i] = common_ids[i % (sizeof common_ids / sizeof common_ids[0])];
         for (int r = -warmup; rc == 0 && r < repeat; r++) {
             double s_text = 0, s_head = 0;
-            if (clef_bench_forward(e, ids, n, &s_text, &s_head, err, sizeof err)) {
+            if (clef_bench_forward_batch(e, ids, n, (size_t)records, &s_text, &s_head, err, sizeof err)) {
                 fprintf(stderr, "clef: %s\n", err);
                 rc = 1;
                 break;
@@ -140,17 +136,17 @@ int cmd_bench(int argc, char **argv) {
             if (r < 0) continue;
             st[r] = s_text;
             sh[r] = s_head;
-            tps[r] = s_text > 0 ? (double)n / s_text : 0;
-            printf("{\"kind\":\"run\",\"tokens\":%zu,\"threads\":%d,\"rep\":%d,\"seconds_text\":%.4f,"
+            tps[r] = s_text > 0 ? (double)n * records / s_text : 0;
+            printf("{\"kind\":\"run\",\"tokens\":%zu,\"records\":%d,\"threads\":%d,\"rep\":%d,\"seconds_text\":%.4f,"
                    "\"tokens_per_s\":%.2f,\"seconds_head\":%.4f,\"peak_rss_mb\":%.0f}\n",
-                   n, o.threads, r, s_text, tps[r], s_head, peak_rss_mb());
+                   n, records, o.threads, r, s_text, tps[r], s_head, peak_rss_mb());
             fflush(stdout);
         }
         if (rc == 0)
-            printf("{\"kind\":\"summary\",\"tokens\":%zu,\"threads\":%d,\"repeat\":%d,\"median_seconds_text\":%.4f,"
+            printf("{\"kind\":\"summary\",\"tokens\":%zu,\"records\":%d,\"threads\":%d,\"repeat\":%d,\"median_seconds_text\":%.4f,"
                    "\"median_tokens_per_s\":%.2f,\"median_seconds_head\":%.4f,\"open_seconds\":%.3f,"
                    "\"peak_rss_mb\":%.0f}\n",
-                   n, o.threads, repeat, median(st, repeat), median(tps, repeat), median(sh, repeat), open_s,
+                   n, records, o.threads, repeat, median(st, repeat), median(tps, repeat), median(sh, repeat), open_s,
                    peak_rss_mb());
         fflush(stdout);
         free(ids);

@@ -5,56 +5,32 @@
 #include <string.h>
 
 #include "clef.h"
+#include "cli/cli_opts.h"
 #include "cli/cmds.h"
 #include "cli/read_input.h"
-
-static void usage(void) {
-    fprintf(stderr,
-            "usage: clef decide --model DIR [--request F|-] [--threads N] [--max-length N]\n"
-            "                   [--split file|qwen2|qwen35] [--tile 0|256|448] [--allow-image-paths]\n"
-            "                   [--dump-layers DIR] [--device auto|cpu|cuda] [--precision fp32|fast]\n"
-            "                   [--gpu N]\n");
-}
 
 int cmd_decide(int argc, char **argv) {
     clef_options o;
     clef_options_default(&o);
     o.single_request = 1; /* one forward: no weight packing at open (clef.h) */
     const char *request = "-", *dump = NULL;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--allow-image-paths")) { o.allow_image_paths = 1; continue; }
-        if (!v) { usage(); return 2; }
-        i++;
-        if (!strcmp(a, "--model")) o.model_dir = v;
-        else if (!strcmp(a, "--request")) request = v;
-        else if (!strcmp(a, "--threads")) o.threads = atoi(v);
-        else if (!strcmp(a, "--max-length")) o.max_length = atoi(v);
-        else if (!strcmp(a, "--tile")) o.image_tile = atoi(v);
-        else if (!strcmp(a, "--dump-layers")) dump = v;
-        else if (!strcmp(a, "--gpu")) o.gpu = atoi(v);
-        else if (!strcmp(a, "--device")) {
-            if (!strcmp(v, "auto")) o.device = CLEF_DEVICE_AUTO;
-            else if (!strcmp(v, "cpu")) o.device = CLEF_DEVICE_CPU;
-            else if (!strcmp(v, "cuda")) o.device = CLEF_DEVICE_CUDA;
-            else { usage(); return 2; }
-        } else if (!strcmp(a, "--precision")) {
-            if (!strcmp(v, "fp32")) o.precision = CLEF_PRECISION_FP32;
-            else if (!strcmp(v, "fast")) o.precision = CLEF_PRECISION_FAST;
-            else { usage(); return 2; }
-        } else if (!strcmp(a, "--split")) {
-            if (!strcmp(v, "file")) o.split_variant = 0;
-            else if (!strcmp(v, "qwen2")) o.split_variant = 1;
-            else if (!strcmp(v, "qwen35")) o.split_variant = 2;
-            else { usage(); return 2; }
-        } else { usage(); return 2; }
-    }
-    if (!o.model_dir) { usage(); return 2; }
-    if (o.threads < 0 || o.max_length < 0 || o.gpu < 0 || (o.image_tile != 0 && o.image_tile != 256 && o.image_tile != 448)) {
-        usage();
-        return 2;
-    }
+    const cli_opt opts[] = {
+        CLI_OPTS_ENGINE(&o),
+        {.name = "--request", .kind = CLI_FILE, .dst = &request, .arg = "F|-", .def = "-",
+         .help = "the request JSON file; - = stdin"},
+        CLI_OPT_MAX_LENGTH(&o.max_length),
+        CLI_OPT_SPLIT(&o.split_variant),
+        CLI_OPT_TILE(&o.image_tile),
+        CLI_OPT_ALLOW_PATHS(&o.allow_image_paths),
+        CLI_OPT_TEXT_ONLY(&o.text_only),
+        {.name = "--dump-layers", .kind = CLI_STR, .dst = &dump, .arg = "DIR",
+         .help = "debugging: write each layer's hidden rows as raw float32 files into DIR"},
+        CLI_OPT_END,
+    };
+    const cli_cmd cmd = {.verb = "decide", .usage = "--model DIR [--request F|-] [options]", .opts = opts,
+                         .about = "Prints the response JSON (the bytes the server sends) or {\"error\":{...}} with exit 1.\n"};
+    int st = cli_parse(&cmd, argc, argv);
+    if (st != CLI_CONTINUE) return st;
 
     size_t len = 0;
     char *body = cli_read_all(request, CLI_MAX_INPUT_BYTES, &len);

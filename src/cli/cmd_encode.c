@@ -1,4 +1,4 @@
-/* clef encode --model DIR --request F|- [--max-length N]
+/* clef encode --model DIR [--request F|-] [--max-length N] [--tile 0|256|448] [--allow-image-paths]
  * Prints the encoded record: {"input_ids":[...],"questions":[{"question_id","question_type",
  * "question_span","option_spans","option_ids"},...]} (plus "images" when the request has some), or
  * {"error":{"type","message"}} with exit status 1. Reads only DIR/tokenizer.json. */
@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "base/buf.h"
+#include "cli/cli_opts.h"
 #include "cli/cmds.h"
 #include "cli/read_input.h"
 #include "decision/encode.h"
@@ -25,21 +26,22 @@ static int fail(const clef_err *e) {
 }
 
 int cmd_encode(int argc, char **argv) {
-    const char *model = NULL, *request = NULL;
-    size_t max_length = 0;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--model") && i + 1 < argc) model = argv[++i];
-        else if (!strcmp(argv[i], "--request") && i + 1 < argc) request = argv[++i];
-        else if (!strcmp(argv[i], "--max-length") && i + 1 < argc) max_length = strtoull(argv[++i], NULL, 10);
-        else {
-            fprintf(stderr, "usage: clef encode --model DIR --request F|- [--max-length N]\n");
-            return 2;
-        }
-    }
-    if (!model || !request) {
-        fprintf(stderr, "usage: clef encode --model DIR --request F|- [--max-length N]\n");
-        return 2;
-    }
+    const char *model = NULL, *request = "-";
+    int max_length = 16384, tile = 0, allow_paths = 0;
+    const cli_opt opts[] = {
+        CLI_OPT_MODEL(&model),
+        {.name = "--request", .kind = CLI_FILE, .dst = &request, .arg = "F|-", .def = "-",
+         .help = "the request JSON file; - = stdin"},
+        CLI_OPT_MAX_LENGTH(&max_length),
+        CLI_OPT_TILE(&tile),
+        CLI_OPT_ALLOW_PATHS(&allow_paths),
+        CLI_OPT_END,
+    };
+    const cli_cmd cmd = {.verb = "encode", .usage = "--model DIR [--request F|-] [options]", .opts = opts,
+                         .about = "Prints {\"input_ids\",\"questions\":[...]} (the encoded record) or {\"error\":{...}} with exit\n"
+                                  "1. Reads only DIR/tokenizer.json.\n"};
+    int st = cli_parse(&cmd, argc, argv);
+    if (st != CLI_CONTINUE) return st;
     clef_err err;
     clef_err_clear(&err);
     size_t len;
@@ -64,8 +66,9 @@ int cmd_encode(int argc, char **argv) {
     if (!tok) goto out;
     clef_image_opts io;
     clef_image_opts_default(&io);
-    io.allow_paths = 1; /* the CLI may read image files */
-    clef_encode_opts eo = {.max_length = max_length, .image = &io};
+    io.allow_paths = allow_paths; /* local files only when asked (--allow-image-paths) */
+    io.tile = tile;
+    clef_encode_opts eo = {.max_length = (size_t)max_length, .image = &io};
     if (clef_encode_record(tok, &req, &eo, &rec, &err)) goto out;
     clef_buf b;
     clef_buf_init(&b);

@@ -1,9 +1,9 @@
 /* clef preprocess: the image processor's output for one entry, as grids and a hash.
  *
- *   clef preprocess --model DIR (--image F | --entry F|-) [--tile 256|448]
+ *   clef preprocess --model DIR (--image F|- | --entry F|-) [--tile 256|448]
  *                   [--min-pixels N --max-pixels N] [--max-bytes N] [--max-source-pixels N]
  *
- * --image F: an image file (read as a local path).
+ * --image F: an image file (read as a local path); - = the image's bytes on stdin.
  * --entry F: a file (or stdin) holding one `images` entry exactly as a request carries it: a
  *   data:image/...;base64, URL or bare base64 (surrounding whitespace is part of the entry).
  * --tile: resize with Pillow's BICUBIC to tile x tile first (the fixed-tile arms).
@@ -24,16 +24,11 @@
 #include "base/buf.h"
 #include "base/err.h"
 #include "base/sha256.h"
+#include "cli/cli_opts.h"
 #include "cli/cmds.h"
 #include "cli/read_input.h"
 #include "image/image.h"
 #include "base/json.h"
-
-static int usage(void) {
-    fprintf(stderr, "usage: clef preprocess --model DIR (--image F | --entry F|-) [--tile 256|448]\n"
-                    "                       [--min-pixels N --max-pixels N] [--max-bytes N] [--max-source-pixels N]\n");
-    return 2;
-}
 
 static int get_int(const json_value *obj, const char *key, int64_t lo, int64_t hi, int64_t *out) {
     const json_value *v = json_object_get(obj, key);
@@ -98,48 +93,78 @@ static void put_error(const char *type, const char *msg) {
     clef_buf_free(&o);
 }
 
-static int parse_i64(const char *s, int64_t *out) {
-    char *end;
-    long long v = strtoll(s, &end, 10);
-    if (!*s || *end || v < 0) return -1;
-    *out = v;
-    return 0;
+/* Standard base64 with padding (RFC 4648); the library only decodes. NULL when out of memory. */
+static char *base64_encode(const unsigned char *in, size_t n, size_t *out_len) {
+    static const char tab[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    size_t m = (n + 2) / 3 * 4;
+    char *out = malloc(m + 1), *q = out;
+    if (!out) return NULL;
+    for (size_t i = 0; i < n; i += 3) {
+        unsigned v = (unsigned)in[i] << 16 | (i + 1 < n ? (unsigned)in[i + 1] << 8 : 0) | (i + 2 < n ? in[i + 2] : 0);
+        *q++ = tab[v >> 18 & 63];
+        *q++ = tab[v >> 12 & 63];
+        *q++ = i + 1 < n ? tab[v >> 6 & 63] : '=';
+        *q++ = i + 2 < n ? tab[v & 63] : '=';
+    }
+    *q = '\0';
+    *out_len = m;
+    return out;
 }
 
 int cmd_preprocess(int argc, char **argv) {
     const char *model = NULL, *image = NULL, *entry = NULL;
-    int64_t minp = -1, maxp = -1, tile = 0, max_bytes = -1, max_src = -1;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (i + 1 >= argc) return usage();
-        const char *v = argv[++i];
-        if (!strcmp(a, "--model")) model = v;
-        else if (!strcmp(a, "--image")) image = v;
-        else if (!strcmp(a, "--entry")) entry = v;
-        else if (!strcmp(a, "--tile")) { if (parse_i64(v, &tile)) return usage(); }
-        else if (!strcmp(a, "--min-pixels")) { if (parse_i64(v, &minp)) return usage(); }
-        else if (!strcmp(a, "--max-pixels")) { if (parse_i64(v, &maxp)) return usage(); }
-        else if (!strcmp(a, "--max-bytes")) { if (parse_i64(v, &max_bytes)) return usage(); }
-        else if (!strcmp(a, "--max-source-pixels")) { if (parse_i64(v, &max_src)) return usage(); }
-        else return usage();
+    int tile = 0, have_min = 0, have_max = 0, have_bytes = 0, have_src = 0;
+    size_t minp = 0, maxp = 0, max_bytes = 0, max_src = 0;
+    const cli_opt opts[] = {
+        CLI_OPT_MODEL(&model),
+        {.name = "--image", .kind = CLI_FILE, .dst = &image, .arg = "F|-",
+         .help = "an image file (this option is the opt-in to read a local path); - = the image's bytes on stdin"},
+        {.name = "--entry", .kind = CLI_FILE, .dst = &entry, .arg = "F|-",
+         .help = "a file holding one `images` entry as a request carries it (data: URL or base64); - = stdin"},
+        CLI_OPT_TILE(&tile),
+        {.name = "--min-pixels", .kind = CLI_SIZE, .dst = &minp, .arg = "N", .lo = 0, .hi = 1099511627776.0,
+         .seen = &have_min, .help = "media_kwargs min_pixels (used only with --max-pixels, as the reference does)"},
+        {.name = "--max-pixels", .kind = CLI_SIZE, .dst = &maxp, .arg = "N", .lo = 0, .hi = 1099511627776.0,
+         .seen = &have_max, .help = "media_kwargs max_pixels (used only with --min-pixels)"},
+        {.name = "--max-bytes", .kind = CLI_SIZE, .dst = &max_bytes, .arg = "N", .lo = 0, .hi = 1099511627776.0,
+         .seen = &have_bytes, .help = "cap on the encoded image's bytes (default: the library's, 16 MiB)"},
+        {.name = "--max-source-pixels", .kind = CLI_SIZE, .dst = &max_src, .arg = "N", .lo = 0,
+         .hi = 1099511627776.0, .seen = &have_src,
+         .help = "cap on the decoded width*height (default: the library's, 64 Mpx)"},
+        CLI_OPT_END,
+    };
+    const cli_cmd cmd = {
+        .verb = "preprocess", .usage = "--model DIR (--image F|- | --entry F|-) [options]", .opts = opts,
+        .about = "Prints {\"grid_thw\":[1,gh,gw],\"pixel_values_sha256\":...,\"shape\":[n,1536]} or {\"error\":{...}}\n"
+                 "with exit 1.\n"};
+    int st = cli_parse(&cmd, argc, argv);
+    if (st != CLI_CONTINUE) return st;
+    if (!image == !entry) {
+        fprintf(stderr, "clef preprocess: give one of --image F|- and --entry F|- (clef preprocess --help)\n");
+        return 2;
     }
-    if (!model || (!image == !entry)) return usage();
     clef_image_opts o;
     clef_image_opts_default(&o);
     if (read_config(model, &o)) return 1;
-    if (minp >= 0 && maxp >= 0) {
-        o.min_pixels = minp;
-        o.max_pixels = maxp;
-    } else if (minp >= 0 || maxp >= 0) {
+    if (have_min && have_max) {
+        o.min_pixels = (int64_t)minp;
+        o.max_pixels = (int64_t)maxp;
+    } else if (have_min || have_max) {
         fprintf(stderr, "clef preprocess: --min-pixels/--max-pixels apply only together; ignored\n");
     }
-    o.tile = (int)tile;
+    o.tile = tile;
     o.all_images = 1; /* every processor image of the entry, as the reference processor returns them */
-    if (max_bytes >= 0) o.max_bytes = (size_t)max_bytes;
-    if (max_src >= 0) o.max_source_pixels = max_src;
+    if (have_bytes) o.max_bytes = (size_t)max_bytes;
+    if (have_src) o.max_source_pixels = (int64_t)max_src;
     char *text = NULL;
     size_t len;
-    if (image) {
+    if (image && !strcmp(image, "-")) {
+        /* the bytes on stdin, handed to the library as the base64 entry a request would carry */
+        size_t n = 0;
+        char *raw = cli_read_all("-", o.max_bytes, &n);
+        text = raw ? base64_encode((const unsigned char *)raw, n, &len) : NULL;
+        free(raw);
+    } else if (image) {
         o.allow_paths = 1;
         text = strdup(image);
         len = text ? strlen(text) : 0;

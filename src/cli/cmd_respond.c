@@ -1,4 +1,4 @@
-/* clef respond --request F|- --logits F (--input-tokens N | --model DIR)
+/* clef respond [--request F|-] --logits F|- (--input-tokens N | --model DIR) [--tile T] [--allow-image-paths]
  * Prints the response the reference's systemone() would return for these logits. The logits file is
  * JSON: one array per question, in request order, holding that question's logits in head option order
  * (noul: true, false; choice: option ids sorted by code point; score: levels 0..n-1), e.g.
@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "base/buf.h"
+#include "cli/cli_opts.h"
 #include "cli/cmds.h"
 #include "cli/read_input.h"
 #include "decision/encode.h"
@@ -25,11 +26,6 @@ static int fail(const clef_err *e) {
     if (b.data) printf("%s\n", b.data);
     clef_buf_free(&b);
     return 1;
-}
-
-static int usage(void) {
-    fprintf(stderr, "usage: clef respond --request F|- --logits F (--input-tokens N | --model DIR)\n");
-    return 2;
 }
 
 /* [[x, ...], ...] -> one flat float array, checked against the request's option counts. */
@@ -70,16 +66,35 @@ static float *read_logits(const json_value *v, const clef_request *req, size_t *
 }
 
 int cmd_respond(int argc, char **argv) {
-    const char *request = NULL, *logits = NULL, *model = NULL;
-    long long input_tokens = -1;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--request") && i + 1 < argc) request = argv[++i];
-        else if (!strcmp(argv[i], "--logits") && i + 1 < argc) logits = argv[++i];
-        else if (!strcmp(argv[i], "--model") && i + 1 < argc) model = argv[++i];
-        else if (!strcmp(argv[i], "--input-tokens") && i + 1 < argc) input_tokens = strtoll(argv[++i], NULL, 10);
-        else return usage();
+    const char *request = "-", *logits = NULL, *model = NULL;
+    int input_tokens = -1, tile = 0, allow_paths = 0;
+    const cli_opt opts[] = {
+        {.name = "--request", .kind = CLI_FILE, .dst = &request, .arg = "F|-", .def = "-",
+         .help = "the request JSON file; - = stdin"},
+        {.name = "--logits", .kind = CLI_FILE, .dst = &logits, .arg = "F|-", .required = 1,
+         .help = "the logits JSON file ([[...] per question], head option order); - = stdin"},
+        {.name = "--input-tokens", .kind = CLI_INT, .dst = &input_tokens, .arg = "N", .lo = 0, .hi = 16777216,
+         .help = "usage.input_tokens (else counted by encoding the request with --model)"},
+        {.name = "--model", .kind = CLI_STR, .dst = &model, .arg = "DIR",
+         .help = "encode the request with DIR/tokenizer.json (checks it, counts input tokens)"},
+        CLI_OPT_TILE(&tile),
+        CLI_OPT_ALLOW_PATHS(&allow_paths),
+        CLI_OPT_END,
+    };
+    const cli_cmd cmd = {.verb = "respond", .usage = "--logits F (--input-tokens N | --model DIR) [options]",
+                         .opts = opts,
+                         .about = "Prints the response the reference's systemone() returns for these logits, or\n"
+                                  "{\"error\":{...}} with exit 1.\n"};
+    int st = cli_parse(&cmd, argc, argv);
+    if (st != CLI_CONTINUE) return st;
+    if (input_tokens < 0 && !model) {
+        fprintf(stderr, "clef respond: --input-tokens N or --model DIR is required (clef respond --help)\n");
+        return 2;
     }
-    if (!request || !logits || (input_tokens < 0 && !model)) return usage();
+    if (!strcmp(request, "-") && !strcmp(logits, "-")) {
+        fprintf(stderr, "clef respond: --request and --logits cannot both be stdin\n");
+        return 2;
+    }
     clef_err err;
     clef_err_clear(&err);
     size_t rlen = 0, llen = 0;
@@ -106,10 +121,11 @@ int cmd_respond(int argc, char **argv) {
         if (!tok) goto out;
         clef_image_opts io;
         clef_image_opts_default(&io);
-        io.allow_paths = 1;
+        io.allow_paths = allow_paths; /* local files only when asked (--allow-image-paths) */
+        io.tile = tile;
         clef_encode_opts eo = {.image = &io};
         if (clef_encode_record(tok, &req, &eo, &rec, &err)) goto out;
-        if (input_tokens < 0) input_tokens = (long long)rec.n_ids;
+        if (input_tokens < 0) input_tokens = (int)rec.n_ids;
     } else if (clef_request_check_criteria(&req, &err)) {
         goto out;
     }

@@ -21,41 +21,6 @@ static const char WARMUP[] =
     "{\"model\":\"clef-flash\",\"state\":\"warm-up\",\"questions\":{\"ready\":{\"type\":\"noul\","
     "\"instructions\":\"Is the server ready?\"}}}";
 
-static void serve_usage(FILE *f) {
-    fprintf(f,
-            "usage: clef serve --model DIR [options]\n"
-            "  --host ADDR            listen address (default 127.0.0.1)\n"
-            "  --port N               port (default 8080; 0 = any free port, printed in the 'listening' log line)\n"
-            "  --threads N            compute threads (default: all cores)\n"
-            "  --http-threads N       HTTP threads, which also parse and tokenize (default 2)\n"
-            "  --max-body BYTES       request body cap, 413 above (default 16M)\n"
-            "  --max-header BYTES     per-connection memory for request line + headers (default 32K)\n"
-            "  --max-connections N    open connections (default 256)\n"
-            "  --timeout S            idle / slow-client timeout in seconds (default 30)\n"
-            "  --deadline S           most seconds a request waits in the queue, 503 after (default 60; 0 = none)\n"
-            "  --queue N              queued requests before 429 (default 256)\n"
-            "  --max-tokens N         refuse requests over N tokens with 413 (default 0 = only the engine's budget)\n"
-            "  --max-length N         the engine's token budget per request (default 16384, the reference's)\n"
-            "  --batch-tokens N       token budget of one forward (default 8192)\n"
-            "  --max-batch N          most requests in one forward (default 32)\n"
-            "  --state-cache-mb N     MiB of saved states for requests on a state already seen (default 1024; 0: off)\n"
-            "  --model-id NAME        the id /v1/models reports (default clef-flash)\n"
-            "  --text-only            do not load the vision tower\n"
-            "  --quiet                no per-request log lines\n"
-            "  --no-ui                no web playground at / (then / is 404)\n"
-            /* hostile clients and access (docs/reliability.md, docs/serving.md) */
-            "  --header-timeout S     seconds from connect to a complete request head, else closed (default 10)\n"
-            "  --body-timeout S       seconds from the head to a complete body, else closed (default 60; 0 = none)\n"
-            "  --max-pending N        connections still sending their request head (default 4 x --max-connections)\n"
-            "  --client-share N       of those, per client address; a new one closes that address's oldest (default 64)\n"
-            "  --prepare-threads N    threads that parse, tokenize and decode images (default --http-threads)\n"
-            "  --api-key KEY          require Authorization: Bearer KEY (401 without); see --auth-all\n"
-            "  --api-key-file PATH    the same, the key read from the file's first line\n"
-            "  --auth-all             /health and /metrics need the key too (default: open)\n"
-            "  --cors-origin ORIGIN   answer CORS preflights and add CORS headers for ORIGIN (or *); default off\n"
-            "  --gzip-min BYTES       gzip answers of at least BYTES when the client accepts gzip (default 1024; 0 = never)\n");
-}
-
 /* --api-key-file: the first line, without its newline; 1 when it holds a key. */
 static int read_key_file(const char *path, char *out, size_t cap) {
     FILE *f = fopen(path, "r");
@@ -98,58 +63,89 @@ int cmd_serve(int argc, char **argv) {
     clef_server_config_default(&sc);
     clef_options o;
     clef_options_default(&o);
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int ok = 1;
-#define NEED() do { if (!v) { fprintf(stderr, "clef serve: %s needs a value\n", a); return 2; } i++; } while (0)
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            serve_usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "--model")) { NEED(); o.model_dir = v; }
-        else if (!strcmp(a, "--host")) { NEED(); sc.host = v; }
-        else if (!strcmp(a, "--port")) { NEED(); ok = cli_int(v, 0, 65535, &sc.port); }
-        else if (!strcmp(a, "--threads")) { NEED(); ok = cli_int(v, 0, 4096, &o.threads); }
-        else if (!strcmp(a, "--http-threads")) { NEED(); ok = cli_int(v, 1, 256, &sc.http_threads); }
-        else if (!strcmp(a, "--max-body")) { NEED(); ok = cli_size(v, 1, (size_t)1 << 34, &sc.max_body); }
-        else if (!strcmp(a, "--max-header")) { NEED(); ok = cli_size(v, 1024, (size_t)1 << 24, &sc.max_header); }
-        else if (!strcmp(a, "--max-connections")) { NEED(); int n; ok = cli_int(v, 1, 65536, &n); sc.max_connections = (unsigned)n; }
-        else if (!strcmp(a, "--timeout")) { NEED(); int n; ok = cli_int(v, 1, 86400, &n); sc.io_timeout_s = (unsigned)n; }
-        else if (!strcmp(a, "--deadline")) { NEED(); ok = cli_double(v, 0, 86400, &sc.deadline_s); }
-        else if (!strcmp(a, "--queue")) { NEED(); ok = cli_size(v, 1, 1 << 20, &sc.queue_len); }
-        else if (!strcmp(a, "--max-tokens")) { NEED(); ok = cli_size(v, 0, (size_t)1 << 30, &sc.max_tokens); }
-        else if (!strcmp(a, "--max-length")) { NEED(); ok = cli_int(v, 1, 1 << 24, &o.max_length); }
-        else if (!strcmp(a, "--batch-tokens")) { NEED(); ok = cli_size(v, 1, (size_t)1 << 30, &sc.batch_tokens); }
-        else if (!strcmp(a, "--max-batch")) { NEED(); ok = cli_size(v, 1, 512, &sc.max_batch); }
-        else if (!strcmp(a, "--state-cache-mb")) { NEED(); ok = cli_size(v, 0, (size_t)1 << 30, &o.state_cache_mb); }
-        else if (!strcmp(a, "--model-id")) { NEED(); sc.model_id = v; }
-        else if (!strcmp(a, "--text-only")) o.text_only = 1;
-        else if (!strcmp(a, "--quiet")) sc.log_requests = 0;
-        else if (!strcmp(a, "--no-ui")) sc.no_ui = 1;
+    int max_connections = (int)sc.max_connections, timeout = (int)sc.io_timeout_s, quiet = 0;
+    int max_pending = 0, client_share = (int)sc.client_share;
+    const char *key_file = NULL;
+    /* one line per flag, in the order of the old usage text (docs/cli.md has the same table) */
+    const cli_opt opts[] = {
+        CLI_OPT_MODEL(&o.model_dir),
+        {.name = "--host", .kind = CLI_STR, .dst = &sc.host, .arg = "ADDR", .def = "127.0.0.1", .help = "listen address"},
+        {.name = "--port", .kind = CLI_INT, .dst = &sc.port, .arg = "N", .lo = 0, .hi = 65535, .def = "8080",
+         .help = "port; 0 = any free port, printed in the 'listening' log line"},
+        CLI_OPT_THREADS(&o.threads),
+        CLI_OPT_DEVICE(&o.device),
+        CLI_OPT_PRECISION(&o.precision),
+        CLI_OPT_GPU(&o.gpu),
+        {.name = "--http-threads", .kind = CLI_INT, .dst = &sc.http_threads, .arg = "N", .lo = 1, .hi = 256, .def = "2",
+         .help = "HTTP threads, which also parse and tokenize"},
+        {.name = "--max-body", .kind = CLI_SIZE, .dst = &sc.max_body, .arg = "BYTES", .lo = 1, .hi = 17179869184.0,
+         .def = "16M", .help = "request body cap, 413 above"},
+        {.name = "--max-header", .kind = CLI_SIZE, .dst = &sc.max_header, .arg = "BYTES", .lo = 1024, .hi = 16777216,
+         .def = "32K", .help = "per-connection memory for the request line and headers"},
+        {.name = "--max-connections", .kind = CLI_INT, .dst = &max_connections, .arg = "N", .lo = 1, .hi = 65536,
+         .def = "256", .help = "open connections"},
+        {.name = "--timeout", .kind = CLI_INT, .dst = &timeout, .arg = "SECONDS", .lo = 1, .hi = 86400, .def = "30",
+         .help = "idle / slow-client timeout in seconds"},
+        {.name = "--deadline", .kind = CLI_DOUBLE, .dst = &sc.deadline_s, .arg = "SECONDS", .lo = 0, .hi = 86400, .def = "60",
+         .help = "most seconds a request waits in the queue, 503 after; 0 = none"},
+        {.name = "--queue", .kind = CLI_SIZE, .dst = &sc.queue_len, .arg = "N", .lo = 1, .hi = 1048576, .def = "256",
+         .help = "queued requests before 429"},
+        {.name = "--max-tokens", .kind = CLI_SIZE, .dst = &sc.max_tokens, .arg = "N", .lo = 0, .hi = 1073741824,
+         .def = "0", .help = "refuse requests over N tokens with 413; 0 = only the engine's budget"},
+        CLI_OPT_MAX_LENGTH(&o.max_length),
+        {.name = "--batch-tokens", .kind = CLI_SIZE, .dst = &sc.batch_tokens, .arg = "N", .lo = 1, .hi = 1073741824,
+         .def = "8192", .help = "token budget of one forward"},
+        {.name = "--max-batch", .kind = CLI_SIZE, .dst = &sc.max_batch, .arg = "N", .lo = 1, .hi = 512, .def = "32",
+         .help = "most requests in one forward"},
+        {.name = "--model-id", .kind = CLI_STR, .dst = &sc.model_id, .arg = "NAME", .def = "clef-flash",
+         .help = "the id /v1/models reports"},
+        CLI_OPT_TILE(&o.image_tile),
+        CLI_OPT_TEXT_ONLY(&o.text_only),
+        CLI_OPT_STATE_CACHE(&o.state_cache_mb),
+        {.name = "--quiet", .kind = CLI_FLAG, .dst = &quiet, .help = "no per-request log lines"},
+        {.name = "--no-ui", .kind = CLI_FLAG, .dst = &sc.no_ui, .help = "no web playground at / (then / is 404)"},
         /* hostile clients and access (docs/reliability.md, docs/serving.md) */
-        else if (!strcmp(a, "--header-timeout")) { NEED(); ok = cli_double(v, 0.1, 3600, &sc.header_timeout_s); }
-        else if (!strcmp(a, "--body-timeout")) { NEED(); ok = cli_double(v, 0, 86400, &sc.body_timeout_s); }
-        else if (!strcmp(a, "--max-pending")) { NEED(); int n; ok = cli_int(v, 1, 1 << 20, &n); sc.max_pending = (unsigned)n; }
-        else if (!strcmp(a, "--client-share")) { NEED(); int n; ok = cli_int(v, 1, 1 << 20, &n); sc.client_share = (unsigned)n; }
-        else if (!strcmp(a, "--prepare-threads")) { NEED(); ok = cli_int(v, 1, 256, &sc.prepare_threads); }
-        else if (!strcmp(a, "--api-key")) { NEED(); sc.api_key = v; ok = v[0] != 0; }
-        else if (!strcmp(a, "--api-key-file")) { NEED(); ok = read_key_file(v, key_buf, sizeof key_buf); sc.api_key = key_buf; }
-        else if (!strcmp(a, "--auth-all")) sc.auth_all = 1;
-        else if (!strcmp(a, "--cors-origin")) { NEED(); sc.cors_origin = v; ok = v[0] != 0; }
-        else if (!strcmp(a, "--gzip-min")) { NEED(); ok = cli_size(v, 0, (size_t)1 << 34, &sc.gzip_min); }
-        else {
-            fprintf(stderr, "clef serve: unknown option '%s'\n", a);
-            serve_usage(stderr);
+        {.name = "--header-timeout", .kind = CLI_DOUBLE, .dst = &sc.header_timeout_s, .arg = "SECONDS", .lo = 0.1,
+         .hi = 3600, .def = "10", .help = "from connect to a complete request head, else closed"},
+        {.name = "--body-timeout", .kind = CLI_DOUBLE, .dst = &sc.body_timeout_s, .arg = "SECONDS", .lo = 0,
+         .hi = 86400, .def = "60", .help = "from the head to a complete body, else closed; 0 = none"},
+        {.name = "--max-pending", .kind = CLI_INT, .dst = &max_pending, .arg = "N", .lo = 0, .hi = 1048576, .def = "0",
+         .help = "connections still sending their request head; 0 = 4 x --max-connections"},
+        {.name = "--client-share", .kind = CLI_INT, .dst = &client_share, .arg = "N", .lo = 1, .hi = 1048576,
+         .def = "64", .help = "of those, per client address; a new one closes that address's oldest"},
+        {.name = "--prepare-threads", .kind = CLI_INT, .dst = &sc.prepare_threads, .arg = "N", .lo = 0, .hi = 256,
+         .def = "0", .help = "threads that parse, tokenize and decode images; 0 = --http-threads"},
+        {.name = "--api-key", .kind = CLI_STR, .dst = &sc.api_key, .arg = "KEY",
+         .help = "require Authorization: Bearer KEY (401 without); see --auth-all"},
+        {.name = "--api-key-file", .kind = CLI_STR, .dst = &key_file, .arg = "PATH",
+         .help = "the same, the key read from the file's first line"},
+        {.name = "--auth-all", .kind = CLI_FLAG, .dst = &sc.auth_all,
+         .help = "/health and /metrics need the key too (default: open)"},
+        {.name = "--cors-origin", .kind = CLI_STR, .dst = &sc.cors_origin, .arg = "ORIGIN",
+         .help = "answer CORS preflights and add CORS headers for ORIGIN (or *); default off"},
+        {.name = "--gzip-min", .kind = CLI_SIZE, .dst = &sc.gzip_min, .arg = "BYTES", .lo = 0, .hi = 17179869184.0,
+         .def = "1024", .help = "gzip answers of at least BYTES when the client accepts gzip; 0 = never"},
+        CLI_OPT_END,
+    };
+    const cli_cmd cmd = {.verb = "serve", .usage = "--model DIR [options]", .opts = opts,
+                         .about = "Routes, statuses and the log format: docs/serving.md.\n"};
+    int st = cli_parse(&cmd, argc, argv);
+    if (st != CLI_CONTINUE) return st;
+    sc.max_connections = (unsigned)max_connections;
+    sc.io_timeout_s = (unsigned)timeout;
+    if (quiet) sc.log_requests = 0;
+    sc.max_pending = (unsigned)max_pending;
+    sc.client_share = (unsigned)client_share;
+    if (key_file) {
+        if (!read_key_file(key_file, key_buf, sizeof key_buf)) {
+            fprintf(stderr, "clef serve: --api-key-file %s: no key read (a missing file, or an empty first line)\n",
+                    key_file);
             return 2;
         }
-#undef NEED
-        if (!ok) {
-            fprintf(stderr, "clef serve: bad value for %s: '%s'\n", a, v);
-            return 2;
-        }
+        sc.api_key = key_buf;
     }
-    if (!o.model_dir) {
-        fprintf(stderr, "clef serve: --model DIR is required\n");
+    if ((sc.api_key && !sc.api_key[0]) || (sc.cors_origin && !sc.cors_origin[0])) {
+        fprintf(stderr, "clef serve: --api-key and --cors-origin take a non-empty value\n");
         return 2;
     }
 

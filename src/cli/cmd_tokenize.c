@@ -1,6 +1,6 @@
 /* clef tokenize: token ids of text, as HF tokenizers' encode(text, add_special_tokens=False).
  *
- *   clef tokenize --model DIR (--text S | --file F | --jsonl F|-) [--split file|qwen2|qwen35]
+ *   clef tokenize --model DIR (--text TEXT | --file F|- | --jsonl F|-) [--split file|qwen2|qwen35]
  *                 [--no-added-tokens] [--regex-only] [--bench N]
  *
  * --text / --file: the text (all bytes of F) is one piece; prints {"ids":[...]}.
@@ -19,6 +19,7 @@
 
 #include "base/buf.h"
 #include "base/err.h"
+#include "cli/cli_opts.h"
 #include "cli/cmds.h"
 #include "base/json.h"
 #include "text/tokenizer.h"
@@ -33,13 +34,6 @@ static double cpu_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int usage(void) {
-    fprintf(stderr,
-            "usage: clef tokenize --model DIR (--text S | --file F | --jsonl F|-)\n"
-            "                     [--split file|qwen2|qwen35] [--no-added-tokens] [--regex-only] [--bench N]\n");
-    return 2;
 }
 
 static int read_all(FILE *f, char **data, size_t *len) {
@@ -134,37 +128,38 @@ static int run_jsonl(const clef_tokenizer *t, const char *path, unsigned flags) 
 
 int cmd_tokenize(int argc, char **argv) {
     const char *model = NULL, *text = NULL, *file = NULL, *jsonl = NULL;
-    clef_split_variant variant = CLEF_SPLIT_FROM_FILE;
-    unsigned flags = 0;
-    long bench = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        int has = i + 1 < argc;
-        if (!strcmp(a, "--model") && has) model = argv[++i];
-        else if (!strcmp(a, "--text") && has) text = argv[++i];
-        else if (!strcmp(a, "--file") && has) file = argv[++i];
-        else if (!strcmp(a, "--jsonl") && has) jsonl = argv[++i];
-        else if (!strcmp(a, "--bench") && has) bench = strtol(argv[++i], NULL, 10);
-        else if (!strcmp(a, "--no-added-tokens")) flags |= CLEF_TOK_NO_ADDED;
-        else if (!strcmp(a, "--regex-only")) flags |= CLEF_TOK_REGEX_ONLY;
-        else if (!strcmp(a, "--split") && has) {
-            const char *s = argv[++i];
-            if (!strcmp(s, "file")) variant = CLEF_SPLIT_FROM_FILE;
-            else if (!strcmp(s, "qwen2")) variant = CLEF_SPLIT_QWEN2;
-            else if (!strcmp(s, "qwen35")) variant = CLEF_SPLIT_QWEN35;
-            else {
-                fprintf(stderr, "clef tokenize: --split takes file, qwen2 or qwen35\n");
-                return 2;
-            }
-        } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage();
-            return 0;
-        } else {
-            fprintf(stderr, "clef tokenize: unknown or incomplete option '%s'\n", a);
-            return usage();
-        }
+    int split = 0, no_added = 0, regex_only = 0, bench = 0;
+    const cli_opt opts[] = {
+        CLI_OPT_MODEL(&model),
+        {.name = "--text", .kind = CLI_STR, .dst = &text, .arg = "TEXT", .help = "the text to tokenize"},
+        {.name = "--file", .kind = CLI_FILE, .dst = &file, .arg = "F|-", .help = "tokenize all bytes of F as one text; - = stdin"},
+        {.name = "--jsonl", .kind = CLI_FILE, .dst = &jsonl, .arg = "F|-",
+         .help = "one JSON string per line, one {\"ids\"} or {\"error\"} line out per line in; - = stdin"},
+        CLI_OPT_SPLIT(&split),
+        {.name = "--no-added-tokens", .kind = CLI_FLAG, .dst = &no_added,
+         .help = "do not match added tokens (not the reference's behaviour; for fixtures)"},
+        {.name = "--regex-only", .kind = CLI_FLAG, .dst = &regex_only,
+         .help = "split with Oniguruma only, without the ASCII fast path (tests; same ids)"},
+        {.name = "--bench", .kind = CLI_INT, .dst = &bench, .arg = "N", .lo = 0, .hi = 1000000, .def = "0",
+         .help = "tokenize the --text/--file text N times and print timings to stderr"},
+        CLI_OPT_END,
+    };
+    const cli_cmd cmd = {.verb = "tokenize", .usage = "--model DIR (--text TEXT | --file F|- | --jsonl F|-) [options]",
+                         .opts = opts,
+                         .about = "Prints {\"ids\":[...]}: HF tokenizers' encode(text, add_special_tokens=False).\n"
+                                  "Reads only DIR/tokenizer.json.\n"};
+    int st = cli_parse(&cmd, argc, argv);
+    if (st != CLI_CONTINUE) return st;
+    if ((!!text + !!file + !!jsonl) != 1) {
+        fprintf(stderr, "clef tokenize: give exactly one of --text, --file and --jsonl (clef tokenize --help)\n");
+        return 2;
     }
-    if (!model || (!!text + !!file + !!jsonl) != 1 || bench < 0 || (bench && jsonl)) return usage();
+    if (bench && jsonl) {
+        fprintf(stderr, "clef tokenize: --bench applies to --text or --file, not --jsonl\n");
+        return 2;
+    }
+    clef_split_variant variant = split == 1 ? CLEF_SPLIT_QWEN2 : split == 2 ? CLEF_SPLIT_QWEN35 : CLEF_SPLIT_FROM_FILE;
+    unsigned flags = (no_added ? CLEF_TOK_NO_ADDED : 0u) | (regex_only ? CLEF_TOK_REGEX_ONLY : 0u);
 
     clef_buf path;
     clef_buf_init(&path);
@@ -187,14 +182,15 @@ int cmd_tokenize(int argc, char **argv) {
         char *data = NULL;
         size_t len = 0;
         if (file) {
-            FILE *f = fopen(file, "rb");
+            int from_stdin = !strcmp(file, "-");
+            FILE *f = from_stdin ? stdin : fopen(file, "rb");
             if (!f || read_all(f, &data, &len)) {
                 fprintf(stderr, "clef tokenize: cannot read %s\n", file);
-                if (f) fclose(f);
+                if (f && !from_stdin) fclose(f);
                 clef_tokenizer_free(t);
                 return 1;
             }
-            fclose(f);
+            if (!from_stdin) fclose(f);
         }
         const char *s = file ? data : text;
         if (!file) len = strlen(text);
@@ -213,7 +209,7 @@ int cmd_tokenize(int argc, char **argv) {
             /* best wall time and best CPU time of N runs (CPU time is steadier on a shared machine) */
             /* the first run above had cold caches (per-thread pretoken cache, pair memo) */
             double best = 1e30, best_cpu = 1e30;
-            for (long k = 0; k < bench; k++) {
+            for (int k = 0; k < bench; k++) {
                 ids.n = 0;
                 double a = now_s(), c = cpu_s();
                 clef_tokenize_ex(t, s, len, flags, &ids, &err);
@@ -223,7 +219,7 @@ int cmd_tokenize(int argc, char **argv) {
             }
             fprintf(stderr,
                     "load %.1f ms (cpu %.1f ms); %zu bytes -> %zu tokens; first run: wall %.3f ms, cpu %.3f ms; "
-                    "best of %ld: wall %.3f ms, cpu %.3f ms (%.1f MB/s, %.2f M tokens/s by cpu time)\n",
+                    "best of %d: wall %.3f ms, cpu %.3f ms (%.1f MB/s, %.2f M tokens/s by cpu time)\n",
                     t_load * 1e3, t_load_cpu * 1e3, len, ids.n, first * 1e3, first_cpu * 1e3, bench, best * 1e3,
                     best_cpu * 1e3,
                     (double)len / best_cpu / 1e6, (double)ids.n / best_cpu / 1e6);

@@ -11,5 +11,8 @@ int cmd_preprocess(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_batch(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_version(int argc, char **argv);
+int cmd_pull(int argc, char **argv);
+int cmd_gate(int argc, char **argv);
 
 #endif

@@ -17,10 +17,13 @@ static const struct {
     {"serve", cmd_serve, "serve --model DIR [--host H] [--port N] ...   HTTP server (docs/serving.md)"},
     {"batch", cmd_batch, "batch --model DIR IN.jsonl OUT.jsonl   one answer per request line, resumable"},
     {"bench", cmd_bench, "bench --model DIR --tokens N[,N..] [--threads N] [--repeat R]   time the forward"},
+    {"version", cmd_version, "version   version, git commit, backends, CPU features (also: clef --version)"},
+    {"pull", cmd_pull, "pull [--dir DIR] [--revision REV]   download the release weights, verified (docs/pull.md)"},
+    {"gate", cmd_gate, "gate --model DIR [--fixture F] [--images DIR]   check against the author's readout (docs/fidelity.md)"},
 };
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: clef VERB [options]\n\nverbs:\n");
+    fprintf(f, "usage: clef VERB [options]     (clef VERB --help: the verb's options; docs/cli.md: all of them)\n\nverbs:\n");
     for (size_t i = 0; i < sizeof verbs / sizeof verbs[0]; i++) fprintf(f, "  %s\n", verbs[i].help);
 }
 
@@ -29,6 +32,7 @@ int main(int argc, char **argv) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
     }
+    if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "-V")) return cmd_version(argc - 1, argv + 1);
     for (size_t i = 0; i < sizeof verbs / sizeof verbs[0]; i++)
         if (!strcmp(argv[1], verbs[i].name)) return verbs[i].fn(argc - 1, argv + 1);
     fprintf(stderr, "clef: unknown verb '%s'\n", argv[1]);

@@ -65,20 +65,21 @@ static clef_ops *create_ops(const clef_options *o, clef_err *err) {
         if (kn->device == CLEF_KNOB_DEVICE_CPU) dev = CLEF_DEVICE_CPU;
         else if (kn->device == CLEF_KNOB_DEVICE_CUDA) dev = CLEF_DEVICE_CUDA;
         if (kn->precision == CLEF_KNOB_BAD) {
-            clef_err_set(err, CLEF_E_BAD_MODEL, "CLEF_PRECISION=%s: expected fp32 or fast", kn->precision_raw);
+            clef_err_set(err, CLEF_E_BAD_MODEL, "CLEF_PRECISION=%s: expected fp32, fast or bf16", kn->precision_raw);
             return NULL;
         }
         if (kn->precision == CLEF_KNOB_PRECISION_FAST) prec = CLEF_PRECISION_FAST;
         else if (kn->precision == CLEF_KNOB_PRECISION_FP32) prec = CLEF_PRECISION_FP32;
+        else if (kn->precision == CLEF_KNOB_PRECISION_BF16) prec = CLEF_PRECISION_BF16;
     }
-    if (prec != CLEF_PRECISION_FP32 && prec != CLEF_PRECISION_FAST) {
+    if (prec != CLEF_PRECISION_FP32 && prec != CLEF_PRECISION_FAST && prec != CLEF_PRECISION_BF16) {
         clef_err_set(err, CLEF_E_BAD_MODEL, "unknown precision %d", prec);
         return NULL;
     }
 #ifdef CLEF_HAVE_CUDA
     if (dev == CLEF_DEVICE_AUTO) dev = clef_cuda_device_count() > 0 ? CLEF_DEVICE_CUDA : CLEF_DEVICE_CPU;
     if (dev == CLEF_DEVICE_CUDA)
-        return clef_cuda_ops_create(o->gpu, prec == CLEF_PRECISION_FAST ? CLEF_CUDA_FAST : CLEF_CUDA_FP32, kn, err);
+        return clef_cuda_ops_create(o->gpu, prec, kn, err); /* CLEF_CUDA_* == CLEF_PRECISION_* (cuda_ops.h) */
 #else
     if (dev == CLEF_DEVICE_CUDA) {
         clef_err_set(err, CLEF_E_BAD_MODEL, "this build has no CUDA backend (build with make CUDA=1)");
@@ -301,6 +302,11 @@ static double mono_seconds(void) {
 
 int clef_bench_forward(clef_engine *e, const int32_t *ids, size_t n, double *seconds_text,
                        double *seconds_head, char *errbuf, size_t err_len) {
+    return clef_bench_forward_batch(e, ids, n, 1, seconds_text, seconds_head, errbuf, err_len);
+}
+
+int clef_bench_forward_batch(clef_engine *e, const int32_t *ids, size_t n, size_t records, double *seconds_text,
+                             double *seconds_head, char *errbuf, size_t err_len) {
     clef_err err;
     clef_err_clear(&err);
     clef_ops *ops = e->ops;
@@ -308,6 +314,10 @@ int clef_bench_forward(clef_engine *e, const int32_t *ids, size_t n, double *sec
     int rc = 0;
     float *hidden = NULL;
     if (n < 3) { rc = clef_err_set(&err, CLEF_E_INTERNAL, "bench needs at least 3 tokens"); goto out; }
+    if (records < 1 || records > 4096 || n > ((size_t)1 << 24) / records) {
+        rc = clef_err_set(&err, CLEF_E_INTERNAL, "bench: %zu records of %zu tokens", records, n);
+        goto out;
+    }
     for (size_t i = 0; i < n; i++)
         if (ids[i] < 0 || ids[i] >= e->mf->cfg.text.vocab_size) {
             rc = clef_err_set(&err, CLEF_E_INTERNAL, "token id %d outside the vocabulary", (int)ids[i]);
@@ -346,23 +356,40 @@ int clef_bench_forward(clef_engine *e, const int32_t *ids, size_t n, double *sec
         spans[2] = (int32_t)n - 1; spans[3] = (int32_t)n;
     }
     float logits[11];
-    hidden = ops->alloc(ops, n * H);
-    if (!hidden) { rc = clef_err_set(&err, CLEF_E_OOM, "out of memory for %zu tokens", n); goto out; }
+    int32_t *all = NULL;
+    clef_forward_seg *segs = NULL;
+    hidden = ops->alloc(ops, records * n * H);
+    all = malloc(records * n * sizeof *all);
+    segs = calloc(records, sizeof *segs);
+    if (!hidden || !all || !segs) {
+        free(all);
+        free(segs);
+        rc = clef_err_set(&err, CLEF_E_OOM, "out of memory for %zu x %zu tokens", records, n);
+        goto out;
+    }
+    for (size_t r = 0; r < records; r++) { /* every record the same ids, each a segment of its own */
+        memcpy(all + r * n, ids, n * sizeof *all);
+        segs[r].n = n;
+    }
     clef_forward_in in = {0};
-    in.ids = ids;
-    in.n = n;
+    in.ids = all;
+    in.n = records * n;
+    in.nseg = records;
+    in.segs = segs;
     double t0 = mono_seconds();
     rc = clef_text_forward(ops, &e->mf->cfg, &e->mf->text, &in, hidden, &err);
     double t1 = mono_seconds();
-    if (rc == 0) {
+    for (size_t r = 0; rc == 0 && r < records; r++) { /* the head per record, as clef_run_batch runs it */
         clef_head_in hin = {0};
-        hin.hidden = hidden;
+        hin.hidden = hidden + r * n * H;
         hin.T = n;
         hin.ids = ids;
         hin.n_questions = nq;
         hin.questions = hq;
         rc = clef_head_forward(ops, &e->mf->head_cfg, &e->mf->head, &e->mf->text.lm_head, &hin, logits, &err);
     }
+    free(all);
+    free(segs);
     double t2 = mono_seconds();
     if (rc == 0 && ops->failed) {
         ops->failed = 0;

@@ -25,7 +25,7 @@ def registry_table():
     text = open(os.path.join(ROOT, REGISTRY), encoding="utf-8").read()
     body = text.split("clef_knob_table[] = {", 1)[1].split("};", 1)[0]
     rows = {}
-    for m in re.finditer(r'\{\s*"(CLEF_[A-Z0-9_]+)"(.*?)"([^"]*)"\s*\}\s*,', body, flags=re.S):
+    for m in re.finditer(r'\{\s*"((?:CLEF|HF)_[A-Z0-9_]+)"(.*?)"([^"]*)"\s*\}\s*,', body, flags=re.S):
         rows[m.group(1)] = m.group(3)  # name -> read_by (the row's last string)
     return rows
 
@@ -36,7 +36,7 @@ def doc_table():
         return None
     names = set()
     for line in open(path, encoding="utf-8"):
-        m = re.match(r"\|\s*`(CLEF_[A-Z0-9_]+)`", line)
+        m = re.match(r"\|\s*`((?:CLEF|HF)_[A-Z0-9_]+)`", line)
         if m:
             names.add(m.group(1))
     return names

@@ -88,7 +88,7 @@ static void wkeep(clef_tensor t) {
  * the old kernels (one-term bf16 GEMMs, SIMT attention, delta rule v1). Ops without variants run
  * modes 0 and 1 only. */
 #define NMODES 4
-static clef_ops *cpu, *gpu[2];
+static clef_ops *cpu, *gpu[2], *gpu_bf16; /* gpu_bf16: CLEF_CUDA_BF16 (one-term GEMMs, bias in the epilogue) */
 static const char *mode_name[NMODES] = {"fp32", "fast", "fp32/old", "fast/old"};
 
 /* The backend of mode m with the kernels of that mode selected. */
@@ -199,6 +199,24 @@ static void t_linear(size_t T, size_t N, size_t K, size_t row0, int bias) {
         g->linear(g, dy, dx, T, &w, row0, N, bias ? &b : NULL);
         float *again = host_of(g, dy, T * N);
         CHECK_MSG(!memcmp(again, got, T * N * sizeof(float)), "linear %s T=%zu: not deterministic", mode_name[m], T);
+        free(got);
+        free(again);
+        g->free(g, dx);
+        g->free(g, dy);
+    }
+    { /* the bf16 precision: one bf16 term per activation, the bias in cuBLASLt's epilogue; bar as the
+         one-term fast path (1e-2), same bits on repeat */
+        clef_ops *g = gpu_bf16;
+        float *dx = dev(g, x, T * K), *dy = dev(g, NULL, T * N);
+        g->linear(g, dy, dx, T, &w, row0, N, bias ? &b : NULL);
+        float *got = host_of(g, dy, T * N);
+        CHECK_MSG(!g->failed, "linear (bf16): backend failed: %s", clef_cuda_last_error(g));
+        char name[48];
+        snprintf(name, sizeof name, "linear%zux%zu%s/bf16", N, K, bias ? "+b" : "");
+        cmpv(name, 1, T, got, ref, T * N, 1e-2);
+        g->linear(g, dy, dx, T, &w, row0, N, bias ? &b : NULL);
+        float *again = host_of(g, dy, T * N);
+        CHECK_MSG(!memcmp(again, got, T * N * sizeof(float)), "linear bf16 T=%zu: not deterministic", T);
         free(got);
         free(again);
         g->free(g, dx);
@@ -449,6 +467,296 @@ static void t_misc(size_t T) {
     wkeep(tab);
 }
 
+/* ------------------------------------------------------------------ packed records (segments) */
+
+/* Bit equality of two host vectors (NaNs included). */
+static int same_bits(const float *a, const float *b, size_t n) { return !memcmp(a, b, n * sizeof(float)); }
+
+/* Segments of a packed buffer: rows [row0, row0 + n) with gaps between them (rows no segment covers
+ * must stay untouched), lengths around the chunk size. */
+#define NPS 5
+static const size_t ps_n[NPS] = {100, 64, 1, 130, 37};
+static size_t ps_row0[NPS], ps_T;
+static void ps_layout(void) {
+    size_t r = 3;
+    for (int i = 0; i < NPS; i++) { ps_row0[i] = r; r += ps_n[i] + 2; }
+    ps_T = r;
+}
+
+/* conv1d_silu: the packed call (segments 1 and 3 resume from a window, 0 / 3 / 4 save one) against
+ * each segment alone on the GPU (same bits) and the CPU's packed call (2e-6; windows exact). */
+static void t_packed_conv(int m) {
+    const size_t C = 512, K = 4, H = K - 1;
+    ps_layout();
+    clef_tensor cw = wt(CLEF_ST_BF16, C, 0, 0.5f, 0.0f);
+    { uint16_t *d = malloc(C * K * 2); if (!d) exit(1); for (size_t i = 0; i < C * K; i++) d[i] = f2bf(0.5f * frand()); free((void *)cw.data); cw.data = d; }
+    cw.ndim = 3; cw.shape[0] = (int64_t)C; cw.shape[1] = 1; cw.shape[2] = (int64_t)K; cw.numel = (int64_t)(C * K); cw.nbytes = C * K * 2;
+    float *x = rvec(ps_T * C, 2.0f, 0.0f), *win = rvec(NPS * H * C, 2.0f, 0.0f);
+    float *ref = calloc(ps_T * C, 4), *rwin = calloc(NPS * H * C, 4);
+    clef_seg seg[NPS];
+    clef_seg_state st[NPS];
+    const size_t snaps[NPS] = {100, 0, 0, 64, 2};
+    for (int i = 0; i < NPS; i++) {
+        seg[i] = (clef_seg){ps_row0[i], ps_n[i]};
+        st[i] = (clef_seg_state){NULL, NULL, 0};
+    }
+    /* CPU reference */
+    {
+        clef_seg_state cs[NPS];
+        for (int i = 0; i < NPS; i++) {
+            cs[i] = (clef_seg_state){(i == 1 || i == 3) ? win + i * H * C : NULL, snaps[i] ? rwin + i * H * C : NULL, snaps[i]};
+        }
+        cpu->conv1d_silu(cpu, ref, x, C, &cw, seg, NPS, cs);
+    }
+    clef_ops *g = G_of(m);
+    float *dx = dev(g, x, ps_T * C), *dy = dev(g, NULL, ps_T * C), *dwin = dev(g, win, NPS * H * C);
+    float *dout = dev(g, NULL, NPS * H * C), *zero = calloc(ps_T * C, 4);
+    g->upload(g, dy, zero, ps_T * C);
+    for (int i = 0; i < NPS; i++)
+        st[i] = (clef_seg_state){(i == 1 || i == 3) ? dwin + i * H * C : NULL, snaps[i] ? dout + i * H * C : NULL, snaps[i]};
+    g->conv1d_silu(g, dy, dx, C, &cw, seg, NPS, st);
+    float *got = host_of(g, dy, ps_T * C), *gwin = host_of(g, dout, NPS * H * C);
+    check_ok(m, "conv1d_silu packed");
+    cmpv("conv1d/packed", m, ps_T, got, ref, ps_T * C, 2e-6);
+    for (int i = 0; i < NPS; i++)
+        if (snaps[i]) CHECK_MSG(same_bits(gwin + i * H * C, rwin + i * H * C, H * C), "conv window %d (%s) differs", i, mode_name[m]);
+    /* each segment alone, into a fresh buffer: the packed call's rows bit for bit */
+    for (int i = 0; i < NPS; i++) {
+        g->upload(g, dy, zero, ps_T * C);
+        g->conv1d_silu(g, dy, dx, C, &cw, &seg[i], 1, &st[i]);
+        float *one = host_of(g, dy, ps_T * C);
+        CHECK_MSG(same_bits(one + ps_row0[i] * C, got + ps_row0[i] * C, ps_n[i] * C), "conv segment %d alone != packed (%s)", i,
+                  mode_name[m]);
+        free(one);
+    }
+    CHECK_MSG(same_bits(got, zero, ps_row0[0] * C), "conv wrote rows before the first segment (%s)", mode_name[m]);
+    free(got); free(gwin); free(zero); free(x); free(win); free(ref); free(rwin);
+    g->free(g, dx); g->free(g, dy); g->free(g, dwin); g->free(g, dout);
+    wkeep(cw);
+}
+
+/* The delta rule over packed segments: states in for segments 1 and 3, states out after chunk
+ * boundaries or the end; against the CPU (1e-5; states 1e-5), each segment alone (same bits), and
+ * a resume: segment 3 run as [0, 64) saving its state, then [64, 130) from it = the uninterrupted
+ * run's rows and final state, bit for bit. */
+static void t_packed_delta(int m, size_t Hk, size_t Hv, size_t dk, size_t dv) {
+    ps_layout();
+    const size_t T = ps_T, SS = Hv * dk * dv;
+    float *q = rvec(T * Hk * dk, 1.0f, 0.0f), *k = rvec(T * Hk * dk, 1.0f, 0.0f), *v = rvec(T * Hv * dv, 1.0f, 0.0f);
+    l2rows(q, T * Hk, dk, (float)pow((double)dk, -0.5));
+    l2rows(k, T * Hk, dk, 1.0f);
+    float *beta = malloc(T * Hv * 4), *gg = malloc(T * Hv * 4), *sin_ = rvec(NPS * SS, 0.5f, 0.0f);
+    for (size_t i = 0; i < T * Hv; i++) {
+        beta[i] = 0.5f + 0.49f * frand();
+        gg[i] = -0.3f * (1.0f + frand());
+    }
+    const size_t snaps[NPS] = {64, 0, 1, 130, 37};
+    clef_seg seg[NPS];
+    clef_seg_state cs[NPS], st[NPS];
+    float *ref = calloc(T * Hv * dv, 4), *rst = calloc(NPS * SS, 4);
+    for (int i = 0; i < NPS; i++) {
+        seg[i] = (clef_seg){ps_row0[i], ps_n[i]};
+        cs[i] = (clef_seg_state){(i == 1 || i == 3) ? sin_ + i * SS : NULL, snaps[i] ? rst + i * SS : NULL, snaps[i]};
+    }
+    cpu->delta_rule(cpu, ref, q, k, v, beta, gg, Hk, Hv, dk, dv, 64, seg, NPS, cs);
+    clef_ops *G = G_of(m);
+    float *dq = dev(G, q, T * Hk * dk), *dk_ = dev(G, k, T * Hk * dk), *dv_ = dev(G, v, T * Hv * dv);
+    float *db = dev(G, beta, T * Hv), *dg = dev(G, gg, T * Hv), *dout = dev(G, NULL, T * Hv * dv);
+    float *dsin = dev(G, sin_, NPS * SS), *dsout = dev(G, NULL, NPS * SS), *zero = calloc(T * Hv * dv, 4);
+    G->upload(G, dout, zero, T * Hv * dv);
+    for (int i = 0; i < NPS; i++)
+        st[i] = (clef_seg_state){(i == 1 || i == 3) ? dsin + i * SS : NULL, snaps[i] ? dsout + i * SS : NULL, snaps[i]};
+    G->delta_rule(G, dout, dq, dk_, dv_, db, dg, Hk, Hv, dk, dv, 64, seg, NPS, st);
+    float *got = host_of(G, dout, T * Hv * dv), *gst = host_of(G, dsout, NPS * SS);
+    check_ok(m, "delta packed");
+    char name[48];
+    snprintf(name, sizeof name, "delta%zux%zu/packed", Hv, dk);
+    cmpv(name, m, T, got, ref, T * Hv * dv, 1e-5);
+    for (int i = 0; i < NPS; i++)
+        if (snaps[i]) {
+            snprintf(name, sizeof name, "delta/state%d", i);
+            cmpv(name, m, snaps[i], gst + i * SS, rst + i * SS, SS, 1e-5);
+        }
+    for (int i = 0; i < NPS; i++) {
+        G->upload(G, dout, zero, T * Hv * dv);
+        float *d1 = dev(G, NULL, SS);
+        clef_seg_state s1 = st[i];
+        if (s1.out) s1.out = d1;
+        G->delta_rule(G, dout, dq, dk_, dv_, db, dg, Hk, Hv, dk, dv, 64, &seg[i], 1, &s1);
+        float *one = host_of(G, dout, T * Hv * dv), *ost = host_of(G, d1, SS);
+        const size_t off = ps_row0[i] * Hv * dv, len = ps_n[i] * Hv * dv;
+        CHECK_MSG(same_bits(one + off, got + off, len), "delta segment %d alone != packed (%s)", i, mode_name[m]);
+        if (snaps[i]) CHECK_MSG(same_bits(ost, gst + i * SS, SS), "delta state %d alone != packed (%s)", i, mode_name[m]);
+        free(one); free(ost);
+        G->free(G, d1);
+    }
+    CHECK_MSG(same_bits(got, zero, ps_row0[0] * Hv * dv), "delta wrote rows before the first segment (%s)", mode_name[m]);
+    { /* resume: segment 3 (from its state in) as [0, 64) + [64, 130) */
+        float *mid = dev(G, NULL, SS), *fin = dev(G, NULL, SS);
+        clef_seg a = {ps_row0[3], 64}, b = {ps_row0[3] + 64, ps_n[3] - 64};
+        clef_seg_state sa = {dsin + 3 * SS, mid, 64}, sb = {mid, fin, ps_n[3] - 64};
+        G->upload(G, dout, zero, T * Hv * dv);
+        G->delta_rule(G, dout, dq, dk_, dv_, db, dg, Hk, Hv, dk, dv, 64, &a, 1, &sa);
+        G->delta_rule(G, dout, dq, dk_, dv_, db, dg, Hk, Hv, dk, dv, 64, &b, 1, &sb);
+        float *res = host_of(G, dout, T * Hv * dv), *rfin = host_of(G, fin, SS);
+        const size_t off = ps_row0[3] * Hv * dv, len = ps_n[3] * Hv * dv;
+        CHECK_MSG(same_bits(res + off, got + off, len), "delta resumed at 64 != uninterrupted (%s)", mode_name[m]);
+        CHECK_MSG(same_bits(rfin, gst + 3 * SS, SS), "delta resumed final state != uninterrupted (%s)", mode_name[m]);
+        free(res); free(rfin);
+        G->free(G, mid); G->free(G, fin);
+    }
+    free(got); free(gst); free(zero); free(q); free(k); free(v); free(beta); free(gg); free(sin_); free(ref); free(rst);
+    G->free(G, dq); G->free(G, dk_); G->free(G, dv_); G->free(G, db); G->free(G, dg); G->free(G, dout);
+    G->free(G, dsin); G->free(G, dsout);
+}
+
+/* Block-diagonal attention: packed segments (causal; one with 40 cached keys before its queries)
+ * against the CPU (1e-5) and each segment alone (same bits); more segments than one launch holds. */
+static void t_packed_attention(int m, size_t nh, size_t nkv, size_t hd, int causal, size_t nseg_many) {
+    ps_layout();
+    const size_t T = ps_T + 40, ldq = nh * hd, ldk = nkv * hd;
+    float *q = rvec(T * ldq, 1.5f, 0.0f), *k = rvec(T * ldk, 1.5f, 0.0f), *v = rvec(T * ldk, 1.0f, 0.0f);
+    clef_attn_seg seg[NPS];
+    for (int i = 0; i < NPS; i++) seg[i] = (clef_attn_seg){ps_row0[i], ps_n[i], ps_row0[i], ps_n[i]};
+    /* segment 3 has 40 cached keys: its queries are the last nq of nk = nq + 40 keys starting 40 rows
+     * earlier (key rows may be any rows; they overlap segments 1 and 2 here) */
+    seg[3].k0 = ps_row0[3] - 40;
+    seg[3].nk = ps_n[3] + 40;
+    if (!causal) seg[1].nk = 30; /* Tq != Tk */
+    float scale = (float)(1.0 / sqrt((double)hd));
+    float *ref = calloc(T * ldq, 4), *zero = calloc(T * ldq, 4);
+    cpu->attention(cpu, ref, ldq, q, ldq, k, ldk, v, ldk, seg, NPS, nh, nkv, hd, scale, causal);
+    clef_ops *g = G_of(m);
+    float *dq = dev(g, q, T * ldq), *dk = dev(g, k, T * ldk), *dv = dev(g, v, T * ldk), *o = dev(g, NULL, T * ldq);
+    g->upload(g, o, zero, T * ldq);
+    g->attention(g, o, ldq, dq, ldq, dk, ldk, dv, ldk, seg, NPS, nh, nkv, hd, scale, causal);
+    float *got = host_of(g, o, T * ldq);
+    check_ok(m, "attention packed");
+    char name[48];
+    snprintf(name, sizeof name, "attn%zu/%zux%zu%s/packed", nh, nkv, hd, causal ? "c" : "");
+    cmpv(name, m, T, got, ref, T * ldq, 1e-5);
+    for (int i = 0; i < NPS; i++) {
+        g->upload(g, o, zero, T * ldq);
+        g->attention(g, o, ldq, dq, ldq, dk, ldk, dv, ldk, &seg[i], 1, nh, nkv, hd, scale, causal);
+        float *one = host_of(g, o, T * ldq);
+        CHECK_MSG(same_bits(one + seg[i].q0 * ldq, got + seg[i].q0 * ldq, seg[i].nq * ldq), "%s: segment %d alone != packed (%s)",
+                  name, i, mode_name[m]);
+        free(one);
+    }
+    if (nseg_many) { /* many short segments (several launches): each row as its own one-row segment */
+        clef_attn_seg *many = malloc(nseg_many * sizeof *many);
+        for (size_t i = 0; i < nseg_many; i++) many[i] = (clef_attn_seg){i, 1, i, 1};
+        float *r2 = calloc(T * ldq, 4);
+        cpu->attention(cpu, r2, ldq, q, ldq, k, ldk, v, ldk, many, nseg_many, nh, nkv, hd, scale, causal);
+        g->upload(g, o, zero, T * ldq);
+        g->attention(g, o, ldq, dq, ldq, dk, ldk, dv, ldk, many, nseg_many, nh, nkv, hd, scale, causal);
+        float *h2 = host_of(g, o, T * ldq);
+        snprintf(name, sizeof name, "attn/%zu-segs", nseg_many);
+        cmpv(name, m, nseg_many, h2, r2, T * ldq, 1e-5);
+        free(many); free(r2); free(h2);
+    }
+    free(got); free(q); free(k); free(v); free(ref); free(zero);
+    g->free(g, dq); g->free(g, dk); g->free(g, dv); g->free(g, o);
+}
+
+/* ------------------------------------------------------------------ CUDA graphs */
+
+/* A small "forward": upload host rows, embed ids, a Linear with bias, rmsnorm, silu_mul, attention;
+ * scratch allocated and freed inside, the result written to ctx->out (given). */
+typedef struct gpass {
+    const float *x;      /* host [T, K] (changes between calls) */
+    const int32_t *ids;  /* host [T] */
+    size_t T, K, N;
+    const clef_tensor *w, *b, *nw, *tab;
+    float *out;          /* device [T, N] */
+    int download_inside; /* 1: a download in the middle (a host sync: must stay eager) */
+} gpass;
+
+static int gpass_fn(clef_ops *g, void *vctx) {
+    gpass *c = vctx;
+    size_t T = c->T, K = c->K, N = c->N;
+    float *x = g->alloc(g, T * K), *y = g->alloc(g, T * N), *e = g->alloc(g, T * N), *a = g->alloc(g, T * N);
+    if (!x || !y || !e || !a) return -1;
+    g->upload(g, x, c->x, T * K);
+    g->linear(g, y, x, T, c->w, 0, N, c->b);
+    g->embed(g, e, c->tab, c->ids, T);
+    g->add(g, y, y, e, T * N);
+    g->rmsnorm(g, y, N, y, N, T, N, c->nw, 1, 1e-6f);
+    if (c->download_inside) {
+        float probe[2];
+        g->download(g, probe, y, 2);
+    }
+    g->silu_mul(g, a, y, e, T * N);
+    /* 4 heads of N / 4: q = k = v = a, causal */
+    clef_attention1(g, c->out, N, a, N, a, N, a, N, T, T, 4, 4, N / 4, 0.125f, 1);
+    g->free(g, x);
+    g->free(g, y);
+    g->free(g, e);
+    g->free(g, a);
+    return g->failed ? -1 : 0;
+}
+
+/* Graph passes give the eager pass's bits: eager run, capture, replays with new host data (uploads
+ * and ids), a replay with another output buffer (fingerprint miss: eager + recapture), and a pass
+ * that downloads inside (kept eager). */
+static void t_graph(int m) {
+    const size_t T = 100, K = 256, N = 256, V = 500;
+    clef_ops *g = G_of(m);
+    clef_tensor w = wt(CLEF_ST_BF16, N, K, 0.05f, 0.0f), b = wt(CLEF_ST_BF16, N, 0, 0.5f, 0.0f);
+    clef_tensor nw = wt(CLEF_ST_BF16, N, 0, 0.2f, 0.0f), tab = wt(CLEF_ST_BF16, V, N, 1.0f, 0.0f);
+    float *out = dev(g, NULL, T * N), *out2 = dev(g, NULL, T * N);
+    int32_t *ids = malloc(T * sizeof(int32_t));
+    if (!ids) exit(1);
+    clef_cuda_graph_info s0, s1;
+    clef_cuda_graph_stats(g, &s0);
+    for (int call = 0; call < 6; call++) {
+        float *x = rvec(T * K, 1.0f, 0.0f);
+        for (size_t i = 0; i < T; i++) ids[i] = (int32_t)((rs = rs * 6364136223846793005ull + 1) >> 33) % (int32_t)V;
+        gpass c = {x, ids, T, K, N, &w, &b, &nw, &tab, call == 4 ? out2 : out, call == 5};
+        clef_cuda_set_graph(g, 0);
+        CHECK(gpass_fn(g, &c) == 0);
+        float *ref = host_of(g, c.out, T * N);
+        clef_cuda_set_graph(g, 1);
+        uint64_t key = call == 5 ? 2 : 1;
+        CHECK_MSG(clef_cuda_graph_run(g, key, gpass_fn, &c) == 0, "graph pass %d (%s): %s", call, mode_name[m],
+                  clef_cuda_last_error(g));
+        float *got = host_of(g, c.out, T * N);
+        CHECK_MSG(!memcmp(got, ref, T * N * sizeof(float)), "graph pass %d (%s) differs from the eager pass", call,
+                  mode_name[m]);
+        clef_cuda_set_graph(g, 0);
+        free(ref);
+        free(got);
+        free(x);
+    }
+    clef_cuda_graph_stats(g, &s1);
+    /* key 1: eager (0), capture (1), replay (2, 3), miss -> eager (4); key 2: eager warm-up (5) */
+    printf("graph %-8s captured %llu replayed %llu fallbacks %llu eager %llu unsafe %zu (%s)\n", mode_name[m],
+           (unsigned long long)(s1.captured - s0.captured), (unsigned long long)(s1.replayed - s0.replayed),
+           (unsigned long long)(s1.fallbacks - s0.fallbacks), (unsigned long long)(s1.eager - s0.eager), s1.unsafe,
+           s1.last_unsafe_why);
+    CHECK_MSG(s1.captured - s0.captured == 1 && s1.replayed - s0.replayed == 2 && s1.fallbacks - s0.fallbacks == 1,
+              "graph %s: captured %llu replayed %llu fallbacks %llu (want 1, 2, 1)", mode_name[m],
+              (unsigned long long)(s1.captured - s0.captured), (unsigned long long)(s1.replayed - s0.replayed),
+              (unsigned long long)(s1.fallbacks - s0.fallbacks));
+    /* key 2 downloads inside: its capture must give up and rerun eagerly (the bits checked above) */
+    {
+        float *x = rvec(T * K, 1.0f, 0.0f);
+        gpass c = {x, ids, T, K, N, &w, &b, &nw, &tab, out, 1};
+        clef_cuda_set_graph(g, 1);
+        CHECK(clef_cuda_graph_run(g, 2, gpass_fn, &c) == 0);
+        clef_cuda_set_graph(g, 0);
+        clef_cuda_graph_info s2;
+        clef_cuda_graph_stats(g, &s2);
+        CHECK_MSG(s2.unsafe > s1.unsafe, "graph %s: a pass with a download inside was not kept eager", mode_name[m]);
+        free(x);
+    }
+    check_ok(m, "graph");
+    g->free(g, out);
+    g->free(g, out2);
+    free(ids);
+    wkeep(w); wkeep(b); wkeep(nw); wkeep(tab);
+}
+
 int main(void) {
     int n = clef_cuda_device_count();
     if (n <= 0) {
@@ -460,7 +768,8 @@ int main(void) {
     cpu = clef_cpu_ops_create(0, NULL, &err);
     gpu[0] = clef_cuda_ops_create(0, CLEF_CUDA_FP32, NULL, &err);
     gpu[1] = gpu[0] ? clef_cuda_ops_create(0, CLEF_CUDA_FAST, NULL, &err) : NULL;
-    if (!cpu || !gpu[0] || !gpu[1]) {
+    gpu_bf16 = gpu[1] ? clef_cuda_ops_create(0, CLEF_CUDA_BF16, NULL, &err) : NULL;
+    if (!cpu || !gpu[0] || !gpu[1] || !gpu_bf16) {
         printf("backend creation failed: %s\n", err.msg);
         return 1;
     }
@@ -495,6 +804,17 @@ int main(void) {
     t_delta(1500, 16, 32, 128, 128);
     t_attention("attn16/4x256c", 1500, 1500, 16, 4, 256, 1, 0);
     t_attention("vis16x72", 1100, 1100, 16, 16, 72, 0, 1);
+    for (int m = 0; m < NMODES; m++) {
+        t_packed_conv(m);
+        t_packed_delta(m, 16, 32, 128, 128);
+        t_packed_delta(m, 2, 4, 16, 24);   /* the tiny dims (kernel B v2, kernel A v1 or v2) */
+        t_packed_delta(m, 1, 2, 18, 20);   /* dk % 4 != 0: the v1 kernels */
+        t_packed_attention(m, 16, 4, 256, 1, 70); /* > 64 segments: two launches */
+        t_packed_attention(m, 4, 2, 32, 1, 0);
+        t_packed_attention(m, 16, 16, 72, 0, 0);   /* vision: not causal, Tq != Tk in one segment */
+    }
+    t_graph(0);
+    t_graph(1);
     /* the arena must not grow over repeated requests */
     size_t a0 = 0, a1 = 0;
     clef_cuda_memory(gpu[0], &a0, NULL);
@@ -503,6 +823,7 @@ int main(void) {
     clef_cuda_memory(gpu[0], &a1, NULL);
     CHECK_MSG(a0 == a1, "arena grew from %zu to %zu bytes on a repeated request", a0, a1);
     printf("worst rel: fp32 %.3e, fast %.3e, fp32/old %.3e, fast/old %.3e\n", worst[0], worst[1], worst[2], worst[3]);
+    gpu_bf16->destroy(gpu_bf16);
     gpu[1]->destroy(gpu[1]);
     gpu[0]->destroy(gpu[0]);
     cpu->destroy(cpu);

@@ -4,10 +4,67 @@
  * GQA reads kv head h / (nh / nkv) in place (no copies); causal blocks stop at their last row.
  * fp32 with explicit FMAs (the CPU backend sums in double: differences are float rounding, ~1e-6
  * relative). Each output element is produced by one lane with a fixed order: no atomics. Head dims
- * up to 256. */
+ * up to 256.
+ *
+ * Packed records (ops.h clef_attn_seg): every kernel takes a table of up to SEG_MAX segments by value
+ * (no upload: a CUDA graph holds it as a launch argument); the grid's x runs over the query blocks of
+ * all of them, a block finds its segment in the table (cumulative block counts) and works on that
+ * segment's query rows [q0, q0 + nq) and keys [k0, k0 + nk) only: block-diagonal attention, so a
+ * row's bits do not depend on the other segments. Causal with nk > nq (keys cached from an earlier
+ * forward): query row i sees keys t <= i + (nk - nq). More segments: one launch per SEG_MAX. */
 #include "compute/cuda/cuda_internal.cuh"
 
 namespace clefcu {
+
+/* ---- segments ---- */
+static const int SEG_MAX = 64;
+struct AttnTab {
+    int nseg;
+    unsigned q0[SEG_MAX], nq[SEG_MAX], k0[SEG_MAX], nk[SEG_MAX];
+    unsigned first[SEG_MAX + 1]; /* the segment's first query block; first[nseg] = blocks in all */
+};
+
+__device__ __forceinline__ int seg_of(const AttnTab &t, unsigned b) {
+    int s = 0;
+    while (s + 1 < t.nseg && t.first[s + 1] <= b) s++;
+    return s;
+}
+
+/* The block's segment: shifts q, o, k, v to its first rows and defines Tq, Tk (its query and key
+ * rows), off (causal: keys t <= i + off) and i0 (the block's first query row in the segment). */
+#define ATTN_SEGMENT(BQV)                                                                                  \
+    const int seg_ = seg_of(tab, blockIdx.x);                                                              \
+    const size_t Tq = tab.nq[seg_], Tk = tab.nk[seg_], off = causal ? Tk - Tq : 0;                         \
+    const size_t i0 = (size_t)(blockIdx.x - tab.first[seg_]) * (size_t)(BQV);                              \
+    q += (size_t)tab.q0[seg_] * ldq;                                                                       \
+    o += (size_t)tab.q0[seg_] * ldo;                                                                       \
+    k += (size_t)tab.k0[seg_] * ldk;                                                                       \
+    v += (size_t)tab.k0[seg_] * ldv
+
+/* Calls launch(tab, blocks) for each group of up to SEG_MAX segments with query rows (query blocks of
+ * BQV rows). */
+template <typename F> static void for_seg_groups(const clef_attn_seg *segs, size_t nseg, int BQV, F launch) {
+    size_t i = 0;
+    while (i < nseg) {
+        AttnTab tab;
+        memset(&tab, 0, sizeof tab);
+        unsigned nb = 0;
+        int n = 0;
+        for (; i < nseg && n < SEG_MAX; i++) {
+            if (!segs[i].nq) continue;
+            tab.q0[n] = (unsigned)segs[i].q0;
+            tab.nq[n] = (unsigned)segs[i].nq;
+            tab.k0[n] = (unsigned)segs[i].k0;
+            tab.nk[n] = (unsigned)segs[i].nk;
+            tab.first[n] = nb;
+            nb += (unsigned)((segs[i].nq + (size_t)BQV - 1) / (size_t)BQV);
+            n++;
+        }
+        tab.first[n] = nb;
+        tab.nseg = n;
+        if (nb) launch(tab, nb);
+    }
+}
 
 static const int BQ = 16;    /* query rows per block */
 static const int BK = 32;    /* keys per tile */
@@ -26,13 +83,14 @@ __device__ __forceinline__ float warp_sum(float v) {
 
 __global__ void __launch_bounds__(NW * 32)
 k_attention(float *o, size_t ldo, const float *q, size_t ldq, const float *k, size_t ldk, const float *v, size_t ldv,
-            size_t Tq, size_t Tk, size_t nh, size_t nkv, int hd, float scale, int causal) {
+            AttnTab tab, size_t nh, size_t nkv, int hd, float scale, int causal) {
     extern __shared__ float sm[];
     const int hdp = hd + 1;
     float *Qs = sm;                          /* [BQ, hd] */
     float *Ks = Qs + BQ * hd;                /* [BK, hd + 1] */
     float *Vs = Ks + BK * hdp;               /* [BK, hd] */
-    const size_t i0 = (size_t)blockIdx.x * BQ, h = blockIdx.y, jh = h / (nh / nkv);
+    ATTN_SEGMENT(BQ);
+    const size_t h = blockIdx.y, jh = h / (nh / nkv);
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     const int E = (hd + 31) / 32;
 
@@ -48,7 +106,7 @@ k_attention(float *o, size_t ldo, const float *q, size_t ldq, const float *k, si
     }
     size_t kend = Tk;
     if (causal) {
-        size_t last = i0 + BQ < Tq ? i0 + BQ : Tq; /* keys <= last row */
+        size_t last = (i0 + BQ < Tq ? i0 + BQ : Tq) + off; /* keys <= last row + off */
         kend = last < Tk ? last : Tk;
     }
     for (size_t k0 = 0; k0 < kend; k0 += BK) {
@@ -66,7 +124,7 @@ k_attention(float *o, size_t ldo, const float *q, size_t ldq, const float *k, si
             const size_t i = i0 + r;
             if (i >= Tq) continue; /* warp-uniform */
             const size_t key = k0 + lane;
-            bool valid = key < Tk && (!causal || key <= i);
+            bool valid = key < Tk && (!causal || key <= i + off);
             float s = 0.0f;
             const float *qr = Qs + r * hd, *kr = Ks + lane * hdp;
             for (int d = 0; d < hd; d++) s = __fmaf_rn(qr[d], kr[d], s);
@@ -153,14 +211,15 @@ template <int DP> static size_t t2_smem_bytes() { return (size_t)(T2_BQ + 2 * T2
 template <int DP>
 __global__ void __launch_bounds__(T2_NT)
 k_attention_tc(float *o, size_t ldo, const float *q, size_t ldq, const float *k, size_t ldk, const float *v,
-               size_t ldv, size_t Tq, size_t Tk, size_t nh, size_t nkv, int hd, float scale, int causal) {
+               size_t ldv, AttnTab tab, size_t nh, size_t nkv, int hd, float scale, int causal) {
     constexpr int LD = DP + 4; /* row r and r + 1 four banks apart: conflict-free fragment loads */
     constexpr int NO = DP / 8; /* n-tiles of O, k-steps of S */
     extern __shared__ float4 sm4[];
     float *Qs = reinterpret_cast<float *>(sm4); /* [BQ][LD] */
     float *Ks = Qs + T2_BQ * LD;                /* [BK][LD] */
     float *Vs = Ks + T2_BK * LD;                /* [BK][LD] */
-    const size_t i0 = (size_t)blockIdx.x * T2_BQ, h = blockIdx.y, jh = h / (nh / nkv);
+    ATTN_SEGMENT(T2_BQ);
+    const size_t h = blockIdx.y, jh = h / (nh / nkv);
     const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, c4 = lane & 3;
     const int wr = w * 16; /* this warp's first row in the block */
 
@@ -175,7 +234,7 @@ k_attention_tc(float *o, size_t ldo, const float *q, size_t ldq, const float *k,
     const size_t row0 = i0 + wr + g, row1 = row0 + 8;
     size_t kend = Tk;
     if (causal) {
-        size_t last = i0 + T2_BQ < Tq ? i0 + T2_BQ : Tq;
+        size_t last = (i0 + T2_BQ < Tq ? i0 + T2_BQ : Tq) + off;
         kend = last < Tk ? last : Tk;
     }
     for (size_t k0 = 0; k0 < kend; k0 += T2_BK) {
@@ -187,7 +246,7 @@ k_attention_tc(float *o, size_t ldo, const float *q, size_t ldq, const float *k,
             Vs[t * LD + d] = ok ? v[(k0 + t) * ldv + jh * hd + d] : 0.0f;
         }
         __syncthreads();
-        if (causal && k0 > i0 + wr + 15) continue; /* every key after this warp's rows (warp-uniform) */
+        if (causal && k0 > i0 + wr + 15 + off) continue; /* every key after this warp's rows (warp-uniform) */
         /* S = Q K^T over d */
         float sacc[4][4];
 #pragma unroll
@@ -215,7 +274,7 @@ k_attention_tc(float *o, size_t ldo, const float *q, size_t ldq, const float *k,
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 size_t key = k0 + j * 8 + 2 * c4 + (e & 1), row = e < 2 ? row0 : row1;
-                bool valid = key < Tk && (!causal || key <= row);
+                bool valid = key < Tk && (!causal || key <= row + off);
                 sacc[j][e] = valid ? sacc[j][e] * scale : -INFINITY;
             }
             mx0 = fmaxf(mx0, fmaxf(sacc[j][0], sacc[j][1]));
@@ -293,16 +352,18 @@ k_attention_tc(float *o, size_t ldo, const float *q, size_t ldq, const float *k,
  * memory) so the caller falls back to SIMT. */
 template <int DP>
 static bool launch_tc(clef_ops *ops, float *o, size_t ldo, const float *q, size_t ldq, const float *k, size_t ldk,
-                      const float *v, size_t ldv, size_t Tq, size_t Tk, size_t nh, size_t nkv, size_t hd, float scale,
-                      int causal) {
+                      const float *v, size_t ldv, const clef_attn_seg *segs, size_t nseg, size_t nh, size_t nkv,
+                      size_t hd, float scale, int causal) {
     Impl *im = IM(ops);
     size_t smem = t2_smem_bytes<DP>();
     if (smem > (size_t)im->max_smem_optin) return false;
     if (!smem_optin(ops, k_attention_tc<DP>, smem, "attention (shared memory)"))
         return true; /* failed is set: nothing more to do */
-    dim3 grid((unsigned)((Tq + T2_BQ - 1) / T2_BQ), (unsigned)nh);
-    k_attention_tc<DP><<<grid, T2_NT, smem, im->stream>>>(o, ldo, q, ldq, k, ldk, v, ldv, Tq, Tk, nh, nkv, (int)hd,
-                                                          scale, causal);
+    for_seg_groups(segs, nseg, T2_BQ, [&](const AttnTab &tab, unsigned nb) {
+        dim3 grid(nb, (unsigned)nh);
+        k_attention_tc<DP><<<grid, T2_NT, smem, im->stream>>>(o, ldo, q, ldq, k, ldk, v, ldv, tab, nh, nkv, (int)hd,
+                                                              scale, causal);
+    });
     launch_ok(ops, "attention (tensor cores)");
     return true;
 }
@@ -341,14 +402,15 @@ __device__ __forceinline__ float half_sum(float v) {
 template <int DP>
 __global__ void __launch_bounds__(T3_NT, 2)
 k_attention_rt(float *o, size_t ldo, const float *q, size_t ldq, const float *k, size_t ldk, const float *v, size_t ldv,
-               size_t Tq, size_t Tk, size_t nh, size_t nkv, int hd, float scale, int causal) {
+               AttnTab tab, size_t nh, size_t nkv, int hd, float scale, int causal) {
     constexpr int LD = DP + 4;         /* rows 4 banks apart: the float4 key loads are conflict-free */
     constexpr int E = DP / 16, RI = T3_BQ / 16, LP = T3_BK + 1;
     extern __shared__ float4 sm4a[];   /* float4: 16-byte alignment */
     float *Qs = reinterpret_cast<float *>(sm4a); /* [BQ][LD] */
     float *KV = Qs + T3_BQ * LD;                 /* [BK][LD]: K, then V of the tile */
     float *Ps = KV + T3_BK * LD;                 /* [BQ][LP] */
-    const size_t i0 = (size_t)blockIdx.x * T3_BQ, h = blockIdx.y, jh = h / (nh / nkv);
+    ATTN_SEGMENT(T3_BQ);
+    const size_t h = blockIdx.y, jh = h / (nh / nkv);
     const int tid = threadIdx.x, rg = tid >> 4, cg = tid & 15;
 
     for (int p = tid; p < T3_BQ * DP; p += T3_NT) {
@@ -365,7 +427,7 @@ k_attention_rt(float *o, size_t ldo, const float *q, size_t ldq, const float *k,
     }
     size_t kend = Tk;
     if (causal) {
-        const size_t last = i0 + T3_BQ < Tq ? i0 + T3_BQ : Tq; /* keys <= the block's last row */
+        const size_t last = (i0 + T3_BQ < Tq ? i0 + T3_BQ : Tq) + off; /* keys <= the block's last row + off */
         kend = last < Tk ? last : Tk;
     }
     for (size_t k0 = 0; k0 < kend; k0 += T3_BK) {
@@ -403,7 +465,7 @@ k_attention_rt(float *o, size_t ldo, const float *q, size_t ldq, const float *k,
 #pragma unroll
             for (int j = 0; j < 2; j++) {
                 const size_t key = k0 + cg + 16 * j;
-                ok[j] = key < Tk && (!causal || key <= row);
+                ok[j] = key < Tk && (!causal || key <= row + off);
                 sc[i][j] = ok[j] ? sc[i][j] * scale : -INFINITY;
                 mt = fmaxf(mt, sc[i][j]);
             }
@@ -454,45 +516,69 @@ k_attention_rt(float *o, size_t ldo, const float *q, size_t ldq, const float *k,
 /* Launches the register-tiled fp32 kernel for DP; false when it does not apply (shared memory). */
 template <int DP>
 static bool launch_rt(clef_ops *ops, float *o, size_t ldo, const float *q, size_t ldq, const float *k, size_t ldk,
-                      const float *v, size_t ldv, size_t Tq, size_t Tk, size_t nh, size_t nkv, size_t hd, float scale,
-                      int causal) {
+                      const float *v, size_t ldv, const clef_attn_seg *segs, size_t nseg, size_t nh, size_t nkv,
+                      size_t hd, float scale, int causal) {
     Impl *im = IM(ops);
     size_t smem = t3_smem_bytes<DP>();
     if (smem > (size_t)im->max_smem_optin) return false;
     if (!smem_optin(ops, k_attention_rt<DP>, smem, "attention (shared memory)")) return true; /* failed is set */
-    dim3 grid((unsigned)((Tq + T3_BQ - 1) / T3_BQ), (unsigned)nh);
-    k_attention_rt<DP><<<grid, T3_NT, smem, im->stream>>>(o, ldo, q, ldq, k, ldk, v, ldv, Tq, Tk, nh, nkv, (int)hd,
-                                                          scale, causal);
+    for_seg_groups(segs, nseg, T3_BQ, [&](const AttnTab &tab, unsigned nb) {
+        dim3 grid(nb, (unsigned)nh);
+        k_attention_rt<DP><<<grid, T3_NT, smem, im->stream>>>(o, ldo, q, ldq, k, ldk, v, ldv, tab, nh, nkv, (int)hd,
+                                                              scale, causal);
+    });
     launch_ok(ops, "attention (register tiles)");
     return true;
 }
 
-void op_attention_one(clef_ops *ops, float *o, size_t ldo, const float *q, size_t ldq, const float *k, size_t ldk,
-                  const float *v, size_t ldv, size_t Tq, size_t Tk, size_t nh, size_t nkv, size_t hd, float scale,
-                  int causal) {
+void op_attention(clef_ops *ops, float *o, size_t ldo, const float *q, size_t ldq, const float *k, size_t ldk,
+                  const float *v, size_t ldv, const clef_attn_seg *segs, size_t nseg, size_t nh, size_t nkv, size_t hd,
+                  float scale, int causal) {
     ProfScope ps(ops, OP_ATTENTION);
-    if (Tq == 0 || nh == 0) return;
+    if (nseg == 0 || nh == 0) return;
     Impl *im = IM(ops);
     if (hd == 0 || hd > 256 || nkv == 0 || nh % nkv || nh > 65535) {
         fail(ops, "attention", "head dim over 256 or bad head counts");
         return;
     }
-    if (im->attn_kernel != CLEF_CUDA_ATTN_SIMT && im->precision == CLEF_CUDA_FAST && im->cc_major >= 8 &&
-        (Tq + T2_BQ - 1) / T2_BQ <= 0x7fffffffu) {
-        bool done = hd <= 32    ? launch_tc<32>(ops, o, ldo, q, ldq, k, ldk, v, ldv, Tq, Tk, nh, nkv, hd, scale, causal)
-                    : hd <= 64  ? launch_tc<64>(ops, o, ldo, q, ldq, k, ldk, v, ldv, Tq, Tk, nh, nkv, hd, scale, causal)
-                    : hd <= 72  ? launch_tc<72>(ops, o, ldo, q, ldq, k, ldk, v, ldv, Tq, Tk, nh, nkv, hd, scale, causal)
-                    : hd <= 128 ? launch_tc<128>(ops, o, ldo, q, ldq, k, ldk, v, ldv, Tq, Tk, nh, nkv, hd, scale, causal)
-                                : launch_tc<256>(ops, o, ldo, q, ldq, k, ldk, v, ldv, Tq, Tk, nh, nkv, hd, scale, causal);
+    /* the products: QK^T and PV over the unmasked (row, key) pairs, x3 on the 3xTF32 tensor cores */
+    double pairs = 0;
+    size_t blocks = 0;
+    for (size_t i = 0; i < nseg; i++) {
+        const clef_attn_seg *sg = &segs[i];
+        if (sg->q0 > 0xffffffffu || sg->nq > 0xffffffffu - sg->q0 || sg->k0 > 0xffffffffu ||
+            sg->nk > 0xffffffffu - sg->k0) {
+            fail(ops, "attention", "segment rows over 2^32");
+            return;
+        }
+        if (causal && sg->nk < sg->nq) {
+            fail(ops, "attention", "causal segment with fewer keys than queries");
+            return;
+        }
+        const double nq = (double)sg->nq, nk = (double)sg->nk;
+        pairs += causal ? nq * (nk - nq) + nq * (nq + 1) / 2 : nq * nk;
+        blocks += (sg->nq + BQ - 1) / BQ;
+    }
+    if (blocks > 0x7fffffffu) {
+        fail(ops, "attention", "too many query rows");
+        return;
+    }
+    const bool tc = im->attn_kernel != CLEF_CUDA_ATTN_SIMT && im->precision != CLEF_CUDA_FP32 && im->cc_major >= 8;
+    prof_flop(ops, OP_ATTENTION, 4.0 * pairs * (double)hd * (double)nh * (tc ? 3.0 : 1.0));
+    if (tc) {
+        bool done = hd <= 32    ? launch_tc<32>(ops, o, ldo, q, ldq, k, ldk, v, ldv, segs, nseg, nh, nkv, hd, scale, causal)
+                    : hd <= 64  ? launch_tc<64>(ops, o, ldo, q, ldq, k, ldk, v, ldv, segs, nseg, nh, nkv, hd, scale, causal)
+                    : hd <= 72  ? launch_tc<72>(ops, o, ldo, q, ldq, k, ldk, v, ldv, segs, nseg, nh, nkv, hd, scale, causal)
+                    : hd <= 128 ? launch_tc<128>(ops, o, ldo, q, ldq, k, ldk, v, ldv, segs, nseg, nh, nkv, hd, scale, causal)
+                                : launch_tc<256>(ops, o, ldo, q, ldq, k, ldk, v, ldv, segs, nseg, nh, nkv, hd, scale, causal);
         if (done) return;
     }
-    if (im->attn_kernel == CLEF_CUDA_ATTN_V3 && im->precision == CLEF_CUDA_FP32 &&
-        (Tq + T3_BQ - 1) / T3_BQ <= 0x7fffffffu) {
-        bool done = hd <= 32    ? launch_rt<32>(ops, o, ldo, q, ldq, k, ldk, v, ldv, Tq, Tk, nh, nkv, hd, scale, causal)
-                    : hd <= 64  ? launch_rt<64>(ops, o, ldo, q, ldq, k, ldk, v, ldv, Tq, Tk, nh, nkv, hd, scale, causal)
-                    : hd <= 80  ? launch_rt<80>(ops, o, ldo, q, ldq, k, ldk, v, ldv, Tq, Tk, nh, nkv, hd, scale, causal)
-                    : hd <= 128 ? launch_rt<128>(ops, o, ldo, q, ldq, k, ldk, v, ldv, Tq, Tk, nh, nkv, hd, scale, causal)
-                                : launch_rt<256>(ops, o, ldo, q, ldq, k, ldk, v, ldv, Tq, Tk, nh, nkv, hd, scale, causal);
+    if (im->attn_kernel == CLEF_CUDA_ATTN_V3 && im->precision == CLEF_CUDA_FP32) {
+        bool done = hd <= 32    ? launch_rt<32>(ops, o, ldo, q, ldq, k, ldk, v, ldv, segs, nseg, nh, nkv, hd, scale, causal)
+                    : hd <= 64  ? launch_rt<64>(ops, o, ldo, q, ldq, k, ldk, v, ldv, segs, nseg, nh, nkv, hd, scale, causal)
+                    : hd <= 80  ? launch_rt<80>(ops, o, ldo, q, ldq, k, ldk, v, ldv, segs, nseg, nh, nkv, hd, scale, causal)
+                    : hd <= 128 ? launch_rt<128>(ops, o, ldo, q, ldq, k, ldk, v, ldv, segs, nseg, nh, nkv, hd, scale, causal)
+                                : launch_rt<256>(ops, o, ldo, q, ldq, k, ldk, v, ldv, segs, nseg, nh, nkv, hd, scale, causal);
         if (done) return;
     }
     size_t smem = ((size_t)BQ * hd + (size_t)BK * (hd + 1) + (size_t)BK * hd) * sizeof(float);
@@ -501,14 +587,11 @@ void op_attention_one(clef_ops *ops, float *o, size_t ldo, const float *q, size_
         return;
     }
     if (!smem_optin(ops, k_attention, smem, "attention (shared memory)")) return;
-    size_t nb = (Tq + BQ - 1) / BQ;
-    if (nb > 0x7fffffffu) {
-        fail(ops, "attention", "too many query rows");
-        return;
-    }
-    dim3 grid((unsigned)nb, (unsigned)nh);
-    k_attention<<<grid, NW * 32, smem, im->stream>>>(o, ldo, q, ldq, k, ldk, v, ldv, Tq, Tk, nh, nkv, (int)hd, scale,
-                                                     causal);
+    for_seg_groups(segs, nseg, BQ, [&](const AttnTab &tab, unsigned nb) {
+        dim3 grid(nb, (unsigned)nh);
+        k_attention<<<grid, NW * 32, smem, im->stream>>>(o, ldo, q, ldq, k, ldk, v, ldv, tab, nh, nkv, (int)hd, scale,
+                                                         causal);
+    });
     launch_ok(ops, "attention");
 }
 

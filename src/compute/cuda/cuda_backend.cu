@@ -41,7 +41,7 @@ bool launch_ok(clef_ops *ops, const char *what) { return cuda_ok(ops, cudaGetLas
 
 /* ---------------------------------------------------------------- arena */
 
-static bool add_chunk(Impl *im, size_t bytes) {
+static bool add_chunk(Pool *pool, size_t bytes) {
     char *p = nullptr;
     if (cudaMalloc((void **)&p, bytes) != cudaSuccess) {
         (void)cudaGetLastError(); /* clear the sticky-free allocation error */
@@ -50,35 +50,51 @@ static bool add_chunk(Impl *im, size_t bytes) {
     Chunk c;
     c.base = p;
     c.size = bytes;
-    c.free_blocks[0] = bytes;
-    im->chunks.push_back(c);
+    try {
+        c.free_blocks[0] = bytes;
+        pool->chunks.push_back(c);
+    } catch (...) {
+        cudaFree(p);
+        return false;
+    }
     return true;
 }
 
-static void *arena_alloc(Impl *im, size_t bytes) {
+void *pool_alloc(Impl *im, Pool *pool, size_t bytes) {
     if (bytes == 0) bytes = 1;
     if (bytes > ((size_t)-1) / 2) return nullptr;
     bytes = (bytes + ALIGN - 1) & ~(ALIGN - 1);
     for (int pass = 0; pass < 2; pass++) {
-        for (size_t ci = 0; ci < im->chunks.size(); ci++) {
-            Chunk &c = im->chunks[ci];
+        for (size_t ci = 0; ci < pool->chunks.size(); ci++) {
+            Chunk &c = pool->chunks[ci];
             for (auto it = c.free_blocks.begin(); it != c.free_blocks.end(); ++it) {
                 if (it->second < bytes) continue;
                 size_t off = it->first, sz = it->second;
+                char *p = c.base + off;
+                im->live[p] = Live{pool, (int)ci, off, bytes}; /* may throw: before the free map changes */
                 c.free_blocks.erase(it);
                 if (sz > bytes) c.free_blocks[off + bytes] = sz - bytes;
-                char *p = c.base + off;
-                im->live[p] = Live{(int)ci, off, bytes};
+                pool->live++;
+                pool->live_bytes += bytes;
+                if (pool->live_bytes > pool->peak_bytes) pool->peak_bytes = pool->live_bytes;
                 return p;
             }
         }
         if (pass == 0) {
-            size_t want = bytes > im->grow_bytes ? bytes : im->grow_bytes;
-            if (!add_chunk(im, want) && !(want > bytes && add_chunk(im, bytes))) return nullptr;
+            size_t want = bytes > pool->grow ? bytes : pool->grow;
+            if (!add_chunk(pool, want) && !(want > bytes && add_chunk(pool, bytes))) return nullptr;
         }
     }
     return nullptr;
 }
+
+void pool_release(Pool *pool) {
+    for (auto &c : pool->chunks) cudaFree(c.base);
+    pool->chunks.clear();
+    pool->live = pool->live_bytes = pool->peak_bytes = 0;
+}
+
+static void *arena_alloc(Impl *im, size_t bytes) { return pool_alloc(im, im->cur_pool, bytes); }
 
 static void arena_free(Impl *im, void *vp) {
     if (!vp) return;
@@ -86,7 +102,10 @@ static void arena_free(Impl *im, void *vp) {
     if (it == im->live.end()) return; /* not ours: ignore (never happens with the model code) */
     Live l = it->second;
     im->live.erase(it);
-    Chunk &c = im->chunks[(size_t)l.chunk];
+    Pool *pool = l.pool;
+    pool->live--;
+    pool->live_bytes -= l.size;
+    Chunk &c = pool->chunks[(size_t)l.chunk];
     size_t off = l.off, sz = l.size;
     auto next = c.free_blocks.lower_bound(off);
     if (next != c.free_blocks.end() && next->first == off + sz) {
@@ -116,7 +135,7 @@ void *scratch_alloc(clef_ops *ops, size_t bytes) {
 
 void scratch_free(clef_ops *ops, void *p) { arena_free(IM(ops), p); }
 
-static float *cu_alloc(clef_ops *ops, size_t n) {
+float *cu_alloc(clef_ops *ops, size_t n) {
     if (n > ((size_t)-1) / sizeof(float) / 2) return nullptr;
     try {
         return (float *)arena_alloc(IM(ops), (n ? n : 1) * sizeof(float));
@@ -125,7 +144,7 @@ static float *cu_alloc(clef_ops *ops, size_t n) {
     }
 }
 
-static void cu_free(clef_ops *ops, float *p) { arena_free(IM(ops), p); }
+void cu_free(clef_ops *ops, float *p) { arena_free(IM(ops), p); }
 
 /* ---------------------------------------------------------------- weights */
 
@@ -172,10 +191,18 @@ static bool upload_raw(clef_ops *ops, Weight *w, const clef_tensor *t) {
     return ok;
 }
 
+/* A weight not yet on the device while a graph is captured: its upload (pageable memory, a
+ * cudaMalloc) cannot be part of the graph; the capture is given up (the eager rerun uploads it). */
+static bool capture_miss(clef_ops *ops) {
+    if (IM(ops)->gmode != G_CAPTURE) return false;
+    graph_break(ops, "a weight was first used during the capture");
+    return true;
+}
+
 const void *weight_raw(clef_ops *ops, const clef_tensor *t, int *dtype) {
     Weight *w = weight_entry(ops, t);
     if (!w) return nullptr;
-    if (!w->raw && !upload_raw(ops, w, t)) return nullptr;
+    if (!w->raw && (capture_miss(ops) || !upload_raw(ops, w, t))) return nullptr;
     *dtype = w->raw_dtype;
     return w->raw;
 }
@@ -185,6 +212,7 @@ const float *weight_f32(clef_ops *ops, const clef_tensor *t) {
     Weight *w = weight_entry(ops, t);
     if (!w) return nullptr;
     if (w->f32) return w->f32;
+    if (capture_miss(ops)) return nullptr;
     size_t n = (size_t)t->numel;
     if (!w->raw && t->dtype != CLEF_ST_BF16) return upload_raw(ops, w, t) ? w->f32 : nullptr;
     /* bf16: widen on the device; the bf16 bytes come from the cached copy when there is one, else
@@ -222,17 +250,40 @@ const float *weight_f32(clef_ops *ops, const clef_tensor *t) {
 
 /* ---------------------------------------------------------------- transfers */
 
-static void cu_upload(clef_ops *ops, float *dst, const float *src, size_t n) {
-    ProfScope ps(ops, OP_UPLOAD);
-    if (!n) return;
+bool h2d(clef_ops *ops, void *dst, const void *src, size_t bytes, const char *what) {
+    Impl *im = IM(ops);
+    if (!bytes) return true;
+    if (im->gmode == G_CAPTURE) { /* through the graph's pinned staging: a replay refills the slot */
+        GraphEntry *g = im->gcur;
+        size_t a = (bytes + 15) & ~(size_t)15;
+        if (!g->stage || a > g->stage_size - g->stage_cur) {
+            graph_break(ops, "more host uploads than the warm-up run made");
+            return false;
+        }
+        char *slot = g->stage + g->stage_cur;
+        g->stage_cur += a;
+        memcpy(slot, src, bytes);
+        return cuda_ok(ops, cudaMemcpyAsync(dst, slot, bytes, cudaMemcpyHostToDevice, im->stream), what);
+    }
+    if (im->gcount) im->gstage_count += (bytes + 15) & ~(size_t)15;
     /* pageable source: returns once the bytes are staged, so the caller may free src at once */
-    cuda_ok(ops, cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyHostToDevice, IM(ops)->stream), "upload");
+    return cuda_ok(ops, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, im->stream), what);
 }
 
-static void cu_download(clef_ops *ops, float *dst, const float *src, size_t n) {
+void cu_upload(clef_ops *ops, float *dst, const float *src, size_t n) {
+    ProfScope ps(ops, OP_UPLOAD);
+    h2d(ops, dst, src, n * sizeof(float), "upload");
+}
+
+void cu_download(clef_ops *ops, float *dst, const float *src, size_t n) {
     ProfScope ps(ops, OP_DOWNLOAD);
     if (!n) return;
     Impl *im = IM(ops);
+    if (im->gmode != G_OFF) { /* a host sync: the pass cannot be a graph (it reruns eagerly) */
+        memset(dst, 0, n * sizeof(float));
+        graph_break(ops, "the forward downloads data (a host sync)");
+        return;
+    }
     if (!cuda_ok(ops, cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToHost, im->stream), "download"))
         return;
     cuda_ok(ops, cudaStreamSynchronize(im->stream), "download (sync)");
@@ -242,7 +293,7 @@ static void cu_download(clef_ops *ops, float *dst, const float *src, size_t n) {
 
 ProfScope::ProfScope(clef_ops *o, int op) : ops(o) {
     Impl *im = IM(o);
-    if (!im->prof_on) return;
+    if (!im->prof_on || im->gmode != G_OFF) return; /* graphs run unprofiled (clef_cuda_graph_run) */
     if (im->ev_used == EV_PAIRS) { /* fold the recorded pairs into the totals */
         size_t n = im->ev_used;
         cudaStreamSynchronize(im->stream);
@@ -297,13 +348,14 @@ static void cu_destroy(clef_ops *ops) {
     Impl *im = IM(ops);
     if (im) {
         if (im->stream) cudaStreamSynchronize(im->stream);
+        graph_destroy(ops);
         linear_destroy(ops);
         for (auto &kv : im->weights) {
             Weight &w = kv.second;
             if (w.f32 && (void *)w.f32 != w.raw) cudaFree(w.f32);
             if (w.raw && w.owned) cudaFree(w.raw);
         }
-        for (auto &c : im->chunks) cudaFree(c.base);
+        pool_release(&im->main);
         for (auto e : im->ev_pool) cudaEventDestroy(e);
         if (im->stream) cudaStreamDestroy(im->stream);
         delete im;
@@ -331,7 +383,7 @@ extern "C" clef_ops *clef_cuda_ops_create(int device, int precision, const clef_
         clef_err_set(err, CLEF_E_BAD_MODEL, "CUDA device %d does not exist (%d present)", device, n);
         return NULL;
     }
-    if (precision != CLEF_CUDA_FP32 && precision != CLEF_CUDA_FAST) {
+    if (precision != CLEF_CUDA_FP32 && precision != CLEF_CUDA_FAST && precision != CLEF_CUDA_BF16) {
         clef_err_set(err, CLEF_E_BAD_MODEL, "unknown CUDA precision %d", precision);
         return NULL;
     }
@@ -344,7 +396,7 @@ extern "C" clef_ops *clef_cuda_ops_create(int device, int precision, const clef_
         return NULL;
     }
     ops->impl = im;
-    ops->name = precision == CLEF_CUDA_FAST ? "cuda-fast" : "cuda";
+    ops->name = precision == CLEF_CUDA_FAST ? "cuda-fast" : precision == CLEF_CUDA_BF16 ? "cuda-bf16" : "cuda";
     ops->host_memory = 0;
     ops->destroy = cu_destroy;
     im->device = device;
@@ -370,10 +422,13 @@ extern "C" clef_ops *clef_cuda_ops_create(int device, int precision, const clef_
     im->attn_kernel = knobs->cuda_attn;
     im->delta_kernel = knobs->cuda_delta;
     size_t pool_mb = knobs->cuda_pool_mb > 0 ? (size_t)knobs->cuda_pool_mb : 1024;
-    im->grow_bytes = pool_mb << 20;
+    im->main.grow = pool_mb << 20;
+    im->cur_pool = &im->main;
+    im->graph_on = knobs->cuda_graph != 0;
+    if (knobs->cuda_graph_max >= 0) im->graph_max = (size_t)knobs->cuda_graph_max;
     bool ok = true;
     try {
-        ok = add_chunk(im, pool_mb << 20);
+        ok = add_chunk(&im->main, pool_mb << 20);
         if (ok) {
             im->ev_pool.resize(2 * EV_PAIRS);
             im->ev_op.resize(EV_PAIRS);
@@ -393,27 +448,9 @@ extern "C" clef_ops *clef_cuda_ops_create(int device, int precision, const clef_
         cu_destroy(ops);
         return NULL;
     }
-    ops->alloc = cu_alloc;
-    ops->free = cu_free;
-    ops->upload = cu_upload;
-    ops->download = cu_download;
-    ops->copy2d = op_copy2d;
-    ops->embed = op_embed;
-    ops->row_mean = op_row_mean;
-    ops->linear = op_linear;
-    ops->rmsnorm = op_rmsnorm;
-    ops->layernorm = op_layernorm;
-    ops->l2norm = op_l2norm;
-    ops->gated_rmsnorm = op_gated_rmsnorm;
-    ops->rope = op_rope;
-    ops->conv1d_silu = op_conv1d_silu;
-    ops->gdn_gates = op_gdn_gates;
-    ops->delta_rule = op_delta_rule;
-    ops->attention = op_attention;
-    ops->silu_mul = op_silu_mul;
-    ops->gelu = op_gelu;
-    ops->sigmoid_mul = op_sigmoid_mul;
-    ops->add = op_add;
+    graph_install(ops); /* the op table: cuda_graph.cu */
+    /* conv1d_silu / delta_rule take states in and out, attention cached keys (varlen kernels) */
+    ops->can_resume = 1;
     return ops;
 }
 
@@ -438,6 +475,10 @@ extern "C" void clef_cuda_set_kernels(clef_ops *ops, const clef_cuda_kernels *k)
 extern "C" const char *clef_cuda_device_name(const clef_ops *ops) { return static_cast<const Impl *>(ops->impl)->name; }
 
 extern "C" int clef_cuda_sync(clef_ops *ops) {
+    if (IM(ops)->gmode != G_OFF) { /* inside a captured / replayed forward: a sync cannot be in a graph */
+        graph_break(ops, "clef_cuda_sync inside the forward");
+        return ops->failed ? -1 : 0;
+    }
     cuda_ok(ops, cudaStreamSynchronize(IM(ops)->stream), "synchronize");
     launch_ok(ops, "synchronize");
     return ops->failed ? -1 : 0;
@@ -446,7 +487,9 @@ extern "C" int clef_cuda_sync(clef_ops *ops) {
 extern "C" void clef_cuda_memory(const clef_ops *ops, size_t *arena_bytes, size_t *weight_bytes) {
     const Impl *im = static_cast<const Impl *>(ops->impl);
     size_t a = 0;
-    for (auto &c : im->chunks) a += c.size;
+    for (auto &c : im->main.chunks) a += c.size;
+    for (auto &kv : im->graphs)
+        for (auto &c : kv.second.pool.chunks) a += c.size;
     if (arena_bytes) *arena_bytes = a;
     if (weight_bytes) *weight_bytes = im->weight_bytes;
 }
@@ -518,6 +561,7 @@ extern "C" size_t clef_cuda_profile_read(clef_ops *ops, clef_cuda_op_time *out, 
         out[n].op = op_names[op];
         out[n].calls = im->prof_calls[op];
         out[n].ms = im->prof_ms[op];
+        out[n].flop = im->prof_flop[op];
         n++;
     }
     return n;
@@ -529,6 +573,7 @@ extern "C" void clef_cuda_profile_reset(clef_ops *ops) {
     im->ev_used = 0;
     for (int op = 0; op < OP_COUNT; op++) {
         im->prof_ms[op] = 0;
+        im->prof_flop[op] = 0;
         im->prof_calls[op] = 0;
     }
 }

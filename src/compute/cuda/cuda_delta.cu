@@ -18,6 +18,28 @@
 namespace clefcu {
 
 static const int CMAX = 64; /* chunk size limit (the model uses 64) */
+
+/* ---- segments (ops.h clef_seg): up to DSEG_MAX per launch, by value (a CUDA graph holds the table as
+ * a launch argument; no upload). Kernel A's grid runs over the chunks of all of them (chunks aligned
+ * at each segment's first row); kernel B's z over the segments, each block running its segment's
+ * chunks in sequence from its initial state (zeros, or in[s] [Hv, dk, dv]) and writing the state
+ * after chunk snapc[s] to out[s]: every segment and head slice in parallel. ---- */
+static const int DSEG_MAX = 32;
+struct DeltaTab {
+    int nseg;
+    size_t row0[DSEG_MAX];
+    unsigned n[DSEG_MAX];
+    unsigned first[DSEG_MAX + 1]; /* the segment's first chunk; first[nseg] = chunks in all */
+    int snapc[DSEG_MAX];          /* the segment's chunk after which its state is saved; -1: none */
+    const float *in[DSEG_MAX];
+    float *out[DSEG_MAX];
+};
+
+__device__ __forceinline__ int dseg_of(const DeltaTab &t, unsigned c) {
+    int s = 0;
+    while (s + 1 < t.nseg && t.first[s + 1] <= c) s++;
+    return s;
+}
 static const int VS = 32;   /* state columns per block in kernel B */
 static const int KT = 32;   /* k-dim tile in kernel B */
 static const int NT = 256;  /* threads per block */
@@ -42,14 +64,15 @@ __device__ __forceinline__ double dot4(const float *a, float be, const float *b,
 }
 
 __global__ void k_delta_prep(DeltaScratch S, const float *q, const float *k, const float *v, const float *beta,
-                             const float *g, size_t T, size_t Hk, size_t Hv, size_t dk, size_t dv, int C, size_t nch) {
+                             const float *g, DeltaTab tab, size_t Hk, size_t Hv, size_t dk, size_t dv, int C, size_t nch) {
     extern __shared__ float sm[];
     float *G = sm;       /* [C] */
     float *Mm = sm + C;  /* [C, C] */
     const size_t c = blockIdx.x, h = blockIdx.y;
     const size_t kh = h / (Hv / Hk);
-    const size_t t0 = c * (size_t)C;
-    const int n = (int)(T - t0 < (size_t)C ? T - t0 : (size_t)C);
+    const int sg = dseg_of(tab, (unsigned)c);
+    const size_t t0 = tab.row0[sg] + (c - tab.first[sg]) * (size_t)C, tend = tab.row0[sg] + tab.n[sg];
+    const int n = (int)(tend - t0 < (size_t)C ? tend - t0 : (size_t)C);
     const size_t ldq = Hk * dk, ldv = Hv * dv, ldg = Hv;
     const size_t blk = h * nch + c;
     float *W = S.W + blk * (size_t)C * dk, *U = S.U + blk * (size_t)C * dv;
@@ -166,7 +189,7 @@ __device__ __forceinline__ void solve_half(float (&x)[CMAX / 2], const double *M
 
 __global__ void __launch_bounds__(A2_NT, 1)
 k_delta_prep2(DeltaScratch S, const float *q, const float *k, const float *v, const float *beta, const float *g,
-              size_t T, size_t Hk, size_t Hv, size_t dk, size_t dv, int C, size_t nch) {
+              DeltaTab tab, size_t Hk, size_t Hv, size_t dk, size_t dv, int C, size_t nch) {
     extern __shared__ double2 smd2[]; /* double2: 16-byte alignment for the double loads */
     double *Mt = reinterpret_cast<double *>(smd2);          /* [s][r] = M[r][s], r > s, r < n; else 0 */
     const int dki = (int)dk, ldk = dki + 4;                 /* +4: float4 rows, rows 4 banks apart */
@@ -175,8 +198,9 @@ k_delta_prep2(DeltaScratch S, const float *q, const float *k, const float *v, co
     float *G = Qs + CMAX * ldk, *eG = G + CMAX, *eK = eG + CMAX, *be = eK + CMAX;
     const size_t c = blockIdx.x, h = blockIdx.y;
     const size_t kh = h / (Hv / Hk);
-    const size_t t0 = c * (size_t)C;
-    const int n = (int)(T - t0 < (size_t)C ? T - t0 : (size_t)C);
+    const int sg = dseg_of(tab, (unsigned)c);
+    const size_t t0 = tab.row0[sg] + (c - tab.first[sg]) * (size_t)C, tend = tab.row0[sg] + tab.n[sg];
+    const int n = (int)(tend - t0 < (size_t)C ? tend - t0 : (size_t)C);
     const size_t ldq = Hk * dk, ldv = Hv * dv, ldg = Hv;
     const size_t blk = h * nch + c;
     float *W = S.W + blk * (size_t)C * dk, *U = S.U + blk * (size_t)C * dv;
@@ -284,7 +308,7 @@ k_delta_prep2(DeltaScratch S, const float *q, const float *k, const float *v, co
     }
 }
 
-__global__ void k_delta_scan(DeltaScratch S, float *o, size_t T, size_t Hv, size_t dk, size_t dv, int C, size_t nch) {
+__global__ void k_delta_scan(DeltaScratch S, float *o, DeltaTab tab, size_t Hv, size_t dk, size_t dv, int C, size_t nch) {
     extern __shared__ float sm[];
     float *R = sm;                       /* [dk, VS] */
     float *Vn = R + dk * VS;             /* [C, VS] */
@@ -297,11 +321,19 @@ __global__ void k_delta_scan(DeltaScratch S, float *o, size_t T, size_t Hv, size
     const bool jok = jj < dv;
     const size_t ldv = Hv * dv;
 
-    for (size_t p = threadIdx.x; p < dk * VS; p += blockDim.x) R[p] = 0.0f;
+    const int sg = blockIdx.z;
+    const size_t cbeg = tab.first[sg], cend = tab.first[sg + 1];
+    const size_t snapc = tab.snapc[sg] < 0 ? (size_t)-1 : cbeg + (size_t)tab.snapc[sg];
+    const float *st_in = tab.in[sg];
+    float *st_out = tab.out[sg];
+    for (size_t p = threadIdx.x; p < dk * VS; p += blockDim.x) {
+        const size_t ci = j0 + p % VS;
+        R[p] = st_in && ci < dv ? st_in[(h * dk + p / VS) * dv + ci] : 0.0f;
+    }
     __syncthreads();
-    for (size_t c = 0; c < nch; c++) {
-        const size_t t0 = c * (size_t)C;
-        const int n = (int)(T - t0 < (size_t)C ? T - t0 : (size_t)C);
+    for (size_t c = cbeg; c < cend; c++) {
+        const size_t t0 = tab.row0[sg] + (c - cbeg) * (size_t)C, tend = tab.row0[sg] + tab.n[sg];
+        const int n = (int)(tend - t0 < (size_t)C ? tend - t0 : (size_t)C);
         const size_t blk = h * nch + c;
         const float *W = S.W + blk * (size_t)C * dk, *U = S.U + blk * (size_t)C * dv;
         const float *Qd = S.Qd + blk * (size_t)C * dk, *Kd = S.Kd + blk * (size_t)C * dk;
@@ -361,8 +393,9 @@ __global__ void k_delta_scan(DeltaScratch S, float *o, size_t T, size_t Hv, size
             for (int s = 0; s <= r; s++) a2 += (double)Ins[r * C + s] * Vn[s * VS + j];
             if (jok) o[(t0 + r) * ldv + h * dv + jj] = (float)acc[m] + (float)a2;
         }
-        /* R = lambda R + Kd^T Vn (not after the last chunk, as on the CPU) */
-        if (c + 1 < nch) {
+        /* R = lambda R + Kd^T Vn (not after the segment's last chunk unless its state is saved, as on
+         * the CPU) */
+        if (c + 1 < cend || c == snapc) {
             for (size_t i0 = 0; i0 < dk; i0 += KT) {
                 __syncthreads();
                 for (int p = threadIdx.x; p < n * KT; p += blockDim.x) {
@@ -376,6 +409,7 @@ __global__ void k_delta_scan(DeltaScratch S, float *o, size_t T, size_t Hv, size
                     for (int r = 0; r < n; r++) a += (double)buf[r * KT + ii] * Vn[r * VS + j];
                     float *rp = &R[(i0 + ii) * VS + j];
                     *rp = *rp * lam + (float)a;
+                    if (c == snapc && jok) st_out[(h * dk + i0 + ii) * dv + jj] = *rp;
                 }
             }
         }
@@ -416,7 +450,7 @@ static size_t scan2_smem_floats(size_t dk) {
 
 template <typename Acc>
 __global__ void __launch_bounds__(S2_NT)
-k_delta_scan2(DeltaScratch S, float *o, size_t T, size_t Hv, size_t dk, size_t dv, int C, size_t nch) {
+k_delta_scan2(DeltaScratch S, float *o, DeltaTab tab, size_t Hv, size_t dk, size_t dv, int C, size_t nch) {
     extern __shared__ float4 sm4[]; /* float4: the float4 stores below need 16-byte alignment */
     float *sm = reinterpret_cast<float *>(sm4);
     const int ldw = (int)dk + 4, ldi = CMAX + 4;  /* +4: rows r and r + 1 land 4 banks apart */
@@ -432,10 +466,18 @@ k_delta_scan2(DeltaScratch S, float *o, size_t T, size_t Hv, size_t dk, size_t d
     const size_t ldv = Hv * dv;
     const int dk4 = (int)dk / 4, dki = (int)dk;
 
-    for (size_t p = tid; p < dk * S2_VS; p += S2_NT) R[p] = 0.0f;
-    for (size_t c = 0; c < nch; c++) {
-        const size_t t0 = c * (size_t)C;
-        const int n = (int)(T - t0 < (size_t)C ? T - t0 : (size_t)C);
+    const int sg = blockIdx.z;
+    const size_t cbeg = tab.first[sg], cend = tab.first[sg + 1];
+    const size_t snapc = tab.snapc[sg] < 0 ? (size_t)-1 : cbeg + (size_t)tab.snapc[sg];
+    const float *st_in = tab.in[sg];
+    float *st_out = tab.out[sg];
+    for (size_t p = tid; p < dk * S2_VS; p += S2_NT) {
+        const size_t ci = j0 + p % S2_VS;
+        R[p] = st_in && ci < dv ? st_in[(h * dk + p / S2_VS) * dv + ci] : 0.0f;
+    }
+    for (size_t c = cbeg; c < cend; c++) {
+        const size_t t0 = tab.row0[sg] + (c - cbeg) * (size_t)C, tend = tab.row0[sg] + tab.n[sg];
+        const int n = (int)(tend - t0 < (size_t)C ? tend - t0 : (size_t)C);
         const size_t blk = h * nch + c;
         const float4 *W4 = reinterpret_cast<const float4 *>(S.W + blk * (size_t)C * dk);
         const float4 *Q4 = reinterpret_cast<const float4 *>(S.Qd + blk * (size_t)C * dk);
@@ -497,8 +539,9 @@ k_delta_scan2(DeltaScratch S, float *o, size_t T, size_t Hv, size_t dk, size_t d
             if (oka) orow[ja] = (float)ao[m][0] + (float)a0;
             if (okb) orow[jb] = (float)ao[m][1] + (float)a1;
         }
-        /* R = lambda R + Kd^T Vn over r in order (not after the last chunk, as on the CPU) */
-        if (c + 1 < nch) {
+        /* R = lambda R + Kd^T Vn over r in order (not after the segment's last chunk unless its state
+         * is saved, as on the CPU) */
+        if (c + 1 < cend || c == snapc) {
             Acc ar[8][2];
 #pragma unroll
             for (int m = 0; m < 8; m++) ar[m][0] = ar[m][1] = (Acc)0;
@@ -519,15 +562,47 @@ k_delta_scan2(DeltaScratch S, float *o, size_t T, size_t Hv, size_t dk, size_t d
                 float *ra = &R[i * S2_VS + cj], *rb = &R[i * S2_VS + cj + 16];
                 *ra = *ra * lam + (float)ar[m][0];
                 *rb = *rb * lam + (float)ar[m][1];
+                if (c == snapc) {
+                    if (oka) st_out[(h * dk + i) * dv + ja] = *ra;
+                    if (okb) st_out[(h * dk + i) * dv + jb] = *rb;
+                }
             }
         }
     }
 }
 
-void op_delta_rule_one(clef_ops *ops, float *o, const float *q, const float *k, const float *v, const float *beta,
-                   const float *g, size_t T, size_t Hk, size_t Hv, size_t dk, size_t dv, size_t chunk) {
+/* Groups of up to DSEG_MAX segments with rows: calls f(tab) for each. */
+template <typename F> static void for_delta_groups(const clef_seg *segs, size_t nseg, const clef_seg_state *st,
+                                                   size_t C, F f) {
+    size_t i = 0;
+    while (i < nseg) {
+        DeltaTab tab;
+        memset(&tab, 0, sizeof tab);
+        unsigned nch = 0;
+        int n = 0;
+        for (; i < nseg && n < DSEG_MAX; i++) {
+            if (!segs[i].n) continue;
+            tab.row0[n] = segs[i].row0;
+            tab.n[n] = (unsigned)segs[i].n;
+            tab.first[n] = nch;
+            const clef_seg_state *ss = st ? &st[i] : nullptr;
+            tab.in[n] = ss ? ss->in : nullptr;
+            tab.out[n] = ss ? ss->out : nullptr;
+            tab.snapc[n] = ss && ss->out ? (int)((ss->snap + C - 1) / C) - 1 : -1;
+            nch += (unsigned)((segs[i].n + C - 1) / C);
+            n++;
+        }
+        tab.first[n] = nch;
+        tab.nseg = n;
+        if (n) f(tab);
+    }
+}
+
+void op_delta_rule(clef_ops *ops, float *o, const float *q, const float *k, const float *v, const float *beta,
+                   const float *g, size_t Hk, size_t Hv, size_t dk, size_t dv, size_t chunk, const clef_seg *segs,
+                   size_t nseg, const clef_seg_state *st) {
     ProfScope ps(ops, OP_DELTA_RULE);
-    if (T == 0) return;
+    if (nseg == 0) return;
     Impl *im = IM(ops);
     if (chunk == 0) chunk = 64;
     if (chunk > (size_t)CMAX) {
@@ -539,7 +614,42 @@ void op_delta_rule_one(clef_ops *ops, float *o, const float *q, const float *k, 
         return;
     }
     const int C = (int)chunk;
-    const size_t nch = (T + chunk - 1) / chunk;
+    /* the chunks of the largest launch group (the scratch is reused group after group) and the work */
+    size_t nch_max = 0, nch_all = 0, cur = 0;
+    int in_group = 0;
+    for (size_t i = 0; i < nseg; i++) {
+        if (segs[i].n > 0xffffffffu) {
+            fail(ops, "delta_rule", "segment over 2^32 rows");
+            return;
+        }
+        if (st && st[i].out && (st[i].snap == 0 || st[i].snap > segs[i].n || (st[i].snap % chunk && st[i].snap != segs[i].n))) {
+            fail(ops, "delta_rule", "a state is saved after a chunk boundary or the segment's end only");
+            return;
+        }
+        if (!segs[i].n) continue;
+        const size_t c = (segs[i].n + chunk - 1) / chunk;
+        if (in_group == DSEG_MAX) {
+            cur = 0;
+            in_group = 0;
+        }
+        cur += c;
+        in_group++;
+        nch_all += c;
+        if (cur > nch_max) nch_max = cur;
+    }
+    if (!nch_max) return;
+    { /* per chunk and head: M, Intra (2 C^2 dk each), the solves (C^2 (dk + dv)), U - W R, Qd R and the
+         state update (2 C dk dv each), Intra Vn (C^2 dv) */
+        const double c2 = (double)C * C, cd = (double)C * (double)dk * (double)dv;
+        prof_flop(ops, OP_DELTA_RULE, (double)nch_all * (double)Hv * (4 * c2 * dk + c2 * (double)(dk + dv) + 6 * cd + c2 * dv));
+    }
+    const size_t nch = nch_max; /* scratch blocks per head */
+    size_t smA = ((size_t)C + (size_t)C * C) * sizeof(float);
+    size_t smB = (dk * VS + (size_t)C * VS + (size_t)C * KT + (size_t)C * C) * sizeof(float);
+    if (smB > (size_t)im->max_smem_optin || nch > 0x7fffffffu || Hv > 65535) {
+        fail(ops, "delta_rule", "key head dim too large for the device's shared memory");
+        return;
+    }
     const size_t per = (size_t)C * (3 * dk + dv + (size_t)C);
     float *base = (float *)scratch_alloc(ops, (Hv * nch * per + Hv * nch) * sizeof(float));
     if (!base) return;
@@ -551,53 +661,43 @@ void op_delta_rule_one(clef_ops *ops, float *o, const float *q, const float *k, 
     S.In = S.U + Hv * nch * (size_t)C * dv;
     S.lam = S.In + Hv * nch * (size_t)C * C;
 
-    size_t smA = ((size_t)C + (size_t)C * C) * sizeof(float);
-    size_t smB = (dk * VS + (size_t)C * VS + (size_t)C * KT + (size_t)C * C) * sizeof(float);
-    if (smB > (size_t)im->max_smem_optin || nch > 0x7fffffffu || Hv > 65535) {
-        fail(ops, "delta_rule", "key head dim too large for the device's shared memory");
-        scratch_free(ops, base);
-        return;
-    }
-    if (!smem_optin(ops, k_delta_scan, smB, "delta_rule (shared memory)")) {
-        scratch_free(ops, base);
-        return;
-    }
-    dim3 ga((unsigned)nch, (unsigned)Hv);
     const size_t smA2 = prep2_smem_bytes(dk);
     const bool a2 = im->delta_kernel == CLEF_CUDA_DELTA_V3 && dk % 4 == 0 && dk <= (size_t)A2_DKMAX &&
                     smA2 <= (size_t)im->max_smem_optin;
-    {
-        ProfScope pa(ops, OP_DELTA_A);
-        if (a2) {
-            if (!smem_optin(ops, k_delta_prep2, smA2, "delta_rule (shared memory)")) {
-                scratch_free(ops, base);
-                return;
-            }
-            k_delta_prep2<<<ga, A2_NT, smA2, im->stream>>>(S, q, k, v, beta, g, T, Hk, Hv, dk, dv, C, nch);
-        } else {
-            k_delta_prep<<<ga, NT, smA, im->stream>>>(S, q, k, v, beta, g, T, Hk, Hv, dk, dv, C, nch);
-        }
-    }
-    ProfScope pb(ops, OP_DELTA_B);
-    size_t sm2 = scan2_smem_floats(dk) * sizeof(float);
+    const size_t sm2 = scan2_smem_floats(dk) * sizeof(float);
     const bool v2 = im->delta_kernel != CLEF_CUDA_DELTA_V1 && dk % 4 == 0 && dk <= (size_t)S2_DKMAX &&
                     sm2 <= (size_t)im->max_smem_optin;
-    if (v2) {
-        const bool fast = im->precision == CLEF_CUDA_FAST;
-        if (!(fast ? smem_optin(ops, k_delta_scan2<float>, sm2, "delta_rule (shared memory)")
-                   : smem_optin(ops, k_delta_scan2<double>, sm2, "delta_rule (shared memory)"))) {
-            scratch_free(ops, base);
-            return;
-        }
-        dim3 gb((unsigned)Hv, (unsigned)((dv + S2_VS - 1) / S2_VS));
-        if (fast)
-            k_delta_scan2<float><<<gb, S2_NT, sm2, im->stream>>>(S, o, T, Hv, dk, dv, C, nch);
-        else
-            k_delta_scan2<double><<<gb, S2_NT, sm2, im->stream>>>(S, o, T, Hv, dk, dv, C, nch);
-    } else {
-        dim3 gb((unsigned)Hv, (unsigned)((dv + VS - 1) / VS));
-        k_delta_scan<<<gb, NT, smB, im->stream>>>(S, o, T, Hv, dk, dv, C, nch);
+    const bool fast = im->precision != CLEF_CUDA_FP32; /* fast and bf16: fp32 sums in kernel B v2 */
+    bool ok = smem_optin(ops, k_delta_scan, smB, "delta_rule (shared memory)") &&
+              (!a2 || smem_optin(ops, k_delta_prep2, smA2, "delta_rule (shared memory)")) &&
+              (!v2 || (fast ? smem_optin(ops, k_delta_scan2<float>, sm2, "delta_rule (shared memory)")
+                            : smem_optin(ops, k_delta_scan2<double>, sm2, "delta_rule (shared memory)")));
+    if (!ok) {
+        scratch_free(ops, base);
+        return;
     }
+    for_delta_groups(segs, nseg, st, chunk, [&](const DeltaTab &tab) {
+        const unsigned gch = tab.first[tab.nseg]; /* the group's chunks (<= nch) */
+        {
+            ProfScope pa(ops, OP_DELTA_A);
+            dim3 ga(gch, (unsigned)Hv);
+            if (a2)
+                k_delta_prep2<<<ga, A2_NT, smA2, im->stream>>>(S, q, k, v, beta, g, tab, Hk, Hv, dk, dv, C, nch);
+            else
+                k_delta_prep<<<ga, NT, smA, im->stream>>>(S, q, k, v, beta, g, tab, Hk, Hv, dk, dv, C, nch);
+        }
+        ProfScope pb(ops, OP_DELTA_B);
+        if (v2) {
+            dim3 gb((unsigned)Hv, (unsigned)((dv + S2_VS - 1) / S2_VS), (unsigned)tab.nseg);
+            if (fast)
+                k_delta_scan2<float><<<gb, S2_NT, sm2, im->stream>>>(S, o, tab, Hv, dk, dv, C, nch);
+            else
+                k_delta_scan2<double><<<gb, S2_NT, sm2, im->stream>>>(S, o, tab, Hv, dk, dv, C, nch);
+        } else {
+            dim3 gb((unsigned)Hv, (unsigned)((dv + VS - 1) / VS), (unsigned)tab.nseg);
+            k_delta_scan<<<gb, NT, smB, im->stream>>>(S, o, tab, Hv, dk, dv, C, nch);
+        }
+    });
     launch_ok(ops, "delta_rule");
     scratch_free(ops, base);
 }

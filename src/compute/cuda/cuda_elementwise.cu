@@ -50,26 +50,106 @@ void op_rope(clef_ops *ops, float *x, size_t ld, size_t T, size_t nh, size_t hd,
     launch_ok(ops, "rope");
 }
 
-__global__ void k_conv1d_silu(float *y, const float *x, size_t T, size_t C, size_t K, const float *w) {
-    GRID_LOOP(i, T * C) {
-        size_t t = i / C, ch = i % C;
+/* Packed records (ops.h clef_seg): up to CSEG_MAX segments per launch, by value (no upload; a CUDA
+ * graph holds the table as a launch argument); grid y = the segment. A tap before the segment's first
+ * row reads the segment's window in[s] ([K-1, C], oldest first) or is skipped (zero history, as on the
+ * CPU: the same products in the same order as the uninterrupted run). */
+static const int CSEG_MAX = 32;
+struct ConvTab {
+    int nseg;
+    size_t row0[CSEG_MAX];
+    unsigned n[CSEG_MAX];
+    unsigned snap[CSEG_MAX]; /* out: the window before this segment row */
+    const float *in[CSEG_MAX];
+    float *out[CSEG_MAX];
+};
+
+__global__ void k_conv1d_silu(float *y, const float *x, size_t C, size_t K, const float *w, ConvTab tab) {
+    const int sg = blockIdx.y;
+    const size_t row0 = tab.row0[sg], n = tab.n[sg];
+    const float *in = tab.in[sg];
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n * C; i += (size_t)gridDim.x * blockDim.x) {
+        const size_t t = i / C, ch = i % C;
         const float *wr = w + ch * K;
         double s = 0;
         for (size_t k = 0; k < K; k++) {
-            if (t + k + 1 < K) continue; /* tap k reads position t - (K-1) + k */
-            s += (double)wr[k] * x[(t + k + 1 - K) * C + ch];
+            if (t + k + 1 >= K) /* tap k reads segment row t - (K-1) + k */
+                s += (double)wr[k] * x[(row0 + t + k + 1 - K) * C + ch];
+            else if (in) /* window row (K-1) + (t - (K-1) + k) */
+                s += (double)wr[k] * in[(t + k) * C + ch];
         }
-        y[i] = dev_siluf((float)s);
+        y[(row0 + t) * C + ch] = dev_siluf((float)s);
     }
 }
 
-void op_conv1d_silu_one(clef_ops *ops, float *y, const float *x, size_t T, size_t C, const clef_tensor *w) {
+/* The K-1 input rows before segment row snap into out[s] (after the conv: out may be in[s]). One
+ * thread per channel reads its whole window first, so out == in works too. */
+__global__ void k_conv1d_window(const float *x, size_t C, size_t K, ConvTab tab) {
+    const int sg = blockIdx.y;
+    float *out = tab.out[sg];
+    if (!out) return;
+    const size_t row0 = tab.row0[sg];
+    const long snap = (long)tab.snap[sg], H = (long)K - 1;
+    const float *in = tab.in[sg];
+    for (size_t ch = blockIdx.x * (size_t)blockDim.x + threadIdx.x; ch < C; ch += (size_t)gridDim.x * blockDim.x) {
+        float win[7];
+        for (long j = 0; j < H; j++) {
+            const long idx = snap - H + j; /* segment row */
+            win[j] = idx >= 0 ? x[(row0 + (size_t)idx) * C + ch] : in ? in[(size_t)(H + idx) * C + ch] : 0.0f;
+        }
+        for (long j = 0; j < H; j++) out[(size_t)j * C + ch] = win[j];
+    }
+}
+
+void op_conv1d_silu(clef_ops *ops, float *y, const float *x, size_t C, const clef_tensor *w, const clef_seg *segs,
+                    size_t nseg, const clef_seg_state *st) {
     ProfScope ps(ops, OP_CONV1D_SILU);
-    if (!T || !C) return;
+    if (!nseg || !C) return;
     size_t K = (size_t)(w->numel / w->shape[0]);
+    if (K < 1 || K > 8) {
+        fail(ops, "conv1d_silu", "kernel size over 8 is not supported by the CUDA backend");
+        return;
+    }
+    size_t maxn = 0;
+    for (size_t i = 0; i < nseg; i++) {
+        if (segs[i].n > 0xffffffffu) {
+            fail(ops, "conv1d_silu", "segment over 2^32 rows");
+            return;
+        }
+        if (st && st[i].out) {
+            if (st[i].snap == 0 || st[i].snap > segs[i].n) {
+                fail(ops, "conv1d_silu", "a window is saved before a row of the segment (0 < snap <= n)");
+                return;
+            }
+        }
+        if (segs[i].n > maxn) maxn = segs[i].n;
+    }
     const float *wf = weight_f32(ops, w);
     if (!wf) return;
-    k_conv1d_silu<<<egrid(T * C), 256, 0, IM(ops)->stream>>>(y, x, T, C, K, wf);
+    Impl *im = IM(ops);
+    size_t i = 0;
+    while (i < nseg) {
+        ConvTab tab;
+        memset(&tab, 0, sizeof tab);
+        int n = 0;
+        bool outs = false;
+        for (; i < nseg && n < CSEG_MAX; i++) {
+            const clef_seg_state *ss = st ? &st[i] : nullptr;
+            if (!segs[i].n && !(ss && ss->out)) continue;
+            tab.row0[n] = segs[i].row0;
+            tab.n[n] = (unsigned)segs[i].n;
+            tab.in[n] = ss ? ss->in : nullptr;
+            tab.out[n] = ss ? ss->out : nullptr;
+            tab.snap[n] = ss && ss->out ? (unsigned)ss->snap : 0;
+            outs = outs || tab.out[n];
+            n++;
+        }
+        tab.nseg = n;
+        if (!n) break;
+        unsigned gx = egrid(maxn * C);
+        if (maxn) k_conv1d_silu<<<dim3(gx, (unsigned)n), 256, 0, im->stream>>>(y, x, C, K, wf, tab);
+        if (outs) k_conv1d_window<<<dim3(grid1d(C, 256), (unsigned)n), 256, 0, im->stream>>>(x, C, K, tab);
+    }
     launch_ok(ops, "conv1d_silu");
 }
 

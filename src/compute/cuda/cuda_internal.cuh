@@ -17,8 +17,9 @@
 #include <stdio.h>
 #include <string.h>
 
-extern "C" { /* the C headers declare C functions (clef_err_set, ...) */
+extern "C" { /* the C headers declare C functions (clef_err_set, clef_knobs_env, ...) */
 #include "base/err.h"
+#include "base/knobs.h"
 #include "compute/ops.h"
 }
 #include "compute/cuda/cuda_ops.h"
@@ -31,9 +32,37 @@ struct Chunk {
     size_t size;
     std::map<size_t, size_t> free_blocks; /* offset -> size, coalesced */
 };
+/* An arena: the main one (Impl::main), or a CUDA graph's own (GraphEntry::pool: what a captured
+ * forward allocates, so that a replay finds its buffers at the captured addresses). */
+struct Pool {
+    std::vector<Chunk> chunks;
+    size_t grow = (size_t)1 << 30; /* a new chunk is max(request, grow) */
+    size_t live = 0;               /* live allocations */
+    size_t live_bytes = 0, peak_bytes = 0;
+};
 struct Live {
+    Pool *pool;
     int chunk;
     size_t off, size;
+};
+
+/* ---- CUDA graphs (cuda_graph.cu; docs/cuda.md "Graphs") ---- */
+enum GraphMode { G_OFF = 0, G_CAPTURE = 1, G_REPLAY = 2 };
+enum GraphState { GS_NEW = 0, GS_WARM = 1, GS_READY = 2, GS_UNSAFE = 3 };
+struct GraphEntry {
+    int state = GS_NEW;
+    int misses = 0;                  /* replays whose calls differed from the capture */
+    Pool pool;                       /* the captured forward's allocations */
+    size_t warm_peak = 0;            /* the eager run's peak arena use (sizes the pool) */
+    size_t stage_need = 0;           /* bytes the eager run uploaded from the host */
+    char *stage = nullptr;           /* pinned host staging of the uploads (cudaMallocHost) */
+    size_t stage_size = 0, stage_cur = 0;
+    uint64_t fp = 0;                 /* fingerprint of the captured calls */
+    uint64_t ncalls = 0;
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    cudaEvent_t done = nullptr;      /* recorded after each launch: its staging may be rewritten after */
+    std::string why;                 /* why it is unsafe (reports) */
 };
 
 /* ---- weight cache ---- */
@@ -86,11 +115,24 @@ struct Impl {
     char name[256] = {0};
     std::string last_error;
 
-    std::vector<Chunk> chunks;
+    Pool main;
+    Pool *cur_pool = nullptr;      /* where alloc / scratch go: &main, or the capturing graph's pool */
     std::unordered_map<char *, Live> live;
-    size_t grow_bytes = (size_t)1 << 30;
     std::map<std::pair<const void *, size_t>, Weight> weights;
     size_t weight_bytes = 0;
+
+    /* graphs */
+    bool graph_on = false;                 /* $CLEF_CUDA_GRAPH=1 / clef_cuda_set_graph */
+    size_t graph_max = 8;                  /* graphs kept ($CLEF_CUDA_GRAPH_MAX) */
+    int gmode = G_OFF;
+    GraphEntry *gcur = nullptr;            /* the entry being captured / replayed */
+    uint64_t gfp = 0, gcalls = 0;          /* running fingerprint of this pass */
+    bool gbroken = false;                  /* this capture / replay cannot stand (a host sync, ...) */
+    const char *gwhy = nullptr;
+    bool gcount = false;                   /* an eager warm-up: count the uploaded bytes */
+    size_t gstage_count = 0;
+    std::map<uint64_t, GraphEntry> graphs;
+    uint64_t graph_stats[4] = {0, 0, 0, 0}; /* eager, captured, replayed, fell back */
 
     bool prof_on = false;
     std::vector<cudaEvent_t> ev_pool;     /* pairs: 2i start, 2i+1 end */
@@ -98,6 +140,7 @@ struct Impl {
     size_t ev_used = 0;
     double prof_ms[OP_COUNT] = {0};
     uint64_t prof_calls[OP_COUNT] = {0};
+    double prof_flop[OP_COUNT] = {0};     /* the arithmetic each op issued (prof_flop below) */
 };
 
 static inline Impl *IM(clef_ops *ops) { return static_cast<Impl *>(ops->impl); }
@@ -120,6 +163,19 @@ bool launch_ok(clef_ops *ops, const char *what);
 void *scratch_alloc(clef_ops *ops, size_t bytes);
 void scratch_free(clef_ops *ops, void *p);
 
+/* Host -> device copy of `bytes` on the stream. While a graph is captured the bytes go through the
+ * graph's pinned staging (a replay refills it); an eager warm-up counts them. False (ops->failed set,
+ * or the capture marked broken) on failure. */
+bool h2d(clef_ops *ops, void *dst, const void *src, size_t bytes, const char *what);
+/* Marks the pass being captured / replayed as unusable (it falls back to an eager run). */
+void graph_break(clef_ops *ops, const char *why);
+/* Fills the op table with the graph-aware entry points (cuda_graph.cu) around the op_* functions. */
+void graph_install(clef_ops *ops);
+void graph_destroy(clef_ops *ops);
+/* Arena of a pool (cuda_backend.cu): NULL when out of memory. */
+void *pool_alloc(Impl *im, Pool *pool, size_t bytes);
+void pool_release(Pool *pool);
+
 /* Device copies of a weight tensor: as stored (bf16 or fp32; *dtype says which) or widened to fp32.
  * NULL (and ops->failed) on failure. */
 const void *weight_raw(clef_ops *ops, const clef_tensor *t, int *dtype);
@@ -133,6 +189,13 @@ struct ProfScope {
     ~ProfScope();
 };
 
+/* While profiling: adds the floating-point operations op `op` issued to its total (the work the
+ * kernels really do: the split's two products per weight, 3xTF32's three MMAs per product). */
+static inline void prof_flop(clef_ops *ops, int op, double f) {
+    Impl *im = IM(ops);
+    if (im->prof_on) im->prof_flop[op] += f;
+}
+
 static inline unsigned grid1d(size_t n, unsigned block) {
     size_t g = (n + block - 1) / block;
     return (unsigned)(g > 0x7fffffffu ? 0x7fffffffu : (g ? g : 1));
@@ -142,7 +205,12 @@ __device__ __forceinline__ float bf16_bits_to_f32(uint16_t h) { return __uint_as
 __device__ __forceinline__ float dev_siluf(float x) { return x / (1.0f + expf(-x)); }
 __device__ __forceinline__ float dev_sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
 
-/* Op entry points, one per table slot (defined in the family files). */
+/* Op entry points, one per table slot (defined in the family files; memory and transfers in
+ * cuda_backend.cu). cuda_graph.cu puts them in the table behind its wrappers. */
+float *cu_alloc(clef_ops *, size_t);
+void cu_free(clef_ops *, float *);
+void cu_upload(clef_ops *, float *, const float *, size_t);
+void cu_download(clef_ops *, float *, const float *, size_t);
 void op_embed(clef_ops *, float *, const clef_tensor *, const int32_t *, size_t);
 void op_row_mean(clef_ops *, float *, const float *, size_t, size_t, size_t, size_t);
 void op_linear(clef_ops *, float *, const float *, size_t, const clef_tensor *, size_t, size_t, const clef_tensor *);
@@ -151,15 +219,9 @@ void op_layernorm(clef_ops *, float *, const float *, size_t, size_t, const clef
 void op_l2norm(clef_ops *, float *, size_t, size_t, size_t, float, float);
 void op_gated_rmsnorm(clef_ops *, float *, const float *, const float *, size_t, size_t, const clef_tensor *, float);
 void op_rope(clef_ops *, float *, size_t, size_t, size_t, size_t, size_t, const float *, const float *);
-/* One segment of rows from position 0 (the kernels as they were before packed forwards). */
-void op_conv1d_silu_one(clef_ops *, float *, const float *, size_t, size_t, const clef_tensor *);
 void op_gdn_gates(clef_ops *, float *, float *, const float *, const float *, size_t, size_t, const clef_tensor *,
                   const clef_tensor *);
-void op_delta_rule_one(clef_ops *, float *, const float *, const float *, const float *, const float *,
-                       const float *, size_t, size_t, size_t, size_t, size_t, size_t);
-void op_attention_one(clef_ops *, float *, size_t, const float *, size_t, const float *, size_t, const float *,
-                      size_t, size_t, size_t, size_t, size_t, size_t, float, int);
-/* The op table's per-segment forms (cuda_segments.cu). */
+/* The per-segment ops (ops.h clef_seg): varlen kernels, one launch per group of segments. */
 void op_conv1d_silu(clef_ops *, float *, const float *, size_t, const clef_tensor *, const clef_seg *, size_t,
                     const clef_seg_state *);
 void op_delta_rule(clef_ops *, float *, const float *, const float *, const float *, const float *, const float *,

@@ -15,6 +15,10 @@
  *    T x N scratch). $CLEF_CUDA_LINEAR=bf16 selects the old single-term path (speed comparisons).
  *    cublasGemmEx in bf16 is the fallback when cuBLASLt offers no algorithm. F32 weights take the
  *    parity path in either mode.
+ *  - CLEF_CUDA_BF16: one term, h = bf16(x), and one cuBLASLt GEMM per Linear (half the fast path's
+ *    tensor-core work; input error u |x| instead of u^2 |x|), the bias added in the GEMM's epilogue
+ *    (CUBLASLT_EPILOGUE_BIAS: fp32, one rounding) when cuBLASLt has an algorithm for it, else by
+ *    the separate kernel. Not verified on a GPU yet (docs/cuda.md).
  * The bias is added by a separate kernel. No atomics anywhere (cuBLAS's default atomics mode is
  * "not allowed"; cuBLASLt's reduction schemes are sequential), so the bits repeat. */
 #include "compute/cuda/cuda_internal.cuh"
@@ -100,10 +104,10 @@ static uint32_t ptr_align(const void *p) {
     return al;
 }
 
-/* One bf16 x bf16 -> fp32 product y = W x (+ y when accumulate) through cuBLASLt; false when
- * cuBLASLt has no algorithm for it. */
+/* One bf16 x bf16 -> fp32 product y = W x (+ y when accumulate) (+ bias[n] in the epilogue when bias is
+ * not NULL) through cuBLASLt; false when cuBLASLt has no algorithm for it. */
 static bool lt_bf16(clef_ops *ops, float *y, const __nv_bfloat16 *xb, const __nv_bfloat16 *wb, int N, int T, int K,
-                    bool accumulate) {
+                    bool accumulate, const float *bias = nullptr) {
     Impl *im = IM(ops);
     cublasLtMatmulDesc_t op = nullptr;
     cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
@@ -113,11 +117,20 @@ static bool lt_bf16(clef_ops *ops, float *y, const __nv_bfloat16 *xb, const __nv
     float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
     uint32_t aa = ptr_align(wb), ab = ptr_align(xb), ac = ptr_align(y);
     /* alignments select the admissible algorithms; beta != 0 may rule some out, so it is in the key */
-    GemmKey key{N, T, K, aa | (ab << 10) | (ac << 20) | (accumulate ? 1u << 30 : 0u)};
+    GemmKey key{N, T, K, aa | (ab << 10) | (ac << 20) | (accumulate ? 1u << 30 : 0u) | (bias ? 1u << 31 : 0u)};
     if (cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F) != CUBLAS_STATUS_SUCCESS) goto out;
     if (cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta) != CUBLAS_STATUS_SUCCESS ||
         cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb) != CUBLAS_STATUS_SUCCESS)
         goto out;
+    if (bias) { /* fp32 bias (the D type), one value per output row n of the column-major N x T result */
+        cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+        cudaDataType_t bt = CUDA_R_32F;
+        if (cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi) != CUBLAS_STATUS_SUCCESS ||
+            cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias) !=
+                CUBLAS_STATUS_SUCCESS ||
+            cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt) != CUBLAS_STATUS_SUCCESS)
+            goto out;
+    }
     if (cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, (uint64_t)K, (uint64_t)N, (int64_t)K) != CUBLAS_STATUS_SUCCESS ||
         cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, (uint64_t)K, (uint64_t)T, (int64_t)K) != CUBLAS_STATUS_SUCCESS ||
         cublasLtMatrixLayoutCreate(&lc, CUDA_R_32F, (uint64_t)N, (uint64_t)T, (int64_t)N) != CUBLAS_STATUS_SUCCESS)
@@ -186,18 +199,35 @@ void op_linear(clef_ops *ops, float *y, const float *x, size_t T, const clef_ten
     }
     const float one = 1.0f, zero = 0.0f;
     bool done = false;
-    if (im->precision == CLEF_CUDA_FAST && w->dtype == CLEF_ST_BF16) {
+    if (im->precision != CLEF_CUDA_FP32 && w->dtype == CLEF_ST_BF16) {
         int dt = 0;
         const uint16_t *wr = (const uint16_t *)weight_raw(ops, w, &dt);
         if (!wr) return;
         const __nv_bfloat16 *wb = (const __nv_bfloat16 *)(wr + row0 * K);
-        if (!im->linear_split) { /* the old single-term path ($CLEF_CUDA_LINEAR=bf16) */
+        if (im->precision == CLEF_CUDA_BF16 || !im->linear_split) {
+            /* one term: the bf16 precision, or the fast path's old single-term variant
+             * ($CLEF_CUDA_LINEAR=bf16); the bias in the epilogue in the bf16 precision only (the fast
+             * path keeps what run 2026-11-30b verified) */
             __nv_bfloat16 *xb = (__nv_bfloat16 *)scratch_alloc(ops, T * K * sizeof(__nv_bfloat16));
             if (!xb) return;
             k_to_bf16<<<cap_grid(T * K), 256, 0, im->stream>>>(xb, x, T * K);
+            if (b && im->precision == CLEF_CUDA_BF16) {
+                const float *bf = weight_f32(ops, b);
+                if (!bf) {
+                    scratch_free(ops, xb);
+                    return;
+                }
+                if (lt_bf16(ops, y, xb, wb, (int)N, (int)T, (int)K, false, bf + row0)) {
+                    prof_flop(ops, OP_LINEAR, 2.0 * (double)T * (double)N * (double)K);
+                    scratch_free(ops, xb);
+                    launch_ok(ops, "linear");
+                    return; /* bias added */
+                }
+            }
             done = gemm_bf16(ops, y, xb, wb, (int)N, (int)T, (int)K, false);
             scratch_free(ops, xb);
             if (!done) return;
+            prof_flop(ops, OP_LINEAR, 2.0 * (double)T * (double)N * (double)K);
         } else {
             /* h in rows [0, T), l in rows [T, 2T) of one [2T, K] operand (contiguous, so the concatenated
              * product is one GEMM with 2T columns) */
@@ -211,6 +241,7 @@ void op_linear(clef_ops *ops, float *y, const float *x, size_t T, const clef_ten
                     return;
                 }
                 done = gemm_bf16(ops, y2, xb, wb, (int)N, (int)(2 * T), (int)K, false);
+                prof_flop(ops, OP_LINEAR, 4.0 * (double)T * (double)N * (double)K); /* two products per weight */
                 const float *bf = nullptr;
                 if (done && b) {
                     bf = weight_f32(ops, b);
@@ -226,6 +257,7 @@ void op_linear(clef_ops *ops, float *y, const float *x, size_t T, const clef_ten
                    gemm_bf16(ops, y, xb + T * K, wb, (int)N, (int)T, (int)K, true);
             scratch_free(ops, xb);
             if (!done) return;
+            prof_flop(ops, OP_LINEAR, 4.0 * (double)T * (double)N * (double)K);
         }
     } else {
         const float *wf = weight_f32(ops, w);
@@ -236,6 +268,7 @@ void op_linear(clef_ops *ops, float *y, const float *x, size_t T, const clef_ten
                                   CUBLAS_COMPUTE_32F_PEDANTIC, CUBLAS_GEMM_DEFAULT),
                      "cublasGemmEx (fp32)"))
             return;
+        prof_flop(ops, OP_LINEAR, 2.0 * (double)T * (double)N * (double)K);
     }
     if (b) {
         const float *bf = weight_f32(ops, b);

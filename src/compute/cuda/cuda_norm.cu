@@ -149,7 +149,7 @@ void op_embed(clef_ops *ops, float *y, const clef_tensor *table, const int32_t *
     if (!tab) return;
     int32_t *dids = (int32_t *)scratch_alloc(ops, n * sizeof(int32_t));
     if (!dids) return;
-    if (cuda_ok(ops, cudaMemcpyAsync(dids, ids, n * sizeof(int32_t), cudaMemcpyHostToDevice, im->stream), "embed ids")) {
+    if (h2d(ops, dids, ids, n * sizeof(int32_t), "embed ids")) {
         unsigned g = grid1d(n * D, 256);
         if (g > 8192) g = 8192;
         if (dt == CLEF_ST_BF16)

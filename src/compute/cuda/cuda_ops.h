@@ -8,8 +8,11 @@
  * - Weights are uploaded on first use and cached, keyed by the tensor's host data pointer (the
  *   mapped checkpoint): bf16 as stored, plus an fp32 copy where an op needs one.
  * - Precision: CLEF_CUDA_FP32 is the parity path (fp32 activations and weights, fp32 GEMMs with TF32
- *   off, double sums in the reductions); CLEF_CUDA_FAST feeds bf16 activations and bf16 weights to
- *   the tensor cores (cuBLASLt, fp32 accumulation) and keeps everything else as in FP32.
+ *   off, double sums in the reductions); CLEF_CUDA_FAST feeds the bf16 weights and each activation
+ *   split into two bf16 terms to the tensor cores (cuBLASLt, fp32 accumulation: two products per
+ *   weight); CLEF_CUDA_BF16 rounds each activation to bf16 once (one product per weight: half the
+ *   tensor-core work, ~u = 2^-8 relative input error). Both keep everything but the Linear GEMMs
+ *   as the fast path has them (tensor-core 3xTF32 attention, fp32-sum delta rule).
  * - Deterministic: one stream, no atomics, fixed reduction trees; the same request gives the same
  *   bits on the same GPU model and library versions.
  * - Ops never fail on valid arguments; a CUDA or cuBLAS error or an exhausted arena sets
@@ -28,12 +31,14 @@
 extern "C" {
 #endif
 
-enum { CLEF_CUDA_FP32 = 0, CLEF_CUDA_FAST = 1 };
+/* The same values as CLEF_PRECISION_FP32 / _FAST / _BF16 (include/clef.h): the engine passes its
+ * option through. */
+enum { CLEF_CUDA_FP32 = 0, CLEF_CUDA_FAST = 1, CLEF_CUDA_BF16 = 2 };
 
 /* Number of CUDA devices usable by this process (0 when there is no driver or no GPU). */
 int clef_cuda_device_count(void);
 
-/* The backend on GPU `device` (0-based) with precision CLEF_CUDA_FP32 or CLEF_CUDA_FAST. knobs
+/* The backend on GPU `device` (0-based) with precision CLEF_CUDA_FP32, _FAST or _BF16. knobs
  * (base/knobs.h; NULL: the process's, clef_knobs_env()): the arena starts at CLEF_CUDA_POOL_MB MiB
  * (default 1024), the kernel variants below. NULL with err set (BadModel when there is no usable
  * GPU, OutOfMemory) on failure. Free with ops->destroy(ops). */
@@ -76,11 +81,35 @@ typedef struct clef_cuda_kernels {
 void clef_cuda_get_kernels(const clef_ops *ops, clef_cuda_kernels *k);
 void clef_cuda_set_kernels(clef_ops *ops, const clef_cuda_kernels *k);
 
+/* CUDA graphs for whole forward passes (docs/cuda.md "Graphs"). Off by default until a device run
+ * measures them: $CLEF_CUDA_GRAPH=1 at create, or clef_cuda_set_graph; $CLEF_CUDA_GRAPH_MAX (default
+ * 8) caps the graphs kept (later keys run eagerly). clef_cuda_graph_run(ops, key, fn, ctx) runs
+ * fn(ops, ctx) (a forward that allocates, uploads and calls ops, and frees what it allocated) and
+ * returns its result: with graphs off, or profiling on, simply fn; else the first call of a key runs
+ * eagerly (warm-up), the second is captured into a graph, later ones replay it when the pass makes
+ * the same calls (checked by a fingerprint; otherwise fn reruns eagerly). A pass that downloads or
+ * syncs inside stays eager. The key is the caller's shape (token count; a packed batch's layout
+ * hash). */
+typedef int (*clef_cuda_pass_fn)(clef_ops *ops, void *ctx);
+void clef_cuda_set_graph(clef_ops *ops, int on);
+int clef_cuda_graph_enabled(const clef_ops *ops);
+int clef_cuda_graph_run(clef_ops *ops, uint64_t key, clef_cuda_pass_fn fn, void *ctx);
+typedef struct clef_cuda_graph_info {
+    uint64_t eager, captured, replayed, fallbacks; /* passes by kind (a fallback also counts as eager) */
+    size_t graphs, unsafe;                          /* keys with a graph / kept eager */
+    size_t pool_bytes, staging_bytes;               /* device pools and pinned staging of the graphs */
+    char last_unsafe_why[96];
+} clef_cuda_graph_info;
+void clef_cuda_graph_stats(const clef_ops *ops, clef_cuda_graph_info *s);
+
 /* Per-op timing with CUDA events (off by default; on costs a little launch overhead). */
 typedef struct clef_cuda_op_time {
     const char *op;  /* "linear", "attention", ... */
     uint64_t calls;
     double ms;       /* summed kernel time between the op's start and end events */
+    double flop;     /* floating-point operations its kernels issued (the real work: the fast
+                        precision's two GEMM products per weight, 3xTF32 attention's three MMAs per
+                        product); 0 for ops that do not count (elementwise, norms) */
 } clef_cuda_op_time;
 void clef_cuda_profile(clef_ops *ops, int on);
 /* Syncs, then fills out[0..n) (n <= max) with the totals since the last reset; returns n. */

@@ -1,0 +1,488 @@
+/* clef gate: run a readout fixture in the author's schema ("coreai-clef-flash-fixtures/1", default:
+ * the author's fp32 readout on the real weights, compiled in from data/clef-flash/) through the engine
+ * and compare, per arm (text, g256, g448, native): responses byte-equal, max |dp| of every option's
+ * probability against the fixture's fp32 probs, argmax agreement; pass/fail against the thresholds of
+ * docs/fidelity.md ("The gate"). Exit 0 pass, 1 fail, 2 bad options or fixture, 3 the model did not
+ * open.
+ *
+ * Each run is the record's request with "raw": true (every answer then ends with a "raw" object of
+ * unrounded probabilities in head order, clef.h); the response compared for bytes is ours with that
+ * last key removed, rendered again (json_render: json.dumps(..., ensure_ascii=False,
+ * separators=(",", ":")), what the engine itself writes), against the fixture's systemone_response
+ * rendered the same way. Image arms need the images: --images DIR holding the files the fixture
+ * names, each checked against its png_sha256 before use; g256 / g448 open the engine with the fixed
+ * tile of that size (the arm's PIL BICUBIC resize before the processor), native with the native grid. */
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/buf.h"
+#include "base/json.h"
+#include "base/sha256.h"
+#include "clef.h"
+#include "cli/cli_opts.h"
+#include "cli/cmds.h"
+#include "cli/embedded.h"
+#include "cli/read_input.h"
+
+/* The thresholds (docs/fidelity.md, "The gate"). */
+#define GATE_MAX_DP 1e-4          /* max |p - p_ref| over every option of every run of an arm */
+#define GATE_ROUND_UNIT 1e-4      /* a response number may differ by one unit of the 4th decimal */
+#define GATE_FIXTURE_SCHEMA "coreai-clef-flash-fixtures/1"
+
+static const char *const ARMS[] = {"text", "g256", "g448", "native"};
+enum { N_ARMS = 4 };
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: clef gate --model DIR [--fixture F] [--images DIR] [--arm text|g256|g448|native]\n"
+            "                 [--threads N] [--device auto|cpu|cuda] [--verbose]\n"
+            "\n"
+            "Runs a readout fixture (default: the author's fp32 readout of clef-flash on the release weights,\n"
+            "216 records / 254 runs, built into clef) through the engine and prints, per arm, the runs\n"
+            "compared, responses byte-equal, max |dp| against the fixture's probabilities and argmax\n"
+            "agreement, with pass/fail against the thresholds of docs/fidelity.md. Text arms need only the\n"
+            "weights; image arms (g256, g448, native) run when --images DIR holds the images the fixture\n"
+            "names (checked against their sha256) and are skipped otherwise. Exit 0 pass, 1 fail.\n");
+}
+
+typedef struct arm_stats {
+    int runs_total, runs_run, runs_skipped, bytes_equal, bytes_rounding, errors;
+    int q_total, q_argmax_same, q_argmax_tie;
+    double max_dp;
+    char worst[96]; /* run/question of max_dp */
+    int failed;     /* a run that broke a rule other than the figures (error, structure) */
+} arm_stats;
+
+static int arm_index(const char *s) {
+    for (int i = 0; i < N_ARMS; i++)
+        if (!strcmp(s, ARMS[i])) return i;
+    return -1;
+}
+
+static const char *str_of(const json_value *v) { return v && v->kind == JSON_STRING ? v->u.string.s : NULL; }
+
+static int num_of(const json_value *v, double *out) {
+    if (!v) return 0;
+    if (v->kind == JSON_FLOAT) *out = v->u.number;
+    else if (v->kind == JSON_INT) *out = strtod(v->u.integer.digits, NULL);
+    else return 0;
+    return 1;
+}
+
+/* 0 equal, 1 equal but for numbers at most one 4th-decimal unit apart, 2 different. */
+static int compare_values(const json_value *a, const json_value *b) {
+    double x = 0, y = 0;
+    if ((a->kind == JSON_FLOAT || a->kind == JSON_INT) && (b->kind == JSON_FLOAT || b->kind == JSON_INT)) {
+        num_of(a, &x);
+        num_of(b, &y);
+        if (x == y && a->kind == b->kind) return 0;
+        return fabs(x - y) <= GATE_ROUND_UNIT * (1 + 1e-9) ? 1 : 2;
+    }
+    if (a->kind != b->kind) return 2;
+    switch (a->kind) {
+    case JSON_STRING:
+        return a->u.string.len == b->u.string.len && !memcmp(a->u.string.s, b->u.string.s, a->u.string.len) ? 0 : 2;
+    case JSON_ARRAY: {
+        if (a->u.array.n != b->u.array.n) return 2;
+        int r = 0;
+        for (size_t i = 0; i < a->u.array.n && r < 2; i++) {
+            int c = compare_values(a->u.array.items[i], b->u.array.items[i]);
+            if (c > r) r = c;
+        }
+        return r;
+    }
+    case JSON_OBJECT: {
+        if (a->u.object.n != b->u.object.n) return 2;
+        int r = 0;
+        for (size_t i = 0; i < a->u.object.n && r < 2; i++) {
+            const json_member *ma = &a->u.object.members[i], *mb = &b->u.object.members[i];
+            if (ma->key_len != mb->key_len || memcmp(ma->key, mb->key, ma->key_len)) return 2;
+            int c = compare_values(ma->val, mb->val);
+            if (c > r) r = c;
+        }
+        return r;
+    }
+    default:
+        return 0;
+    }
+}
+
+typedef struct gate {
+    json_doc *doc;
+    const json_value *records, *runs, *images;
+    const char *images_dir;
+    int verbose, n_reported;
+    clef_options base;
+} gate;
+
+static const json_value *find_record(const gate *g, const char *id) {
+    for (size_t i = 0; i < g->records->u.array.n; i++) {
+        const json_value *r = g->records->u.array.items[i];
+        const char *rid = str_of(json_object_get(r, "id"));
+        if (rid && !strcmp(rid, id)) return r;
+    }
+    return NULL;
+}
+
+static void report(gate *g, const char *tag, const char *fmt, const char *detail) {
+    if (g->n_reported++ < 20 || g->verbose) fprintf(stderr, "gate: %s: %s%s\n", tag, fmt, detail ? detail : "");
+}
+
+/* An image of the fixture under --images, checked against its png_sha256: writes the path into out.
+ * Returns 0, or -1 with a reason in why. */
+static int image_path(const gate *g, const char *file, char *out, size_t cap, char *why, size_t wcap) {
+    if (!g->images_dir) {
+        snprintf(why, wcap, "no --images");
+        return -1;
+    }
+    if (strchr(file, '/') || file[0] == '.' || snprintf(out, cap, "%s/%s", g->images_dir, file) >= (int)cap) {
+        snprintf(why, wcap, "%s: not a plain file name", file);
+        return -1;
+    }
+    const char *want = NULL;
+    for (size_t i = 0; g->images && i < g->images->u.array.n; i++) {
+        const json_value *im = g->images->u.array.items[i];
+        const char *f = str_of(json_object_get(im, "file"));
+        if (f && !strcmp(f, file)) want = str_of(json_object_get(im, "png_sha256"));
+    }
+    if (!want) {
+        snprintf(why, wcap, "%s: the fixture gives no png_sha256 for it", file);
+        return -1;
+    }
+    FILE *f = fopen(out, "rb");
+    if (!f) {
+        snprintf(why, wcap, "%s: not in %s", file, g->images_dir);
+        return -1;
+    }
+    clef_sha256 s;
+    clef_sha256_init(&s);
+    char buf[65536];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, f)) > 0) clef_sha256_update(&s, buf, n);
+    int bad = ferror(f);
+    fclose(f);
+    uint8_t d[32];
+    char hex[65];
+    clef_sha256_final(&s, d);
+    clef_sha256_to_hex(d, hex);
+    if (bad || strcmp(hex, want)) {
+        snprintf(why, wcap, "%s: sha256 %.12s..., the fixture's %.12s...", file, hex, want);
+        return -1;
+    }
+    return 0;
+}
+
+/* One run: request with "raw": true (and its images), compare. */
+static void run_one(gate *g, clef_engine *e, const json_value *run, const char *arm, arm_stats *st) {
+    char tag[160];
+    const char *id = str_of(json_object_get(run, "id"));
+    snprintf(tag, sizeof tag, "%s/%s", id ? id : "?", arm);
+    const json_value *rec = id ? find_record(g, id) : NULL;
+    const json_value *req = rec ? json_object_get(rec, "request") : NULL;
+    const json_value *qs = json_object_get(run, "questions"), *want = json_object_get(run, "systemone_response");
+    if (!req || req->kind != JSON_OBJECT || !qs || qs->kind != JSON_ARRAY || !want) {
+        report(g, tag, "the fixture lacks its record, questions or response", NULL);
+        st->errors++;
+        st->failed = 1;
+        return;
+    }
+    /* a request of our own: {request's members..., "images"?, "raw": true} */
+    json_doc *d = json_doc_new();
+    clef_buf body, a, b;
+    clef_buf_init(&body);
+    clef_buf_init(&a);
+    clef_buf_init(&b);
+    json_doc *resp = NULL;
+    json_value *obj = d ? json_new_object(d) : NULL;
+    int oom = !obj;
+    for (size_t i = 0; !oom && i < req->u.object.n; i++) {
+        const json_member *m = &req->u.object.members[i];
+        if (json_object_set(d, obj, m->key, m->key_len, m->val)) oom = 1;
+    }
+    if (!oom && strcmp(arm, "text")) {
+        const json_value *files = json_object_get(run, "image_files");
+        json_value *arr = json_new_array(d);
+        oom = !arr;
+        for (size_t i = 0; !oom && files && files->kind == JSON_ARRAY && i < files->u.array.n; i++) {
+            char path[4096], why[300];
+            const char *file = str_of(files->u.array.items[i]);
+            if (!file || image_path(g, file, path, sizeof path, why, sizeof why)) {
+                report(g, tag, "skipped: ", file ? why : "image_files is not a list of names");
+                st->runs_skipped++;
+                goto out;
+            }
+            json_value *s = json_new_string(d, path, strlen(path));
+            oom = !s || json_array_push(d, arr, s);
+        }
+        if (!oom) oom = json_object_set(d, obj, "images", 6, arr);
+    }
+    json_value *t = oom ? NULL : json_new_bool(d, 1);
+    if (!t || json_object_set(d, obj, "raw", 3, t) || json_render(&body, obj, 0)) oom = 1;
+    if (oom) {
+        report(g, tag, "out of memory", NULL);
+        st->errors++;
+        st->failed = 1;
+        goto out;
+    }
+    st->runs_run++;
+    clef_result r;
+    clef_decide(e, body.data, body.len, &r);
+    if (r.error_type || !r.body) {
+        report(g, tag, "the engine refused it: ", r.body ? r.body : "(no body)");
+        clef_result_free(&r);
+        st->errors++;
+        st->failed = 1;
+        goto out;
+    }
+    clef_err jerr = {0};
+    resp = json_parse(r.body, r.body_len, NULL, &jerr);
+    clef_result_free(&r);
+    json_value *answers = resp ? json_object_get(json_doc_root(resp), "answers") : NULL;
+    if (!answers || answers->kind != JSON_OBJECT) {
+        report(g, tag, "our response has no answers", NULL);
+        st->errors++;
+        st->failed = 1;
+        goto out;
+    }
+    /* probabilities: each answer's "raw" against the fixture's probs, then drop "raw" */
+    for (size_t qi = 0; qi < qs->u.array.n; qi++) {
+        const json_value *q = qs->u.array.items[qi];
+        const char *qid = str_of(json_object_get(q, "question_id"));
+        const json_value *oids = json_object_get(q, "option_ids"), *probs = json_object_get(q, "probs");
+        json_value *ans = qid ? json_object_get(answers, qid) : NULL;
+        size_t na = ans && ans->kind == JSON_OBJECT ? ans->u.object.n : 0;
+        const json_value *raw = na ? ans->u.object.members[na - 1].val : NULL;
+        if (!raw || strcmp(ans->u.object.members[na - 1].key, "raw") || raw->kind != JSON_OBJECT || !oids ||
+            !probs || oids->kind != JSON_ARRAY || probs->kind != JSON_ARRAY || raw->u.object.n != oids->u.array.n ||
+            probs->u.array.n != oids->u.array.n) {
+            report(g, tag, "question ", qid ? qid : "?");
+            report(g, tag, "  its options or raw probabilities do not line up with the fixture's", NULL);
+            st->failed = 1;
+            continue;
+        }
+        st->q_total++;
+        size_t ours_top = 0, ref_top = 0;
+        double ref_best = -1, ref_second = -1, ours_best = -1;
+        for (size_t k = 0; k < oids->u.array.n; k++) {
+            const char *oid = str_of(oids->u.array.items[k]);
+            const json_member *m = &raw->u.object.members[k];
+            double p = 0, pr = 0;
+            if (!oid || strcmp(m->key, oid) || !num_of(m->val, &p) || !num_of(probs->u.array.items[k], &pr)) {
+                report(g, tag, "option ids differ from the fixture's in question ", qid);
+                st->failed = 1;
+                break;
+            }
+            double dp = fabs(p - pr);
+            if (!(dp <= st->max_dp)) { /* NaN counts as worse than anything */
+                st->max_dp = isnan(dp) ? INFINITY : dp;
+                snprintf(st->worst, sizeof st->worst, "%.40s/%.40s", tag, qid);
+            }
+            if (p > ours_best) ours_best = p, ours_top = k;
+            if (pr > ref_best) ref_second = ref_best, ref_best = pr, ref_top = k;
+            else if (pr > ref_second) ref_second = pr;
+        }
+        if (ours_top == ref_top) st->q_argmax_same++;
+        else if (ref_best - ref_second < 2 * GATE_MAX_DP) st->q_argmax_tie++;
+        else report(g, tag, "argmax differs in question ", qid);
+        ans->u.object.n--; /* "raw" is the last member (clef.h); the rest is the reference's response */
+    }
+    if (json_render(&a, json_doc_root(resp), 0) || json_render(&b, want, 0)) {
+        report(g, tag, "out of memory", NULL);
+        st->failed = 1;
+        goto out;
+    }
+    if (a.len == b.len && !memcmp(a.data, b.data, a.len)) {
+        st->bytes_equal++;
+    } else {
+        int c = compare_values(json_doc_root(resp), want);
+        if (c == 1) {
+            st->bytes_rounding++;
+            if (g->verbose) fprintf(stderr, "gate: %s: a 4th-decimal rounding difference\n  ours %s\n  ref  %s\n", tag, a.data, b.data);
+        } else {
+            report(g, tag, "response differs: ", NULL);
+            if (g->n_reported <= 20 || g->verbose) fprintf(stderr, "  ours %.600s\n  ref  %.600s\n", a.data, b.data);
+            st->failed = 1;
+        }
+    }
+out:
+    json_doc_free(resp);
+    json_doc_free(d);
+    clef_buf_free(&body);
+    clef_buf_free(&a);
+    clef_buf_free(&b);
+}
+
+static int arm_pass(const arm_stats *s) {
+    return s->runs_run > 0 && !s->failed && !s->errors && s->max_dp <= GATE_MAX_DP &&
+           s->bytes_equal + s->bytes_rounding == s->runs_run && s->q_argmax_same + s->q_argmax_tie == s->q_total;
+}
+
+int cmd_gate(int argc, char **argv) {
+    gate g;
+    memset(&g, 0, sizeof g);
+    clef_options_default(&g.base);
+    const char *fixture = NULL;
+    int only_arm = -1;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 0;
+        }
+        if (!strcmp(a, "--verbose")) {
+            g.verbose = 1;
+            continue;
+        }
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!v) {
+            fprintf(stderr, "clef gate: %s needs a value or is unknown (clef gate --help)\n", a);
+            return 2;
+        }
+        i++;
+        if (!strcmp(a, "--model")) g.base.model_dir = v;
+        else if (!strcmp(a, "--fixture")) fixture = v;
+        else if (!strcmp(a, "--images")) g.images_dir = v;
+        else if (!strcmp(a, "--arm")) {
+            if ((only_arm = arm_index(v)) < 0) {
+                fprintf(stderr, "clef gate: --arm must be text, g256, g448 or native\n");
+                return 2;
+            }
+        } else if (!strcmp(a, "--threads")) {
+            if (!cli_int(v, 0, 4096, &g.base.threads)) {
+                fprintf(stderr, "clef gate: --threads must be a whole number in [0, 4096]\n");
+                return 2;
+            }
+        } else if (!strcmp(a, "--device")) {
+            if (!strcmp(v, "auto")) g.base.device = CLEF_DEVICE_AUTO;
+            else if (!strcmp(v, "cpu")) g.base.device = CLEF_DEVICE_CPU;
+            else if (!strcmp(v, "cuda")) g.base.device = CLEF_DEVICE_CUDA;
+            else {
+                fprintf(stderr, "clef gate: --device must be auto, cpu or cuda\n");
+                return 2;
+            }
+        } else {
+            fprintf(stderr, "clef gate: unknown option '%s' (clef gate --help)\n", a);
+            return 2;
+        }
+    }
+    if (!g.base.model_dir) {
+        fprintf(stderr, "clef gate: --model DIR is required (clef gate --help)\n");
+        return 2;
+    }
+    g.base.allow_image_paths = 1;
+
+    char *owned = NULL;
+    const char *text;
+    size_t len;
+    if (fixture) {
+        owned = cli_read_all(fixture, (size_t)256 << 20, &len);
+        if (!owned) return 2;
+        text = owned;
+    } else {
+        cli_blob bl = cli_embedded_author_fixture();
+        text = bl.data;
+        len = bl.len;
+    }
+    const char *fname = fixture ? fixture : "the author's fixture (built in)";
+    clef_err jerr = {0};
+    g.doc = json_parse(text, len, NULL, &jerr);
+    free(owned);
+    const json_value *root = g.doc ? json_doc_root(g.doc) : NULL;
+    const char *schema = root ? str_of(json_object_get(root, "schema")) : NULL;
+    g.records = root ? json_object_get(root, "records") : NULL;
+    g.runs = root ? json_object_get(root, "runs") : NULL;
+    g.images = root ? json_object_get(root, "images") : NULL;
+    if (g.images && g.images->kind != JSON_ARRAY) g.images = NULL;
+    if (!g.doc || !schema || strcmp(schema, GATE_FIXTURE_SCHEMA) || !g.records || g.records->kind != JSON_ARRAY ||
+        !g.runs || g.runs->kind != JSON_ARRAY) {
+        fprintf(stderr, "clef gate: %s: %s\n", fname,
+                !g.doc ? jerr.msg : "not a fixture of schema " GATE_FIXTURE_SCHEMA " with records and runs");
+        json_doc_free(g.doc);
+        return 2;
+    }
+    fprintf(stderr, "gate: %s: %zu records, %zu runs; model %s\n", fname, g.records->u.array.n, g.runs->u.array.n,
+            g.base.model_dir);
+
+    arm_stats st[N_ARMS];
+    memset(st, 0, sizeof st);
+    for (size_t i = 0; i < g.runs->u.array.n; i++) {
+        const char *arm = str_of(json_object_get(g.runs->u.array.items[i], "arm"));
+        int ai = arm ? arm_index(arm) : -1;
+        if (ai < 0) {
+            fprintf(stderr, "clef gate: run %zu has no known arm\n", i);
+            json_doc_free(g.doc);
+            return 2;
+        }
+        st[ai].runs_total++;
+    }
+    int rc = 0;
+    for (int ai = 0; ai < N_ARMS; ai++) {
+        if (!st[ai].runs_total || (only_arm >= 0 && ai != only_arm)) continue;
+        if (ai > 0 && !g.images_dir) {
+            st[ai].runs_skipped = st[ai].runs_total;
+            continue;
+        }
+        clef_options o = g.base;
+        o.image_tile = ai == 1 ? 256 : ai == 2 ? 448 : 0;
+        o.text_only = ai == 0;
+        char err[1200];
+        clef_engine *e = clef_open(&o, err, sizeof err);
+        if (!e) {
+            fprintf(stderr, "clef gate: %s\n", err);
+            json_doc_free(g.doc);
+            return 3;
+        }
+        char label[64];
+        snprintf(label, sizeof label, "gate %s", ARMS[ai]);
+        cli_progress bar;
+        cli_progress_init(&bar, label);
+        int done = 0;
+        for (size_t i = 0; i < g.runs->u.array.n; i++) {
+            const json_value *run = g.runs->u.array.items[i];
+            if (strcmp(str_of(json_object_get(run, "arm")), ARMS[ai])) continue;
+            run_one(&g, e, run, ARMS[ai], &st[ai]);
+            cli_progress_draw(&bar, (uint64_t)++done, (uint64_t)st[ai].runs_total, NULL, 0);
+            if (!bar.tty && st[ai].runs_total >= 20 && done % (st[ai].runs_total / 10) == 0 && done < st[ai].runs_total)
+                fprintf(stderr, "gate: %s: %d of %d runs\n", ARMS[ai], done, st[ai].runs_total);
+        }
+        cli_progress_end(&bar);
+        if (ai == 0) printf("backend: %s\n", clef_engine_backend(e));
+        clef_close(e);
+    }
+
+    printf("%-7s %9s %13s %10s %11s  %s\n", "arm", "runs", "bytes-equal", "max|dp|", "argmax", "result");
+    int any = 0;
+    for (int ai = 0; ai < N_ARMS; ai++) {
+        const arm_stats *s = &st[ai];
+        if (!s->runs_total || (only_arm >= 0 && ai != only_arm)) continue;
+        if (s->runs_run == 0) {
+            printf("%-7s %4d/%-4d  skipped: %s\n", ARMS[ai], 0, s->runs_total,
+                   g.images_dir ? "none of its images found or verified in --images"
+                                : "image arm: give --images DIR holding the fixture's images");
+            continue;
+        }
+        any = 1;
+        int pass = arm_pass(s);
+        if (!pass) rc = 1;
+        char eq[32], am[32];
+        snprintf(eq, sizeof eq, "%d/%d", s->bytes_equal, s->runs_run);
+        snprintf(am, sizeof am, "%d/%d", s->q_argmax_same, s->q_total);
+        printf("%-7s %4d/%-4d %13s %10.3g %11s  %s", ARMS[ai], s->runs_run, s->runs_total, eq, s->max_dp, am,
+               pass ? "pass" : "FAIL");
+        if (s->bytes_rounding) printf("; %d with 4th-decimal rounding differences", s->bytes_rounding);
+        if (s->q_argmax_tie) printf("; %d argmax flips on ties under %.0e", s->q_argmax_tie, 2 * GATE_MAX_DP);
+        if (s->runs_skipped) printf("; %d runs skipped (images)", s->runs_skipped);
+        if (s->errors) printf("; %d engine errors", s->errors);
+        if (s->max_dp > GATE_MAX_DP) printf("; max |dp| over %.0e at %s", GATE_MAX_DP, s->worst);
+        printf("\n");
+    }
+    if (!any) rc = 1;
+    printf("gate: %s (thresholds, docs/fidelity.md \"The gate\": max |dp| <= %.0e; every response byte-equal "
+           "or one 4th-decimal unit apart; argmax equal where the fixture's top-2 margin >= %.0e)\n",
+           !any ? "FAIL: no run compared" : rc ? "FAIL" : "pass", GATE_MAX_DP, 2 * GATE_MAX_DP);
+    json_doc_free(g.doc);
+    return rc;
+}
