@@ -77,7 +77,7 @@ int cmd_serve(int argc, char **argv) {
         CLI_OPT_PRECISION(&o.precision),
         CLI_OPT_GPU(&o.gpu),
         {.name = "--http-threads", .kind = CLI_INT, .dst = &sc.http_threads, .arg = "N", .lo = 1, .hi = 256, .def = "2",
-         .help = "HTTP threads, which also parse and tokenize"},
+         .help = "HTTP threads: bodies in, answers out (--prepare-threads tokenize)"},
         {.name = "--max-body", .kind = CLI_SIZE, .dst = &sc.max_body, .arg = "BYTES", .lo = 1, .hi = 17179869184.0,
          .def = "16M", .help = "request body cap, 413 above"},
         {.name = "--max-header", .kind = CLI_SIZE, .dst = &sc.max_header, .arg = "BYTES", .lo = 1024, .hi = 16777216,
