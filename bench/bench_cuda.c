@@ -179,7 +179,7 @@ static int run_precision(int precision, const size_t *Ts, int nT, int reps, int 
     double peak = precision == CLEF_CUDA_FAST ? PEAK_BF16 : PEAK_FP32;
     clef_err err;
     clef_err_clear(&err);
-    clef_ops *ops = clef_cuda_ops_create(0, precision, &err);
+    clef_ops *ops = clef_cuda_ops_create(0, precision, NULL, &err);
     if (!ops) {
         fprintf(stderr, "bench_cuda: %s\n", err.msg);
         return 1;

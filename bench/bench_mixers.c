@@ -20,7 +20,7 @@
  *     + 3 n dk dv [W·R, Qd·R, Kdᵀ·Vn] + n(n+1)/2 dv [Intra·Vn], times 2.
  *   attention: 4 nh hd T(T+1)/2 (q·k and p·v over the causal triangle); --vision: 4 nh hd T^2.
  *
- * --gemm also times the linear op's GEMM (clef_gemm_bf16, T x 4096 x 4096, bf16 weights) in the same
+ * --gemm also times the linear op's GEMM (the CPU backend's kernel: CLEF_GEMM or the fastest, T x 4096 x 4096, bf16 weights) in the same
  * run and prints, per T and thread count, the mixers' estimated share of a whole prefill:
  *   mixers = 24 delta_rule + 8 attention (one layer each as measured),
  *   linear = 13.84 GFLOP per token (model.md §3.4) at the GEMM's measured rate,
@@ -42,6 +42,7 @@
 #include "base/threads.h"
 #include "compute/cpu/cpu_mixers.h"
 #include "compute/cpu/cpu_simd.h"
+#include "base/knobs.h"
 #include "compute/cpu/gemm.h"
 
 static double now_s(void) {
@@ -284,14 +285,14 @@ int main(int argc, char **argv) {
                 double cmin = 1e300;
                 for (int rep = 0; rep < reps; rep++) {
                     double c0 = cpu_s();
-                    if (clef_gemm_bf16(pool, y, N, x, K, T, K, W, K, N, NULL)) { fprintf(stderr, "gemm failed\n"); return 2; }
+                    if (clef_gemm_bf16_with(clef_gemm_named(clef_knobs_env()->gemm), pool, y, N, x, K, T, K, W, K, N, NULL)) { fprintf(stderr, "gemm failed\n"); return 2; }
                     if (cpu_s() - c0 < cmin) cmin = cpu_s() - c0;
                 }
                 clef_pool_destroy(pool);
                 double rate = 2.0 * (double)T * K * N / (cmin / ths[tj]); /* flop per second, cores unshared */
                 double lin = 13.84e9 * (double)T / rate, mix = 24 * fast_cpu[0][tj] + 8 * fast_cpu[1][tj];
                 printf("# T=%zu threads=%d: gemm (%s) %.1f GFLOP/s -> linear %.1f s, mixers %.2f s (24 x %.3f + 8 x %.3f), share %.1f%%\n",
-                       T, ths[tj], clef_gemm_name(clef_gemm_default()), rate * 1e-9, lin, mix, fast_cpu[0][tj],
+                       T, ths[tj], clef_gemm_name(clef_gemm_named(clef_knobs_env()->gemm)), rate * 1e-9, lin, mix, fast_cpu[0][tj],
                        fast_cpu[1][tj], 100 * mix / (mix + lin));
             }
             free(x); free(y); free(W);

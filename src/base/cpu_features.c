@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/knobs.h"
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 #define CLEF_X86 1
@@ -86,8 +88,8 @@ static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
 static void init_features(void) {
     unsigned f = detect();
-    const char *m = getenv("CLEF_CPU_MASK");
-    if (m) {
+    const char *m = clef_knobs_env()->cpu_mask; /* CLEF_CPU_MASK (base/knobs.h) */
+    if (*m) {
         char tok[32];
         while (*m) {
             size_t n = strcspn(m, ", ");

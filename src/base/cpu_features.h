@@ -2,8 +2,8 @@
  * counts only when the CPU has it AND the OS saves the register state it needs (XCR0: ymm for
  * AVX/AVX2/FMA, opmask + zmm for AVX-512), so a kernel chosen from these flags can run.
  *
- * Detected once (thread-safe, lazily) and cached. The environment variable CLEF_CPU_MASK, when set
- * when the flags are first read, clears features for testing dispatch: a comma-separated list of
+ * Detected once (thread-safe, lazily) and cached. The knob CLEF_CPU_MASK (base/knobs.h, read with
+ * the process's other knobs) clears features for testing dispatch: a comma-separated list of
  * names from clef_cpu_feature_names (e.g. CLEF_CPU_MASK=avx512f,avx512bf16 makes the machine
  * look like an AVX2 one). */
 #ifndef CLEF_BASE_CPU_FEATURES_H

@@ -28,6 +28,26 @@
 
 typedef struct clef_ops clef_ops;
 
+/* Packed forwards: one op call covers several records, each a segment of consecutive rows. Ops that
+ * mix rows (conv1d, the delta rule, attention) never mix two segments; every other op is per row,
+ * so a record's bits do not depend on its company (docs/architecture.md "Packed forwards"). */
+typedef struct clef_seg {
+    size_t row0, n;   /* rows [row0, row0 + n) of the packed buffers */
+} clef_seg;
+
+/* The recurrent state of one segment in a sequential mixer (device buffers; layout per op). */
+typedef struct clef_seg_state {
+    const float *in;  /* the state before the segment's first row; NULL: zeros (a record's start) */
+    float *out;       /* NULL, or where the state after `snap` rows is written */
+    size_t snap;
+} clef_seg_state;
+
+/* One segment of an attention call. */
+typedef struct clef_attn_seg {
+    size_t q0, nq;    /* query (and output) rows */
+    size_t k0, nk;    /* key / value rows; causal needs nk >= nq */
+} clef_attn_seg;
+
 /* A backend's own form of one weight tensor (e.g. the CPU's AMX kernel layout), made once at load
  * by ops->prepare_weight. The model owns it (clef_tensor.prep; model/weights.h): it is freed with
  * destroy, which needs no clef_ops, so the model may outlive the backend or the reverse. A
@@ -43,6 +63,8 @@ struct clef_ops {
     const char *name;     /* "cpu", ... */
     int host_memory;      /* 1: device buffers are host memory (pointers may be used directly) */
     int failed;           /* sticky: an op ran out of memory */
+    int can_resume;       /* 1: conv1d_silu and delta_rule honour clef_seg_state and causal attention
+                             takes cached keys (nk > nq); the engine's state cache needs it */
     void *impl;           /* backend state */
 
     void (*destroy)(clef_ops *ops);
@@ -102,31 +124,42 @@ struct clef_ops {
                  const float *cos, const float *sin);
 
     /* ---- Gated DeltaNet ---- */
-    /* Causal depthwise conv1d (kernel K from w [C, 1, K], tap K-1 = current token, zeros before
-     * 0, no bias) followed by SiLU. x, y [T, C] contiguous. */
-    void (*conv1d_silu)(clef_ops *ops, float *y, const float *x, size_t T, size_t C,
-                        const clef_tensor *w);
+    /* Causal depthwise conv1d (kernel K from w [C, 1, K], tap K-1 = current token, no bias)
+     * followed by SiLU, per segment: segment s covers rows [segs[s].row0, + n) of x and y [*, C]
+     * (contiguous) and sees, before its first row, the K-1 input rows of st[s].in ([K-1, C],
+     * oldest first) or zeros when st (or st[s].in) is NULL. When st[s].out is set, the K-1 input
+     * rows before row st[s].snap of the segment (0 < snap <= n) are written there, in the same
+     * layout: the window a later forward resumes from. */
+    void (*conv1d_silu)(clef_ops *ops, float *y, const float *x, size_t C, const clef_tensor *w,
+                        const clef_seg *segs, size_t nseg, const clef_seg_state *st);
     /* beta = sigmoid(b); g = -exp(A_log) * softplus(a + dt_bias) (torch softplus, threshold 20).
      * a, b, beta, g [T, H] contiguous; A_log, dt_bias [H]. */
     void (*gdn_gates)(clef_ops *ops, float *beta, float *g, const float *b, const float *a,
                       size_t T, size_t H, const clef_tensor *A_log, const clef_tensor *dt_bias);
-    /* The chunked gated delta rule (model.md §4.4.6), chunks of `chunk` tokens aligned at
-     * position 0, zero initial state. q [T, Hk, dk] (already l2-normalized and scaled),
-     * k [T, Hk, dk] (l2-normalized), v [T, Hv, dv], beta, g [T, Hv]; o [T, Hv, dv]. v-head h uses
-     * k-head h / (Hv / Hk). All contiguous. */
+    /* The chunked gated delta rule (model.md §4.4.6) per segment: chunks of `chunk` tokens aligned
+     * at each segment's first row, starting from the state st[s].in ([Hv, dk, dv] fp32) or zeros
+     * when st (or st[s].in) is NULL. q [*, Hk, dk] (already l2-normalized and scaled), k [*, Hk, dk]
+     * (l2-normalized), v [*, Hv, dv], beta, g [*, Hv]; o [*, Hv, dv]; rows as in segs. v-head h
+     * uses k-head h / (Hv / Hk). When st[s].out is set, the state after the segment's first
+     * st[s].snap rows is written there (snap a multiple of chunk, or n): resuming from it at that
+     * row gives the bits of the uninterrupted run. All contiguous. */
     void (*delta_rule)(clef_ops *ops, float *o, const float *q, const float *k, const float *v,
-                       const float *beta, const float *g, size_t T, size_t Hk, size_t Hv,
-                       size_t dk, size_t dv, size_t chunk);
+                       const float *beta, const float *g, size_t Hk, size_t Hv, size_t dk, size_t dv,
+                       size_t chunk, const clef_seg *segs, size_t nseg, const clef_seg_state *st);
 
     /* ---- attention ---- */
-    /* Multi-head softmax attention with grouped kv heads: query head h (< nh) uses kv head
+    /* Multi-head softmax attention with grouped kv heads, per segment (block diagonal): segment s
+     * has query rows [q0, q0 + nq) and key rows [k0, k0 + nk). Query head h (< nh) uses kv head
      * h / (nh / nkv). q row i head h at q + i*ldq + h*hd; k, v row t kv head j at k + t*ldk + j*hd
      * (v likewise with ldv); o row i head h at o + i*ldo + h*hd.
      *   o_h[i] = sum_t softmax_t(scale * q_h[i] . k_j[t]) v_j[t],
-     * over t < Tk, or t <= i when causal (then Tq == Tk). Memory O(Tk) per worker. */
+     * over the segment's keys t < nk, or, when causal, t <= i + (nk - nq) (the last nq keys are
+     * the queries' own rows; earlier ones came from a cache). A row's bits depend only on its
+     * keys, never on the other segments. Memory O(nk) per worker. */
     void (*attention)(clef_ops *ops, float *o, size_t ldo, const float *q, size_t ldq,
-                      const float *k, size_t ldk, const float *v, size_t ldv, size_t Tq, size_t Tk,
-                      size_t nh, size_t nkv, size_t hd, float scale, int causal);
+                      const float *k, size_t ldk, const float *v, size_t ldv,
+                      const clef_attn_seg *segs, size_t nseg, size_t nh, size_t nkv, size_t hd,
+                      float scale, int causal);
 
     /* ---- elementwise (n floats, contiguous) ---- */
     void (*silu_mul)(clef_ops *ops, float *y, const float *gate, const float *up, size_t n); /* y = silu(gate)*up; y may alias */
@@ -134,6 +167,14 @@ struct clef_ops {
     void (*sigmoid_mul)(clef_ops *ops, float *x, const float *gate, size_t n); /* x *= sigmoid(gate) */
     void (*add)(clef_ops *ops, float *y, const float *a, const float *b, size_t n); /* y = a + b; y may alias a or b */
 };
+
+/* Attention over one segment: Tq query rows against Tk key rows (the common case). */
+static inline void clef_attention1(clef_ops *ops, float *o, size_t ldo, const float *q, size_t ldq,
+                                   const float *k, size_t ldk, const float *v, size_t ldv, size_t Tq,
+                                   size_t Tk, size_t nh, size_t nkv, size_t hd, float scale, int causal) {
+    clef_attn_seg s = {0, Tq, 0, Tk};
+    ops->attention(ops, o, ldo, q, ldq, k, ldk, v, ldv, &s, 1, nh, nkv, hd, scale, causal);
+}
 
 /* Reads element i of a weight tensor as fp32 on the host (BF16, F16 or F32; 0 for other dtypes).
  * Weights are always host-mapped, so this works for any backend; meant for scalars and small

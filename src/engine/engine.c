@@ -70,24 +70,25 @@ static int open_progress(void *user, const char *stage, size_t done, size_t tota
     return 0;
 }
 
-/* The compute backend the options (or, for CLEF_DEVICE_AUTO, $CLEF_DEVICE / $CLEF_PRECISION and
- * the machine) ask for; docs/cuda.md. */
+/* The compute backend the options (or, for CLEF_DEVICE_AUTO, the knobs CLEF_DEVICE /
+ * CLEF_PRECISION and the machine) ask for; docs/cuda.md. The backend receives the process's knobs
+ * (base/knobs.h, read once; docs/knobs.md). */
 static clef_ops *create_ops(const clef_options *o, clef_err *err) {
+    const clef_knobs *kn = clef_knobs_env();
     int dev = o->device, prec = o->precision;
     if (dev == CLEF_DEVICE_AUTO) {
-        const char *d = getenv("CLEF_DEVICE"), *p = getenv("CLEF_PRECISION");
-        if (d && !strcmp(d, "cpu")) dev = CLEF_DEVICE_CPU;
-        else if (d && !strcmp(d, "cuda")) dev = CLEF_DEVICE_CUDA;
-        else if (d && *d) {
-            clef_err_set(err, CLEF_E_BAD_MODEL, "CLEF_DEVICE=%s: expected cpu or cuda", d);
+        if (kn->device == CLEF_KNOB_BAD) {
+            clef_err_set(err, CLEF_E_BAD_MODEL, "CLEF_DEVICE=%s: expected cpu or cuda", kn->device_raw);
             return NULL;
         }
-        if (p && !strcmp(p, "fast")) prec = CLEF_PRECISION_FAST;
-        else if (p && !strcmp(p, "fp32")) prec = CLEF_PRECISION_FP32;
-        else if (p && *p) {
-            clef_err_set(err, CLEF_E_BAD_MODEL, "CLEF_PRECISION=%s: expected fp32 or fast", p);
+        if (kn->device == CLEF_KNOB_DEVICE_CPU) dev = CLEF_DEVICE_CPU;
+        else if (kn->device == CLEF_KNOB_DEVICE_CUDA) dev = CLEF_DEVICE_CUDA;
+        if (kn->precision == CLEF_KNOB_BAD) {
+            clef_err_set(err, CLEF_E_BAD_MODEL, "CLEF_PRECISION=%s: expected fp32 or fast", kn->precision_raw);
             return NULL;
         }
+        if (kn->precision == CLEF_KNOB_PRECISION_FAST) prec = CLEF_PRECISION_FAST;
+        else if (kn->precision == CLEF_KNOB_PRECISION_FP32) prec = CLEF_PRECISION_FP32;
     }
     if (prec != CLEF_PRECISION_FP32 && prec != CLEF_PRECISION_FAST) {
         clef_err_set(err, CLEF_E_BAD_MODEL, "unknown precision %d", prec);
@@ -96,7 +97,7 @@ static clef_ops *create_ops(const clef_options *o, clef_err *err) {
 #ifdef CLEF_HAVE_CUDA
     if (dev == CLEF_DEVICE_AUTO) dev = clef_cuda_device_count() > 0 ? CLEF_DEVICE_CUDA : CLEF_DEVICE_CPU;
     if (dev == CLEF_DEVICE_CUDA)
-        return clef_cuda_ops_create(o->gpu, prec == CLEF_PRECISION_FAST ? CLEF_CUDA_FAST : CLEF_CUDA_FP32, err);
+        return clef_cuda_ops_create(o->gpu, prec == CLEF_PRECISION_FAST ? CLEF_CUDA_FAST : CLEF_CUDA_FP32, kn, err);
 #else
     if (dev == CLEF_DEVICE_CUDA) {
         clef_err_set(err, CLEF_E_BAD_MODEL, "this build has no CUDA backend (build with make CUDA=1)");
@@ -107,7 +108,7 @@ static clef_ops *create_ops(const clef_options *o, clef_err *err) {
         clef_err_set(err, CLEF_E_BAD_MODEL, "unknown device %d", dev);
         return NULL;
     }
-    return clef_cpu_ops_create(o->threads, err);
+    return clef_cpu_ops_create(o->threads, kn, err);
 }
 
 const char *clef_engine_backend(const clef_engine *e) { return e && e->ops ? e->ops->name : "none"; }

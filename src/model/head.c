@@ -53,7 +53,7 @@ static void mha(clef_ops *ops, float *out, const float *xq, size_t Tq, const flo
     ops->linear(ops, q, xq, Tq, in_w, 0, W, in_b);
     ops->linear(ops, k, xkv, Tk, in_w, W, W, in_b);
     ops->linear(ops, v, xkv, Tk, in_w, 2 * W, W, in_b);
-    ops->attention(ops, a, W, q, W, k, W, v, W, Tq, Tk, heads, heads, hd, (float)(1.0 / sqrt((double)hd)), 0);
+    clef_attention1(ops, a, W, q, W, k, W, v, W, Tq, Tk, heads, heads, hd, (float)(1.0 / sqrt((double)hd)), 0);
     ops->linear(ops, out, a, Tq, out_w, 0, W, out_b);
 }
 
@@ -64,7 +64,11 @@ int clef_head_forward(clef_ops *ops, const clef_head_config *hc, const clef_head
     const size_t F = (size_t)hc->feedforward, heads = (size_t)hc->heads;
     const int Q = in->n_questions;
     const float ln_eps = 1e-5f;
-    if (T == 0 || !in->hidden || !in->ids) return clef_err_set(err, CLEF_E_INTERNAL, "head called with no tokens");
+    const size_t past = in->past, Tn = T - past; /* rows computed here */
+    if (T == 0 || past >= T || !in->hidden || !in->ids || (past && !in->mem_past))
+        return clef_err_set(err, CLEF_E_INTERNAL, "head called with no tokens");
+    if (in->mem_snap && (past || in->snap_rows > T))
+        return clef_err_set(err, CLEF_E_INTERNAL, "head: memory rows saved only from a whole record");
     if (Q <= 0 || !in->questions) return clef_err_set(err, CLEF_E_INTERNAL, "head called with no questions");
     if (heads == 0 || W % heads != 0 || hw->n_evidence != hc->routing_layers || hw->n_layers != hc->layers)
         return clef_err_set(err, CLEF_E_BAD_MODEL, "head config and weights disagree");
@@ -75,12 +79,13 @@ int clef_head_forward(clef_ops *ops, const clef_head_config *hc, const clef_head
         if (qq->type < 0 || qq->type > 2) return clef_err_set(err, CLEF_E_INTERNAL, "question %d has type %d", i, qq->type);
         /* An empty span is allowed: its mean is NaN, as in the reference (contract.md §3.2: a
          * question with an empty id and no instructions gives NaN logits for the whole record). */
-        if (qq->q_start < 0 || qq->q_end < qq->q_start || (size_t)qq->q_end > T)
+        if (qq->q_start < 0 || qq->q_end < qq->q_start || (size_t)qq->q_end > T ||
+            (qq->q_end > qq->q_start && (size_t)qq->q_start < past))
             return clef_err_set(err, CLEF_E_INTERNAL, "question %d span [%d, %d) is outside %zu tokens", i, (int)qq->q_start, (int)qq->q_end, T);
         if (qq->n_options <= 0 || !qq->option_spans) return clef_err_set(err, CLEF_E_INTERNAL, "question %d has no options", i);
         for (int j = 0; j < qq->n_options; j++) {
             int32_t s = qq->option_spans[2 * j], e = qq->option_spans[2 * j + 1];
-            if (s < 0 || e < s || (size_t)e > T)
+            if (s < 0 || e < s || (size_t)e > T || (e > s && (size_t)s < past))
                 return clef_err_set(err, CLEF_E_INTERNAL, "question %d option %d span [%d, %d) is outside %zu tokens", i, j, (int)s, (int)e, T);
             for (int32_t t = s; t < e; t++)
                 if (in->ids[t] < 0 || in->ids[t] >= V) return clef_err_set(err, CLEF_E_INTERNAL, "token id %d outside the lexical table", (int)in->ids[t]);
@@ -93,7 +98,7 @@ int clef_head_forward(clef_ops *ops, const clef_head_config *hc, const clef_head
 
     int rc = -1;
     pool_t pl = {ops, {0}, 0, 0};
-    float *Hn = dalloc(&pl, T * Hb);          /* hidden_norm(hidden) */
+    float *Hn = dalloc(&pl, Tn * Hb);         /* hidden_norm(hidden) of the new rows */
     float *M = dalloc(&pl, T * W);            /* memory */
     float *Mn = dalloc(&pl, T * W);           /* memory_norm(M) */
     float *Qv = dalloc(&pl, (size_t)Q * Hb);  /* question means */
@@ -127,17 +132,22 @@ int clef_head_forward(clef_ops *ops, const clef_head_config *hc, const clef_head
     }
 
     /* 1-3: hidden_norm, memory, global (= the last row of Hn) */
-    ops->layernorm(ops, Hn, in->hidden, T, Hb, &hw->hidden_norm_w, &hw->hidden_norm_b, ln_eps);
-    ops->linear(ops, M, Hn, T, &hw->memory_projection, 0, W, NULL);
-    const float *g = Hn + (T - 1) * Hb;
+    ops->layernorm(ops, Hn, in->hidden, Tn, Hb, &hw->hidden_norm_w, &hw->hidden_norm_b, ln_eps);
+    if (past) ops->copy2d(ops, M, W, in->mem_past, W, past, W);
+    ops->linear(ops, M + past * W, Hn, Tn, &hw->memory_projection, 0, W, NULL);
+    if (in->mem_snap && in->snap_rows) ops->copy2d(ops, in->mem_snap, W, M, W, in->snap_rows, W);
+    const float *g = Hn + (Tn - 1) * Hb;
     /* 4-6: question means, option context means, lexical means of raw lm_head rows */
     size_t oi = 0;
     for (int i = 0; i < Q; i++) {
         const clef_head_question *qq = &in->questions[i];
-        ops->row_mean(ops, Qv + (size_t)i * Hb, Hn, Hb, (size_t)qq->q_start, (size_t)qq->q_end, Hb);
+        /* spans of the new rows (an empty span's mean is NaN wherever it lies) */
+        size_t q0 = qq->q_end > qq->q_start ? (size_t)qq->q_start - past : 0;
+        ops->row_mean(ops, Qv + (size_t)i * Hb, Hn, Hb, q0, q0 + (size_t)(qq->q_end - qq->q_start), Hb);
         for (int j = 0; j < qq->n_options; j++, oi++) {
             size_t s = (size_t)qq->option_spans[2 * j], e = (size_t)qq->option_spans[2 * j + 1];
-            ops->row_mean(ops, Cv + oi * Hb, Hn, Hb, s, e, Hb);
+            size_t sn = e > s ? s - past : 0;
+            ops->row_mean(ops, Cv + oi * Hb, Hn, Hb, sn, sn + (e > s ? e - s : 0), Hb);
             if (e > s) ops->embed(ops, tmp, lm_head, in->ids + s, e - s);
             ops->row_mean(ops, Lx + oi * Hb, tmp, Hb, 0, e - s, Hb);
         }

@@ -92,8 +92,33 @@ int clef_text_forward(clef_ops *ops, const clef_config *cfg, const clef_text_wei
     for (size_t r = 0; r < in->n_replace; r++)
         if (!in->replace_pos || !in->replace_rows || in->replace_pos[r] < 0 || (size_t)in->replace_pos[r] >= T)
             return clef_err_set(err, CLEF_E_INTERNAL, "replacement row %zu has no valid position", r);
+    /* the records: their rows, and what each resumes from or saves */
+    clef_forward_seg one = {T, NULL, NULL};
+    const clef_forward_seg *fs = in->nseg ? in->segs : &one;
+    const size_t nseg = in->nseg ? in->nseg : 1;
+    if (in->nseg && !in->segs) return clef_err_set(err, CLEF_E_INTERNAL, "segments: count without a table");
+    {
+        size_t sum = 0;
+        for (size_t i = 0; i < nseg; i++) {
+            const clef_forward_seg *f = &fs[i];
+            if (f->n == 0) return clef_err_set(err, CLEF_E_INTERNAL, "segment %zu has no rows", i);
+            if (f->snap && (f->resume || f->snap->rows == 0 || f->snap->rows >= f->n || f->snap->rows % CLEF_DELTA_CHUNK))
+                return clef_err_set(err, CLEF_E_INTERNAL, "segment %zu: a state can be saved only at a multiple of %d "
+                                    "inside a record that starts here", i, CLEF_DELTA_CHUNK);
+            if (f->resume && f->resume->rows % CLEF_DELTA_CHUNK)
+                return clef_err_set(err, CLEF_E_INTERNAL, "segment %zu resumes at %zu rows", i, f->resume->rows);
+            sum += f->n;
+        }
+        if (sum != T) return clef_err_set(err, CLEF_E_INTERNAL, "segments hold %zu rows, the forward %zu", sum, T);
+    }
 
     int rc = -1;
+    clef_seg *rows = malloc(nseg * sizeof *rows);
+    if (!rows) return clef_err_set(err, CLEF_E_OOM, "out of memory");
+    for (size_t i = 0, r0 = 0; i < nseg; r0 += fs[i].n, i++) {
+        rows[i].row0 = r0;
+        rows[i].n = fs[i].n;
+    }
     float *h = hidden_out; /* the residual stream lives in the output buffer */
     float *u = ops->alloc(ops, T * H), *mix = ops->alloc(ops, T * H);
     size_t MB = T < MLP_BLOCK ? T : MLP_BLOCK;
@@ -114,9 +139,11 @@ int clef_text_forward(clef_ops *ops, const clef_config *cfg, const clef_text_wei
         if (in->inv_freq) memcpy(inv, in->inv_freq, half * sizeof(float));
         else clef_text_inv_freq(tc, inv);
         clef_text_mrope_planes(tc, plane);
-        for (size_t t = 0; t < T; t++)
+        for (size_t si = 0, t = 0; si < nseg; si++)
+            for (size_t j = 0; j < fs[si].n; j++, t++)
             for (size_t i = 0; i < half; i++) {
-                float p = in->pos[0] ? (float)in->pos[plane[i]][t] : (float)t;
+                size_t tpos = (fs[si].resume ? fs[si].resume->rows : 0) + j; /* text-only: its place in the record */
+                float p = in->pos[0] ? (float)in->pos[plane[i]][t] : (float)tpos;
                 float th = p * inv[i];
                 hc[t * half + i] = (float)cos((double)th);
                 hs[t * half + i] = (float)sin((double)th);
@@ -135,9 +162,10 @@ int clef_text_forward(clef_ops *ops, const clef_config *cfg, const clef_text_wei
         const clef_text_layer *L = &w->layers[li];
         /* §4.2 */
         ops->rmsnorm(ops, u, H, h, H, T, H, &L->input_norm, 1, eps);
+        clef_mix_segs ms = {rows, fs, nseg, li};
         int mrc = tc->layer_types[li] == CLEF_LAYER_FULL
-                      ? clef_attention_forward(ops, tc, L, u, T, &rope, mix, err)
-                      : clef_gdn_forward(ops, tc, L, u, T, mix, err);
+                      ? clef_attention_forward(ops, tc, L, u, T, &ms, &rope, mix, err)
+                      : clef_gdn_forward(ops, tc, L, u, T, &ms, mix, err);
         if (mrc != 0) goto done;
         ops->add(ops, h, h, mix, T * H);
         ops->rmsnorm(ops, u, H, h, H, T, H, &L->post_norm, 1, eps);
@@ -172,5 +200,6 @@ done:
     ops->free(ops, sn);
     free(hc);
     free(hs);
+    free(rows);
     return rc;
 }

@@ -39,10 +39,19 @@ typedef struct clef_rope_tab {
     const float *cos, *sin; /* device [T, rotary_dim / 2] */
 } clef_rope_tab;
 
+/* The records of the forward as the mixers see them: rows and, per record, the state to resume
+ * from / to fill (clef_forward_seg), for layer `layer`. */
+typedef struct clef_mix_segs {
+    const clef_seg *rows;           /* [n] */
+    const clef_forward_seg *rec;    /* [n] */
+    size_t n;
+    int layer;
+} clef_mix_segs;
+
 int clef_gdn_forward(clef_ops *ops, const clef_text_config *tc, const clef_text_layer *L,
-                     const float *u, size_t T, float *out, clef_err *err);
+                     const float *u, size_t T, const clef_mix_segs *sg, float *out, clef_err *err);
 int clef_attention_forward(clef_ops *ops, const clef_text_config *tc, const clef_text_layer *L,
-                           const float *u, size_t T, const clef_rope_tab *rope, float *out,
-                           clef_err *err);
+                           const float *u, size_t T, const clef_mix_segs *sg, const clef_rope_tab *rope,
+                           float *out, clef_err *err);
 
 #endif

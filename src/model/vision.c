@@ -56,7 +56,7 @@ void clef_vision_bilinear(int side, int row, int col, int grid_h, int grid_w, in
         }
 }
 
-/* Device buffers for one image of Np patches. */
+/* Device buffers for a pack of images of Np patches in all. */
 typedef struct {
     float *pix, *h, *x, *qkv, *att, *tmp, *mlp, *cos, *sin, *m1;
 } vis_bufs;
@@ -135,17 +135,30 @@ static void rope_rows(const clef_vision_config *vc, const float *inv, const clef
     }
 }
 
-static int one_image(clef_ops *ops, const clef_vision_config *vc, const clef_vision_weights *w,
-                     const clef_vision_image *im, const float *inv, const float *table, float *out, clef_err *err) {
+/* Patches per packed pass of the tower: images are packed until this many (an image larger than
+ * this runs alone). Bounds the [Np, intermediate] scratch (~140 MB at the real width) while short
+ * images of a batch share every weight read. A row's bits do not depend on the pack. */
+#define VISION_PACK_PATCHES 8192
+
+/* Images [0, n) in one pass: every per-patch op over all their rows, attention per frame. */
+static int image_pack(clef_ops *ops, const clef_vision_config *vc, const clef_vision_weights *w,
+                      const clef_vision_image *ims, size_t n, const float *inv, const float *table, float *out,
+                      clef_err *err) {
     const size_t Hv = (size_t)vc->hidden_size, Iv = (size_t)vc->intermediate_size, nh = (size_t)vc->num_heads;
     const size_t hd = (size_t)vc->head_dim, half = hd / 2, P = (size_t)vc->patch_dim;
-    const size_t per = (size_t)im->grid_h * (size_t)im->grid_w, Np = (size_t)im->grid_t * per;
-    const size_t mm = (size_t)vc->spatial_merge_size * (size_t)vc->spatial_merge_size, Nt = Np / mm;
+    const size_t mm = (size_t)vc->spatial_merge_size * (size_t)vc->spatial_merge_size;
     const size_t Md = (size_t)vc->merged_dim, Od = (size_t)vc->out_hidden_size;
     const float eps = (float)vc->layer_norm_eps, scale = (float)(1.0 / sqrt((double)hd));
+    size_t Np = 0, nframes = 0;
+    for (size_t k = 0; k < n; k++) {
+        Np += (size_t)ims[k].grid_t * (size_t)ims[k].grid_h * (size_t)ims[k].grid_w;
+        nframes += (size_t)ims[k].grid_t;
+    }
+    const size_t Nt = Np / mm;
 
     vis_bufs b = {0};
     float *host = NULL, *hc = NULL;
+    clef_attn_seg *frames = malloc(nframes * sizeof *frames);
     int rc = 0;
     b.pix = ops->alloc(ops, Np * P);
     b.h = ops->alloc(ops, Np * Hv);
@@ -159,24 +172,33 @@ static int one_image(clef_ops *ops, const clef_vision_config *vc, const clef_vis
     b.m1 = ops->alloc(ops, Nt * Md);
     host = malloc(Np * Hv * sizeof(float));
     hc = malloc(2 * Np * half * sizeof(float));
-    int have = host && hc;
+    int have = host && hc && frames;
     float **bp = (float **)&b;
     for (size_t i = 0; i < sizeof b / sizeof(float *); i++)
         if (!bp[i]) have = 0;
     if (!have) {
-        rc = clef_err_set(err, CLEF_E_OOM, "out of memory for an image of %zu patches", Np);
+        rc = clef_err_set(err, CLEF_E_OOM, "out of memory for images of %zu patches", Np);
         goto done;
     }
 
-    /* patch embedding: one GEMM over the flattened [Hv, C*T*p*p] kernel */
-    ops->upload(ops, b.pix, im->pixel_values, Np * P);
+    /* per image: pixels, learned positions, rotary tables at its rows; one segment per frame */
+    size_t row = 0, f = 0;
+    for (size_t k = 0; k < n; k++) {
+        const clef_vision_image *im = &ims[k];
+        const size_t per = (size_t)im->grid_h * (size_t)im->grid_w, np = (size_t)im->grid_t * per;
+        ops->upload(ops, b.pix + row * P, im->pixel_values, np * P);
+        pos_rows(vc, table, im, host + row * Hv);
+        rope_rows(vc, inv, im, hc + row * half, hc + Np * half + row * half);
+        for (int t = 0; t < im->grid_t; t++, f++) {
+            frames[f].q0 = frames[f].k0 = row + (size_t)t * per;
+            frames[f].nq = frames[f].nk = per;
+        }
+        row += np;
+    }
+    /* patch embedding: one GEMM over the flattened [Hv, C*T*p*p] kernel, plus learned positions */
     ops->linear(ops, b.h, b.pix, Np, &w->patch_w, 0, Hv, &w->patch_b);
-    /* learned positions */
-    pos_rows(vc, table, im, host);
     ops->upload(ops, b.tmp, host, Np * Hv);
     ops->add(ops, b.h, b.h, b.tmp, Np * Hv);
-    /* rotary tables */
-    rope_rows(vc, inv, im, hc, hc + Np * half);
     ops->upload(ops, b.cos, hc, Np * half);
     ops->upload(ops, b.sin, hc + Np * half, Np * half);
     if (ops->failed) goto oom;
@@ -187,11 +209,8 @@ static int one_image(clef_ops *ops, const clef_vision_config *vc, const clef_vis
         ops->linear(ops, b.qkv, b.x, Np, &B->qkv_w, 0, 3 * Hv, &B->qkv_b);
         ops->rope(ops, b.qkv, 3 * Hv, Np, nh, hd, hd, b.cos, b.sin);      /* q */
         ops->rope(ops, b.qkv + Hv, 3 * Hv, Np, nh, hd, hd, b.cos, b.sin); /* k */
-        for (int t = 0; t < im->grid_t; t++) {                            /* one segment per frame */
-            const float *q = b.qkv + (size_t)t * per * 3 * Hv;
-            ops->attention(ops, b.att + (size_t)t * per * Hv, Hv, q, 3 * Hv, q + Hv, 3 * Hv, q + 2 * Hv, 3 * Hv, per,
-                           per, nh, nh, hd, scale, 0);
-        }
+        ops->attention(ops, b.att, Hv, b.qkv, 3 * Hv, b.qkv + Hv, 3 * Hv, b.qkv + 2 * Hv, 3 * Hv, frames, nframes,
+                       nh, nh, hd, scale, 0);
         ops->linear(ops, b.tmp, b.att, Np, &B->proj_w, 0, Hv, &B->proj_b);
         ops->add(ops, b.h, b.h, b.tmp, Np * Hv);
         ops->layernorm(ops, b.x, b.h, Np, Hv, &B->norm2_w, &B->norm2_b, eps);
@@ -202,7 +221,8 @@ static int one_image(clef_ops *ops, const clef_vision_config *vc, const clef_vis
         if (ops->failed) goto oom;
     }
 
-    /* merger: LayerNorm per patch, 4 consecutive rows = one token, fc1, erf GELU, fc2 */
+    /* merger: LayerNorm per patch, 4 consecutive rows = one token (never across images: each
+     * image's rows are a multiple of 4), fc1, erf GELU, fc2 */
     ops->layernorm(ops, b.x, b.h, Np, Hv, &w->merger_norm_w, &w->merger_norm_b, eps);
     ops->linear(ops, b.m1, b.x, Nt, &w->merger_fc1_w, 0, Md, &w->merger_fc1_b);
     ops->gelu(ops, b.m1, Nt * Md, 0);
@@ -214,6 +234,7 @@ oom:
 done:
     free(host);
     free(hc);
+    free(frames);
     free_bufs(ops, &b);
     return rc;
 }
@@ -244,9 +265,16 @@ int clef_vision_forward(clef_ops *ops, const clef_vision_config *vc, const clef_
     for (size_t i = 0; i < tab_n; i++) table[i] = clef_tensor_f32_at(&w->pos_embed, (int64_t)i);
     int rc = 0;
     size_t off = 0;
-    for (size_t k = 0; k < n_images && rc == 0; k++) {
-        rc = one_image(ops, vc, w, &images[k], inv, table, out + off * (size_t)vc->out_hidden_size, err);
-        off += clef_vision_tokens(vc, &images[k]);
+    for (size_t k0 = 0; k0 < n_images && rc == 0;) { /* packs of up to VISION_PACK_PATCHES patches */
+        size_t k1 = k0, np = 0;
+        while (k1 < n_images) {
+            size_t p = (size_t)images[k1].grid_t * (size_t)images[k1].grid_h * (size_t)images[k1].grid_w;
+            if (k1 > k0 && np + p > VISION_PACK_PATCHES) break;
+            np += p;
+            k1++;
+        }
+        rc = image_pack(ops, vc, w, images + k0, k1 - k0, inv, table, out + off * (size_t)vc->out_hidden_size, err);
+        for (; k0 < k1; k0++) off += clef_vision_tokens(vc, &images[k0]);
     }
     free(table);
     return rc;

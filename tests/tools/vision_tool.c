@@ -75,7 +75,7 @@ int main(int argc, char **argv) {
     clef_err_clear(&err);
     clef_model_files *mf = clef_model_open(model, &err);
     if (!mf) return fail(&err);
-    clef_ops *ops = clef_cpu_ops_create(threads, &err);
+    clef_ops *ops = clef_cpu_ops_create(threads, NULL, &err);
     if (!ops) return fail(&err);
     const clef_vision_config *vc = &mf->cfg.vision;
     size_t D = (size_t)vc->out_hidden_size, P = (size_t)vc->patch_dim;

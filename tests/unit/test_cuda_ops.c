@@ -267,7 +267,7 @@ static void t_gdn_small(size_t T) {
         cs[i] = (float)cos(th);
         sn[i] = (float)sin(th);
     }
-    cpu->conv1d_silu(cpu, rc, x, T, C, &cw);
+    { clef_seg s1 = {0, T}; cpu->conv1d_silu(cpu, rc, x, C, &cw, &s1, 1, NULL); }
     cpu->gdn_gates(cpu, rb, rg, b, a, T, H, &alog, &dtb);
     memcpy(rq, q, T * nh * hd * 4);
     cpu->rope(cpu, rq, nh * hd, T, nh, hd, rot, cs, sn);
@@ -276,7 +276,7 @@ static void t_gdn_small(size_t T) {
         float *dx = dev(g, x, T * C), *dc = dev(g, NULL, T * C), *da = dev(g, a, T * H), *db = dev(g, b, T * H);
         float *dbe = dev(g, NULL, T * H), *dg = dev(g, NULL, T * H), *dq = dev(g, q, T * nh * hd);
         float *dcs = dev(g, cs, T * half), *dsn = dev(g, sn, T * half);
-        g->conv1d_silu(g, dc, dx, T, C, &cw);
+        { clef_seg s1 = {0, T}; g->conv1d_silu(g, dc, dx, C, &cw, &s1, 1, NULL); }
         g->gdn_gates(g, dbe, dg, db, da, T, H, &alog, &dtb);
         g->rope(g, dq, nh * hd, T, nh, hd, rot, dcs, dsn);
         float *h1 = host_of(g, dc, T * C), *h2 = host_of(g, dbe, T * H), *h3 = host_of(g, dg, T * H);
@@ -309,10 +309,10 @@ static float *delta_on(clef_ops *G, const float *q, const float *k, const float 
                        size_t T, size_t Hk, size_t Hv, size_t dk, size_t dv, float **again) {
     float *dq = dev(G, q, T * Hk * dk), *dk_ = dev(G, k, T * Hk * dk), *dv_ = dev(G, v, T * Hv * dv);
     float *db = dev(G, beta, T * Hv), *dg = dev(G, g, T * Hv), *dout = dev(G, NULL, T * Hv * dv);
-    G->delta_rule(G, dout, dq, dk_, dv_, db, dg, T, Hk, Hv, dk, dv, 64);
+    { clef_seg s1 = {0, T}; G->delta_rule(G, dout, dq, dk_, dv_, db, dg, Hk, Hv, dk, dv, 64, &s1, 1, NULL); }
     float *got = host_of(G, dout, T * Hv * dv);
     if (again) {
-        G->delta_rule(G, dout, dq, dk_, dv_, db, dg, T, Hk, Hv, dk, dv, 64);
+        { clef_seg s1 = {0, T}; G->delta_rule(G, dout, dq, dk_, dv_, db, dg, Hk, Hv, dk, dv, 64, &s1, 1, NULL); }
         *again = host_of(G, dout, T * Hv * dv);
     }
     G->free(G, dq); G->free(G, dk_); G->free(G, dv_); G->free(G, db); G->free(G, dg); G->free(G, dout);
@@ -328,7 +328,7 @@ static void t_delta(size_t T, size_t Hk, size_t Hv, size_t dk, size_t dv) {
         beta[i] = 0.5f + 0.49f * frand();
         g[i] = -0.3f * (1.0f + frand()); /* in (-0.6, 0] */
     }
-    cpu->delta_rule(cpu, ref, q, k, v, beta, g, T, Hk, Hv, dk, dv, 64);
+    { clef_seg s1 = {0, T}; cpu->delta_rule(cpu, ref, q, k, v, beta, g, Hk, Hv, dk, dv, 64, &s1, 1, NULL); }
     float *newest[2] = {NULL, NULL};
     for (int m = 0; m < NMODES; m++) {
         float *again;
@@ -374,17 +374,17 @@ static void t_attention(const char *name, size_t Tq, size_t Tk, size_t nh, size_
     size_t ldo = nh * hd;
     float *ref = malloc(Tq * ldo * 4);
     float scale = (float)(1.0 / sqrt((double)hd));
-    cpu->attention(cpu, ref, ldo, qp, ldq, kp, ldk, vp, ldk, Tq, Tk, nh, nkv, hd, scale, causal);
+    clef_attention1(cpu, ref, ldo, qp, ldq, kp, ldk, vp, ldk, Tq, Tk, nh, nkv, hd, scale, causal);
     for (int m = 0; m < NMODES; m++) {
         clef_ops *g = G_of(m);
         float *dq = dev(g, q, nq), *dk = packed ? dq : dev(g, k, nk), *dv = packed ? dq : dev(g, v, nk);
         float *dqp = dq, *dkp = packed ? dq + nh * hd : dk, *dvp = packed ? dq + 2 * nh * hd : dv;
         float *o = dev(g, NULL, Tq * ldo);
-        g->attention(g, o, ldo, dqp, ldq, dkp, ldk, dvp, ldk, Tq, Tk, nh, nkv, hd, scale, causal);
+        clef_attention1(g, o, ldo, dqp, ldq, dkp, ldk, dvp, ldk, Tq, Tk, nh, nkv, hd, scale, causal);
         float *got = host_of(g, o, Tq * ldo);
         check_ok(m, "attention");
         cmpv(name, m, Tq, got, ref, Tq * ldo, 1e-5);
-        g->attention(g, o, ldo, dqp, ldq, dkp, ldk, dvp, ldk, Tq, Tk, nh, nkv, hd, scale, causal);
+        clef_attention1(g, o, ldo, dqp, ldq, dkp, ldk, dvp, ldk, Tq, Tk, nh, nkv, hd, scale, causal);
         float *again = host_of(g, o, Tq * ldo);
         CHECK_MSG(!memcmp(got, again, Tq * ldo * 4), "attention %s %s: not deterministic", name, mode_name[m]);
         free(got); free(again);
@@ -457,9 +457,9 @@ int main(void) {
     }
     clef_err err;
     clef_err_clear(&err);
-    cpu = clef_cpu_ops_create(0, &err);
-    gpu[0] = clef_cuda_ops_create(0, CLEF_CUDA_FP32, &err);
-    gpu[1] = gpu[0] ? clef_cuda_ops_create(0, CLEF_CUDA_FAST, &err) : NULL;
+    cpu = clef_cpu_ops_create(0, NULL, &err);
+    gpu[0] = clef_cuda_ops_create(0, CLEF_CUDA_FP32, NULL, &err);
+    gpu[1] = gpu[0] ? clef_cuda_ops_create(0, CLEF_CUDA_FAST, NULL, &err) : NULL;
     if (!cpu || !gpu[0] || !gpu[1]) {
         printf("backend creation failed: %s\n", err.msg);
         return 1;

@@ -36,7 +36,7 @@ int main(void) {
     uint32_t s = 777;
     for (size_t i = 0; i < N; i++) { s = s * 1103515245u + 12345u; ids[i] = (int32_t)((s >> 8) % (uint32_t)m->cfg.text.vocab_size); }
     ids[25] = ids[22]; /* a token repeated inside an option span */
-    clef_ops *o1 = clef_cpu_ops_create(1, &err), *o3 = clef_cpu_ops_create(3, &err);
+    clef_ops *o1 = clef_cpu_ops_create(1, NULL, &err), *o3 = clef_cpu_ops_create(3, NULL, &err);
     CHECK(o1 && o3);
     if (!o1 || !o3) return TEST_END();
     float *hid = malloc(N * H * 4);
@@ -48,7 +48,7 @@ int main(void) {
 
     int32_t o0[] = {20, 25, 25, 30}, oq1[] = {45, 50, 50, 52, 52, 60}, oq2[] = {100, 110, 110, 111, 111, 120, 120, 130};
     clef_head_question qs[3] = {{0, 10, 20, 2, o0}, {1, 40, 45, 3, oq1}, {2, 80, 100, 4, oq2}};
-    clef_head_in in = {hid, N, ids, 3, qs};
+    clef_head_in in = {hid, N, ids, 3, qs, 0, NULL, NULL, 0};
     CHECK(clef_head_total_options(&in) == 9);
     float l1[9], l3[9], lp[9];
     CHECK(clef_head_forward(o1, &m->head_cfg, &m->head, &m->text.lm_head, &in, l1, &err) == 0);
@@ -60,7 +60,7 @@ int main(void) {
 
     /* permute questions: [2, 0, 1] */
     clef_head_question qp[3] = {qs[2], qs[0], qs[1]};
-    clef_head_in inp = {hid, N, ids, 3, qp};
+    clef_head_in inp = {hid, N, ids, 3, qp, 0, NULL, NULL, 0};
     CHECK(clef_head_forward(o3, &m->head_cfg, &m->head, &m->text.lm_head, &inp, lp, &err) == 0);
     float want[9] = {l1[5], l1[6], l1[7], l1[8], l1[0], l1[1], l1[2], l1[3], l1[4]};
     double d = maxdiff(lp, want, 9);
@@ -68,7 +68,7 @@ int main(void) {
     /* reverse the options of question 1 */
     int32_t rev[] = {52, 60, 50, 52, 45, 50};
     clef_head_question qr[3] = {qs[0], {1, 40, 45, 3, rev}, qs[2]};
-    clef_head_in inr = {hid, N, ids, 3, qr};
+    clef_head_in inr = {hid, N, ids, 3, qr, 0, NULL, NULL, 0};
     CHECK(clef_head_forward(o3, &m->head_cfg, &m->head, &m->text.lm_head, &inr, lp, &err) == 0);
     float want2[9] = {l1[0], l1[1], l1[4], l1[3], l1[2], l1[5], l1[6], l1[7], l1[8]};
     d = maxdiff(lp, want2, 9);
@@ -77,14 +77,14 @@ int main(void) {
     float *hid2 = malloc(N * H * 4);
     memcpy(hid2, hid, N * H * 4);
     for (size_t k = 0; k < H; k++) hid2[3 * H + k] *= -1.0f;
-    clef_head_in in2 = {hid2, N, ids, 3, qs};
+    clef_head_in in2 = {hid2, N, ids, 3, qs, 0, NULL, NULL, 0};
     CHECK(clef_head_forward(o3, &m->head_cfg, &m->head, &m->text.lm_head, &in2, lp, &err) == 0);
     CHECK(maxdiff(lp, l1, 9) > 1e-6);
 
     /* errors */
     int32_t badsp[] = {20, 25, 25, 151};
     clef_head_question qb[1] = {{0, 10, 20, 2, badsp}};
-    clef_head_in inb = {hid, N, ids, 1, qb};
+    clef_head_in inb = {hid, N, ids, 1, qb, 0, NULL, NULL, 0};
     clef_err_clear(&err);
     CHECK(clef_head_forward(o1, &m->head_cfg, &m->head, &m->text.lm_head, &inb, lp, &err) == -1 && err.type);
     qb[0].option_spans = o0;
@@ -101,7 +101,7 @@ int main(void) {
     /* the silent NaN case (contract.md §3.2): an empty question span is not refused; its mean is
      * NaN and, through the joint decoder, every logit of the record is NaN (as the reference) */
     clef_head_question qn[3] = {qs[0], {1, 40, 40, 3, oq1}, qs[2]};
-    clef_head_in inn = {hid, N, ids, 3, qn};
+    clef_head_in inn = {hid, N, ids, 3, qn, 0, NULL, NULL, 0};
     CHECK(clef_head_forward(o3, &m->head_cfg, &m->head, &m->text.lm_head, &inn, lp, &err) == 0);
     int allnan = 1;
     for (int i = 0; i < 9; i++) allnan &= isnan(lp[i]);

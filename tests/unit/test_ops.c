@@ -313,7 +313,7 @@ static void run_all(clef_ops *ops, outs *out, int check) {
                 }
                 ref[t * C + c] = u * sig(u);
             }
-        ops->conv1d_silu(ops, y, x, T, C, &w);
+        { clef_seg s1 = {0, T}; ops->conv1d_silu(ops, y, x, C, &w, &s1, 1, NULL); }
         if (check) { double e = maxrel(y, ref, T * C, 1e-3); CHECK_MSG(e < 1e-6, "conv1d_silu %g", e); }
         keep(out, y, T * C);
         /* gates: a spans both sides of the softplus threshold */
@@ -355,7 +355,7 @@ static void run_all(clef_ops *ops, outs *out, int check) {
             for (size_t i = 0; i < T * Hv; i++) { beta[i] = (float)urand(); g[i] = (float)(-urand() * 0.05); }
             ops->l2norm(ops, q, dk, T * Hk, dk, 1e-6f, 1.0f / sqrtf((float)dk));
             ops->l2norm(ops, k, dk, T * Hk, dk, 1e-6f, 1.0f);
-            ops->delta_rule(ops, o, q, k, v, beta, g, T, Hk, Hv, dk, dv, 64);
+            { clef_seg s1 = {0, T}; ops->delta_rule(ops, o, q, k, v, beta, g, Hk, Hv, dk, dv, 64, &s1, 1, NULL); }
             double *ref = malloc(T * Hv * dv * sizeof(double));
             delta_ref(ref, q, k, v, beta, g, T, Hk, Hv, dk, dv);
             if (check) { double e = rel_l2(o, ref, T * Hv * dv); CHECK_MSG(e < 1e-6, "delta_rule T=%zu rel_l2 %g", T, e); }
@@ -369,12 +369,12 @@ static void run_all(clef_ops *ops, outs *out, int check) {
         float *q = rnd(T * nh * hd, 2.0f), *k = rnd(T * nkv * hd, 2.0f), *v = rnd(T * nkv * hd, 1.0f);
         float *o = malloc(T * nh * hd * 4);
         double *ref = malloc(T * nh * hd * sizeof(double));
-        ops->attention(ops, o, nh * hd, q, nh * hd, k, nkv * hd, v, nkv * hd, T, T, nh, nkv, hd, 0.25f, 1);
+        clef_attention1(ops, o, nh * hd, q, nh * hd, k, nkv * hd, v, nkv * hd, T, T, nh, nkv, hd, 0.25f, 1);
         attn_ref(ref, q, k, v, T, T, nh, nkv, hd, 0.25, 1);
         if (check) { double e = rel_l2(o, ref, T * nh * hd); CHECK_MSG(e < 1e-6, "causal attention %g", e); }
         keep(out, o, T * nh * hd);
         size_t Tq = 3;
-        ops->attention(ops, o, nh * hd, q, nh * hd, k, nkv * hd, v, nkv * hd, Tq, T, nh, nkv, hd, 0.125f, 0);
+        clef_attention1(ops, o, nh * hd, q, nh * hd, k, nkv * hd, v, nkv * hd, Tq, T, nh, nkv, hd, 0.125f, 0);
         attn_ref(ref, q, k, v, Tq, T, nh, nkv, hd, 0.125, 0);
         if (check) { double e = rel_l2(o, ref, Tq * nh * hd); CHECK_MSG(e < 1e-6, "cross attention %g", e); }
         keep(out, o, Tq * nh * hd);
@@ -435,7 +435,7 @@ int main(void) {
           clef_half_to_f32(0x0001) == 5.9604644775390625e-08f && clef_half_to_f32(0x7bff) == 65504.0f);
 
     clef_err err = {0};
-    clef_ops *o1 = clef_cpu_ops_create(1, &err), *o3 = clef_cpu_ops_create(3, &err);
+    clef_ops *o1 = clef_cpu_ops_create(1, NULL, &err), *o3 = clef_cpu_ops_create(3, NULL, &err);
     CHECK(o1 && o3);
     if (!o1 || !o3) return TEST_END();
     outs a, b;

@@ -76,7 +76,7 @@ static int run_all(clef_ops *ops, clef_model_files *m, outputs *o, const float *
     if (!o->hid || clef_text_forward(ops, &m->cfg, &m->text, &in, o->hid, &err)) return -1;
     int32_t o0[] = {20, 25, 25, 30}, o1[] = {45, 50, 50, 52, 52, 60}, o2[] = {100, 110, 110, 111, 111, 120, 120, 130};
     clef_head_question qs[3] = {{0, 10, 20, 2, o0}, {1, 40, 45, 3, o1}, {2, 80, 100, 4, o2}};
-    clef_head_in hin = {o->hid, N, ids, 3, qs};
+    clef_head_in hin = {o->hid, N, ids, 3, qs, 0, NULL, NULL, 0};
     o->n_logits = clef_head_total_options(&hin);
     o->logits = malloc(o->n_logits * sizeof(float));
     if (!o->logits || clef_head_forward(ops, &m->head_cfg, &m->head, &m->text.lm_head, &hin, o->logits, &err))
@@ -154,7 +154,7 @@ int main(void) {
     clef_model_files *m = tiny_model_open(&dir);
     if (!m) return 77;
     clef_err err = {0};
-    clef_ops *o1 = clef_cpu_ops_create(1, &err), *o3 = clef_cpu_ops_create(3, &err);
+    clef_ops *o1 = clef_cpu_ops_create(1, NULL, &err), *o3 = clef_cpu_ops_create(3, NULL, &err);
     CHECK(o1 && o3);
     if (!o1 || !o3) return TEST_END();
     /* one image of 4 x 6 patches */

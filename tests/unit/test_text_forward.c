@@ -64,7 +64,7 @@ int main(void) {
     uint32_t s = 12345;
     for (size_t i = 0; i < N; i++) { s = s * 1103515245u + 12345u; ids[i] = (int32_t)((s >> 8) % (uint32_t)m->cfg.text.vocab_size); }
     ids[0] = 248045; /* <|im_start|> */
-    clef_ops *o1 = clef_cpu_ops_create(1, &err), *o3 = clef_cpu_ops_create(3, &err);
+    clef_ops *o1 = clef_cpu_ops_create(1, NULL, &err), *o3 = clef_cpu_ops_create(3, NULL, &err);
     CHECK(o1 && o3);
     if (!o1 || !o3) return TEST_END();
     float *a = malloc(N * H * 4), *b = malloc(N * H * 4), *c = malloc(N * H * 4);

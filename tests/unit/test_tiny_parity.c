@@ -202,7 +202,7 @@ int main(void) {
     }
     printf("inv_freq: computed table %s the reference's bits\n", inv_same ? "equals" : "DIFFERS from");
 
-    clef_ops *ops = clef_cpu_ops_create(0, &err);
+    clef_ops *ops = clef_cpu_ops_create(0, NULL, &err);
     CHECK(ops != NULL);
     if (!ops) return TEST_END();
     /* as the engine does (AMX-packed Linear weights where they apply; the same bits: test_prepared) */
@@ -307,7 +307,7 @@ int main(void) {
                 qs[i].option_spans = spans[i];
                 NO += jlen(os);
             }
-            clef_head_in hin = {hid, T, ids, Q, qs};
+            clef_head_in hin = {hid, T, ids, Q, qs, 0, NULL, NULL, 0};
             float *lg = malloc((NO + 1) * sizeof(float)), *pr = malloc((NO + 1) * sizeof(float));
             for (int pass = 0; pass < 2; pass++) {
                 if (pass == 1) {

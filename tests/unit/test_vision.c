@@ -243,7 +243,7 @@ static void test_tower(void) {
     tower T;
     tower_init(&T);
     clef_err err = {0};
-    clef_ops *o1 = clef_cpu_ops_create(1, &err), *o3 = clef_cpu_ops_create(3, &err);
+    clef_ops *o1 = clef_cpu_ops_create(1, NULL, &err), *o3 = clef_cpu_ops_create(3, NULL, &err);
     CHECK(o1 && o3);
     if (!o1 || !o3) return;
     /* two images: 6 x 10 patches (15 tokens) and 4 x 4 (4 tokens) */

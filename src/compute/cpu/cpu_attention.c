@@ -206,12 +206,13 @@ static void att_item(const att_ctx *c, size_t bz, double *ds) {
     for (size_t r = 0; r < nr; r++) { m[r] = -INFINITY; l[r] = 0.0; }
     memset(O, 0, nr * hdp * sizeof(double));
     size_t tmax = c->Tk;
-    if (c->causal && i0 + nq < tmax) tmax = i0 + nq;
+    const size_t off = c->Tk - c->Tq; /* causal: keys before the queries' own rows (a cache's) */
+    if (c->causal && i0 + nq + off < tmax) tmax = i0 + nq + off;
     for (size_t t0 = 0; t0 < tmax; t0 += ATT_KB) {
         size_t nt = tmax - t0 < ATT_KB ? tmax - t0 : ATT_KB;
         clef_mix_gemm(S, ATT_KB, Qs, hdp, c->KT + t0 * hdp, NCOL, hdp * NCOL, nr, hd, ATT_KB, -1, -1, 0, 0);
         for (size_t r = 0; r < nr; r++)
-            c->row(S + r * ATT_KB, clef_att_valid(c->causal, i0 + r % nq, t0, nt), c->scale, m + r, l + r,
+            c->row(S + r * ATT_KB, clef_att_valid(c->causal, i0 + r % nq + off, t0, nt), c->scale, m + r, l + r,
                    O + r * hdp, hdp);
         clef_mix_gemm(O, hdp, S, ATT_KB, c->V + t0 * c->hpan, NCOL, ATT_KB * NCOL, nr, nt, hdp, -1, -1, 0, 1);
     }
@@ -246,6 +247,7 @@ int clef_cpu_attention(clef_pool *pool, float *o, size_t ldo, const float *q, si
                        const float *k, size_t ldk, const float *v, size_t ldv, size_t Tq, size_t Tk,
                        size_t nh, size_t nkv, size_t hd, float scale, int causal) {
     if (Tq == 0 || nh == 0) return 0;
+    if (causal && Tk < Tq) return -1;
     att_ctx c;
     memset(&c, 0, sizeof c);
     c.o = o; c.q = q; c.k = k; c.v = v;
@@ -300,20 +302,21 @@ static void attn_fn(void *c_, size_t b, size_t e, int worker) {
     for (size_t it = b; it < e; it++) {
         size_t h = it / c->nblk, i0 = (it % c->nblk) * ATT_QB, j = h / group;
         size_t nq = c->Tq - i0 < ATT_QB ? c->Tq - i0 : ATT_QB;
-        size_t nmax = c->causal ? i0 + nq : Tk;
+        size_t off = Tk - c->Tq; /* causal: keys before the queries' own rows */
+        size_t nmax = c->causal ? i0 + nq + off : Tk;
         double m[ATT_QB], sum[ATT_QB];
         for (size_t r = 0; r < nq; r++) { m[r] = -INFINITY; sum[r] = 0; }
         for (size_t t = 0; t < nmax; t++) {
             const float *kv = c->k + t * c->ldk + j * hd;
             for (size_t r = 0; r < nq; r++) {
-                if (c->causal && t > i0 + r) continue;
+                if (c->causal && t > i0 + r + off) continue;
                 double s = dot_d(c->q + (i0 + r) * c->ldq + h * hd, kv, hd) * (double)c->scale;
                 sc[r * Tk + t] = s;
                 if (s > m[r]) m[r] = s;
             }
         }
         for (size_t r = 0; r < nq; r++) {
-            size_t n = c->causal ? i0 + r + 1 : Tk;
+            size_t n = c->causal ? i0 + r + 1 + off : Tk;
             double *sr = sc + r * Tk;
             for (size_t t = 0; t < n; t++) { sr[t] = exp(sr[t] - m[r]); sum[r] += sr[t]; }
             for (size_t d = 0; d < hd; d++) acc[r * hd + d] = 0;
@@ -321,7 +324,7 @@ static void attn_fn(void *c_, size_t b, size_t e, int worker) {
         for (size_t t = 0; t < nmax; t++) {
             const float *vv = c->v + t * c->ldv + j * hd;
             for (size_t r = 0; r < nq; r++) {
-                if (c->causal && t > i0 + r) continue;
+                if (c->causal && t > i0 + r + off) continue;
                 double p = sc[r * Tk + t];
                 double *ar = acc + r * hd;
                 for (size_t d = 0; d < hd; d++) ar[d] += p * vv[d];
@@ -338,6 +341,7 @@ int clef_cpu_attention_ref(clef_pool *pool, float *o, size_t ldo, const float *q
                            const float *k, size_t ldk, const float *v, size_t ldv, size_t Tq,
                            size_t Tk, size_t nh, size_t nkv, size_t hd, float scale, int causal) {
     if (Tq == 0 || nh == 0) return 0;
+    if (causal && Tk < Tq) return -1;
     size_t per = ATT_QB * (Tk + hd);
     int nw = nworkers(pool);
     double *scratch = malloc((size_t)nw * per * sizeof(double));

@@ -147,12 +147,13 @@ static TGT void att_item(const att32_ctx *c, size_t bz, unsigned char *ds) {
     for (size_t r = 0; r < nr; r++) { m[r] = -INFINITY; l[r] = 0.0; }
     memset(O, 0, nr * hp * sizeof(float));
     size_t tmax = c->Tk;
-    if (c->causal && i0 + nq < tmax) tmax = i0 + nq;
+    const size_t off = c->Tk - c->Tq; /* causal: keys before the queries' own rows (a cache's) */
+    if (c->causal && i0 + nq + off < tmax) tmax = i0 + nq + off;
     for (size_t t0 = 0; t0 < tmax; t0 += KB) {
         size_t nt = tmax - t0 < KB ? tmax - t0 : KB;
         gemm_f32(S, KB, Qs, hd, c->KT + t0 * hd, KB, nr, hd, KB, 0);
         for (size_t r = 0; r < nr; r++)
-            row_step(S + r * KB, clef_att_valid(c->causal, i0 + r % nq, t0, nt), c->scale, m + r, l + r,
+            row_step(S + r * KB, clef_att_valid(c->causal, i0 + r % nq + off, t0, nt), c->scale, m + r, l + r,
                      O + r * hp, hp);
         gemm_f32(O, hp, S, KB, c->V + t0 * hp, hp, nr, nt, hp, 1);
     }
@@ -172,6 +173,7 @@ int clef_cpu_attention_f32(clef_pool *pool, float *o, size_t ldo, const float *q
                            const float *k, size_t ldk, const float *v, size_t ldv, size_t Tq, size_t Tk,
                            size_t nh, size_t nkv, size_t hd, float scale, int causal) {
     if (Tq == 0 || nh == 0) return 0;
+    if (causal && Tk < Tq) return -1;
     att32_ctx c;
     memset(&c, 0, sizeof c);
     c.o = o; c.q = q; c.k = k; c.v = v;

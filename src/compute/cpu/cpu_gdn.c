@@ -148,44 +148,101 @@ void clef_mix_gemm(GEMM_ARGS) {
 
 /* ================================================================ conv1d + SiLU */
 
-typedef struct { float *y; const float *x; size_t T, C, K; const float *wt; } conv_ctx;
+typedef struct { float *y; const float *x; size_t T, C, K; const float *wt; size_t first; } conv_ctx;
 
-/* Rows of tokens; each output sums its K taps in tap order in double (as the reference). */
+/* One output row t of x's rows [0, T): its K taps in tap order, summed in double (as the
+ * reference), from the first tap inside x (k0). */
+static void conv_row(const conv_ctx *c, size_t t, size_t k0, int simd) {
+    const size_t K = c->K, C = c->C;
+    float *yr = c->y + t * C;
+    if (simd) { /* the same sums and roundings, 16 channels at a time */
+        clef_simd_conv_silu_row(yr, c->x, t, C, c->wt, K, k0);
+        return;
+    }
+    for (size_t ch = 0; ch < C; ch++) {
+        double s = 0;
+        for (size_t k = k0; k < K; k++) s += (double)c->wt[k * C + ch] * c->x[(t + k + 1 - K) * C + ch];
+        yr[ch] = siluf_((float)s);
+    }
+}
+
+/* Rows [first, T) of one segment (taps before its first row are skipped: a zero history). */
 static void conv_fn(void *c_, size_t b, size_t e, int worker) {
     (void)worker;
     conv_ctx *c = c_;
-    const size_t K = c->K, C = c->C;
+    const size_t K = c->K;
     const int simd = clef_simd_ok();
-    for (size_t t = b; t < e; t++) {
-        float *yr = c->y + t * C;
-        size_t k0 = t + 1 >= K ? 0 : K - 1 - t; /* first tap inside the sequence */
-        if (simd) { /* the same sums and roundings, 16 channels at a time */
-            clef_simd_conv_silu_row(yr, c->x, t, C, c->wt, K, k0);
-            continue;
-        }
-        for (size_t ch = 0; ch < C; ch++) {
-            double s = 0;
-            for (size_t k = k0; k < K; k++)
-                s += (double)c->wt[k * C + ch] * c->x[(t + k + 1 - K) * C + ch];
-            yr[ch] = siluf_((float)s);
-        }
-    }
+    for (size_t t = b > c->first ? b : c->first; t < e; t++) conv_row(c, t, t + 1 >= K ? 0 : K - 1 - t, simd);
+}
+
+/* The transposed weights [K, C] the row loops read. */
+static float *conv_weights(const clef_tensor *w, size_t C, size_t *K) {
+    *K = (size_t)(w->numel / w->shape[0]);
+    size_t nwt = C * *K > 0 ? C * *K : 1;
+    float *wv = malloc(nwt * sizeof(float)), *wt = malloc(nwt * sizeof(float));
+    if (!wv || !wt) { free(wv); free(wt); return NULL; }
+    load_f32(w, 0, C * *K, wv);
+    for (size_t ch = 0; ch < C; ch++)
+        for (size_t k = 0; k < *K; k++) wt[k * C + ch] = wv[ch * *K + k];
+    free(wv);
+    return wt;
 }
 
 int clef_cpu_conv1d_silu(clef_pool *pool, float *y, const float *x, size_t T, size_t C,
                          const clef_tensor *w) {
-    size_t K = (size_t)(w->numel / w->shape[0]);
-    size_t nwt = C * K > 0 ? C * K : 1;
-    float *wv = malloc(nwt * sizeof(float)), *wt = malloc(nwt * sizeof(float));
-    if (!wv || !wt) { free(wv); free(wt); return -1; }
-    load_f32(w, 0, C * K, wv);
-    for (size_t ch = 0; ch < C; ch++)
-        for (size_t k = 0; k < K; k++) wt[k * C + ch] = wv[ch * K + k];
-    conv_ctx c = {y, x, T, C, K, wt};
-    clef_pool_for(pool, T, 4, conv_fn, &c);
-    free(wv);
+    clef_seg s = {0, T};
+    return clef_cpu_conv1d_silu_segs(pool, y, x, C, w, &s, 1, NULL);
+}
+
+/* Segment by segment. A segment resuming from a window computes its first K-1 rows from a small
+ * buffer [window | its first rows], with every tap inside it: the same products in the same order
+ * as the uninterrupted run, whose rows there had all their taps too. */
+int clef_cpu_conv1d_silu_segs(clef_pool *pool, float *y, const float *x, size_t C, const clef_tensor *w,
+                              const clef_seg *segs, size_t nseg, const clef_seg_state *st) {
+    size_t K;
+    float *wt = conv_weights(w, C, &K);
+    if (!wt) return -1;
+    const size_t H = K - 1; /* window rows */
+    float *tmp = NULL, *tmpy = NULL;
+    int rc = 0;
+    for (size_t si = 0; si < nseg && rc == 0; si++) {
+        const clef_seg *sg = &segs[si];
+        const clef_seg_state *ss = st ? &st[si] : NULL;
+        const float *xs = x + sg->row0 * C;
+        float *ys = y + sg->row0 * C;
+        size_t first = 0; /* rows computed from the window buffer */
+        if (ss && ss->in && H > 0 && sg->n > 0) {
+            first = sg->n < H ? sg->n : H;
+            if (!tmp) {
+                tmp = malloc((2 * H) * C * sizeof(float));
+                tmpy = malloc((2 * H) * C * sizeof(float));
+                if (!tmp || !tmpy) { rc = -1; break; }
+            }
+            memcpy(tmp, ss->in, H * C * sizeof(float));
+            memcpy(tmp + H * C, xs, first * C * sizeof(float));
+            conv_ctx cw = {tmpy, tmp, H + first, C, K, wt, 0};
+            const int simd = clef_simd_ok();
+            for (size_t t = 0; t < first; t++) conv_row(&cw, H + t, 0, simd);
+            memcpy(ys, tmpy + H * C, first * C * sizeof(float));
+        }
+        if (sg->n > first) {
+            conv_ctx c = {ys, xs, sg->n, C, K, wt, first};
+            clef_pool_for(pool, sg->n, 4, conv_fn, &c);
+        }
+        if (ss && ss->out && H > 0) { /* the window before row snap */
+            for (size_t j = 0; j < H; j++) {
+                long idx = (long)ss->snap - (long)H + (long)j; /* segment-local input row */
+                float *dst = ss->out + j * C;
+                if (idx >= 0) memcpy(dst, xs + (size_t)idx * C, C * sizeof(float));
+                else if (ss->in) memcpy(dst, ss->in + (size_t)((long)H + idx) * C, C * sizeof(float));
+                else memset(dst, 0, C * sizeof(float));
+            }
+        }
+    }
+    free(tmp);
+    free(tmpy);
     free(wt);
-    return 0;
+    return rc;
 }
 
 /* ================================================================ norms */
@@ -277,13 +334,17 @@ typedef struct dfast_ctx_ {
     size_t dkp, dvp, cp, w2, rows, d1; /* padded sizes */
     double *ds; float *fs; size_t dper, fper;
     double *Rall; /* the state of every head, [Hv][dk][dvp + 8] */
-    void (*chunk)(const struct dfast_ctx_ *c, size_t h, size_t t0, double *R, double *ds, float *G);
+    const clef_seg *segs; size_t nseg; const clef_seg_state *st;
+    void (*chunk)(const struct dfast_ctx_ *c, size_t h, size_t t0, size_t tend, int update, double *R,
+                  double *ds, float *G);
 } dfast_ctx;
 
-/* Chunk [t0, t0 + C) of v-head h, with the head's state R (kept between chunks by the caller). */
+/* Chunk [t0, min(t0 + C, tend)) of v-head h, with the head's state R (kept between chunks by the
+ * caller; updated when `update`: not after a segment's last chunk unless its state is wanted). */
 static inline __attribute__((always_inline)) void dfast_chunk(const dfast_ctx *c, size_t h, size_t t0,
-                                                               double *R, double *ds, float *G) {
-    const size_t C = c->C, dk = c->dk, dv = c->dv, T = c->T, rows = c->rows;
+                                                               size_t tend, int update, double *R,
+                                                               double *ds, float *G) {
+    const size_t C = c->C, dk = c->dk, dv = c->dv, T = tend, rows = c->rows;
     /* column counts for the kernel (multiples of NCOL) and leading dimensions (one cache line
      * more, so that columns of a buffer do not all fall into the same few L1 sets) */
     const size_t nkc = c->dkp, nvc = c->dvp, ncc = c->cp, nwc = c->w2;
@@ -374,7 +435,7 @@ static inline __attribute__((always_inline)) void dfast_chunk(const dfast_ctx *c
             for (size_t j = 0; j < dv; j++) orow[j] = (float)D1[r * ldVn + j] + (float)D2[r * ldVn + j];
         }
         /* R = lambda R + Kd^T Vn */
-        if (t0 + n < T) {
+        if (update) {
             clef_mix_gemm(D1, ldR, KdT, ldKT, Vn, ldVn, CLEF_MIX_NCOL, dk, n, nvc, -1, -1, 0, 0);
             for (size_t i = 0; i < dk; i++)
                 for (size_t j = 0; j < nvc; j++)
@@ -384,12 +445,12 @@ static inline __attribute__((always_inline)) void dfast_chunk(const dfast_ctx *c
 }
 
 /* The chunk's elementwise work compiled for each ISA (the kernel is dispatched on its own). */
-#define CHUNK_ARGS const dfast_ctx *c, size_t h, size_t t0, double *R, double *ds, float *G
+#define CHUNK_ARGS const dfast_ctx *c, size_t h, size_t t0, size_t tend, int update, double *R, double *ds, float *G
 __attribute__((target("avx512f,avx512vl,avx512dq,avx2,fma"))) static void chunk_avx512(CHUNK_ARGS) {
-    dfast_chunk(c, h, t0, R, ds, G);
+    dfast_chunk(c, h, t0, tend, update, R, ds, G);
 }
-__attribute__((target("avx2,fma"))) static void chunk_avx2(CHUNK_ARGS) { dfast_chunk(c, h, t0, R, ds, G); }
-static void chunk_generic(CHUNK_ARGS) { dfast_chunk(c, h, t0, R, ds, G); }
+__attribute__((target("avx2,fma"))) static void chunk_avx2(CHUNK_ARGS) { dfast_chunk(c, h, t0, tend, update, R, ds, G); }
+static void chunk_generic(CHUNK_ARGS) { dfast_chunk(c, h, t0, tend, update, R, ds, G); }
 
 /* A worker runs its heads chunk by chunk (every head of its range on chunk 0, then on chunk 1, ...):
  * the rows of one token are contiguous across heads, so this reads q, k, v and writes o in long
@@ -398,19 +459,55 @@ static void dfast_fn(void *c_, size_t b, size_t e, int worker) {
     dfast_ctx *c = c_;
     double *ds = c->ds + (size_t)worker * c->dper;
     float *G = c->fs + (size_t)worker * c->fper;
-    const size_t rsz = c->dkp * (c->dvp + 8);
+    const size_t rsz = c->dkp * (c->dvp + 8), ldR = c->dvp + 8, dk = c->dk, dv = c->dv;
     /* the padding of the scratch rows stays zero: only real columns are ever written */
     memset(ds, 0, c->dper * sizeof(double));
-    for (size_t t0 = 0; t0 < c->T; t0 += c->C)
-        for (size_t h = b; h < e; h++) c->chunk(c, h, t0, c->Rall + h * rsz, ds, G);
+    for (size_t si = 0; si < c->nseg; si++) {
+        const clef_seg *sg = &c->segs[si];
+        const clef_seg_state *ss = c->st ? &c->st[si] : NULL;
+        const size_t tend = sg->row0 + sg->n, snap = ss && ss->out ? sg->row0 + ss->snap : 0;
+        for (size_t h = b; h < e; h++) { /* the starting state: zeros, or fp32 values held in double */
+            double *R = c->Rall + h * rsz;
+            memset(R, 0, rsz * sizeof(double));
+            if (ss && ss->in)
+                for (size_t i = 0; i < dk; i++)
+                    for (size_t j = 0; j < dv; j++) R[i * ldR + j] = ss->in[(h * dk + i) * dv + j];
+        }
+        for (size_t t0 = sg->row0; t0 < tend; t0 += c->C) {
+            size_t t1 = t0 + c->C < tend ? t0 + c->C : tend;
+            int update = t1 < tend || t1 == snap;
+            for (size_t h = b; h < e; h++) c->chunk(c, h, t0, tend, update, c->Rall + h * rsz, ds, G);
+            if (t1 == snap) /* R holds fp32 values: the copy is exact */
+                for (size_t h = b; h < e; h++) {
+                    const double *R = c->Rall + h * rsz;
+                    for (size_t i = 0; i < dk; i++)
+                        for (size_t j = 0; j < dv; j++) ss->out[(h * dk + i) * dv + j] = (float)R[i * ldR + j];
+                }
+        }
+    }
 }
 
 int clef_cpu_delta_rule(clef_pool *pool, float *o, const float *q, const float *k, const float *v,
                         const float *beta, const float *g, size_t T, size_t Hk, size_t Hv,
                         size_t dk, size_t dv, size_t chunk) {
+    clef_seg s = {0, T};
+    return clef_cpu_delta_rule_segs(pool, o, q, k, v, beta, g, Hk, Hv, dk, dv, chunk, &s, 1, NULL);
+}
+
+int clef_cpu_delta_rule_segs(clef_pool *pool, float *o, const float *q, const float *k, const float *v,
+                             const float *beta, const float *g, size_t Hk, size_t Hv, size_t dk, size_t dv,
+                             size_t chunk, const clef_seg *segs, size_t nseg, const clef_seg_state *st) {
+    size_t T = 0;
+    for (size_t si = 0; si < nseg; si++) {
+        if (st && st[si].out && (st[si].snap == 0 || st[si].snap > segs[si].n)) return -1;
+        if (segs[si].row0 + segs[si].n > T) T = segs[si].row0 + segs[si].n;
+    }
     if (T == 0 || Hv == 0) return 0;
     size_t C = chunk ? chunk : 64;
-    dfast_ctx c = {o, q, k, v, beta, g, T, Hk, Hv, dk, dv, C, 0, 0, 0, 0, 0, 0, NULL, NULL, 0, 0, NULL, NULL};
+    for (size_t si = 0; si < nseg; si++)
+        if (st && st[si].out && st[si].snap % C != 0 && st[si].snap != segs[si].n) return -1;
+    dfast_ctx c = {o, q, k, v, beta, g, T, Hk, Hv, dk, dv, C, 0, 0, 0, 0, 0, 0, NULL, NULL, 0, 0, NULL,
+                   segs, nseg, st, NULL};
     const char *isa = clef_mix_isa();
     c.chunk = !strcmp(isa, "avx512") ? chunk_avx512 : !strcmp(isa, "avx2") ? chunk_avx2 : chunk_generic;
     c.dkp = rup(dk ? dk : 1, CLEF_MIX_NCOL);

@@ -18,8 +18,12 @@
 #include "base/threads.h"
 #include "compute/ops.h"
 
+/* The ops.h contracts, per segment (the *_segs forms; the plain forms are one segment of T rows
+ * with zero states). */
 int clef_cpu_conv1d_silu(clef_pool *pool, float *y, const float *x, size_t T, size_t C,
                          const clef_tensor *w);
+int clef_cpu_conv1d_silu_segs(clef_pool *pool, float *y, const float *x, size_t C, const clef_tensor *w,
+                              const clef_seg *segs, size_t nseg, const clef_seg_state *st);
 void clef_cpu_l2norm(clef_pool *pool, float *x, size_t ld, size_t rows, size_t D, float eps,
                      float scale);
 int clef_cpu_gated_rmsnorm(clef_pool *pool, float *y, const float *x, const float *z, size_t rows,
@@ -28,10 +32,15 @@ int clef_cpu_gated_rmsnorm(clef_pool *pool, float *y, const float *x, const floa
 int clef_cpu_delta_rule(clef_pool *pool, float *o, const float *q, const float *k, const float *v,
                         const float *beta, const float *g, size_t T, size_t Hk, size_t Hv,
                         size_t dk, size_t dv, size_t chunk);
+int clef_cpu_delta_rule_segs(clef_pool *pool, float *o, const float *q, const float *k, const float *v,
+                             const float *beta, const float *g, size_t Hk, size_t Hv, size_t dk, size_t dv,
+                             size_t chunk, const clef_seg *segs, size_t nseg, const clef_seg_state *st);
 int clef_cpu_delta_rule_ref(clef_pool *pool, float *o, const float *q, const float *k,
                             const float *v, const float *beta, const float *g, size_t T, size_t Hk,
                             size_t Hv, size_t dk, size_t dv, size_t chunk);
 
+/* Attention (ops.h) over one segment: Tq query rows, Tk key rows; causal: query i sees keys
+ * t <= i + (Tk - Tq) (Tk >= Tq, else -1). */
 int clef_cpu_attention(clef_pool *pool, float *o, size_t ldo, const float *q, size_t ldq,
                        const float *k, size_t ldk, const float *v, size_t ldv, size_t Tq, size_t Tk,
                        size_t nh, size_t nkv, size_t hd, float scale, int causal);

@@ -18,6 +18,10 @@ typedef struct cpu_impl {
     clef_pool *pool;
     int nthreads;
     clef_arena *arena; /* ops->alloc / ops->free: buffers kept for the next forward */
+    /* from the knobs at create (base/knobs.h; docs/knobs.md) */
+    int linear_double;     /* CLEF_LINEAR=double */
+    int amx_packed;        /* weights packed at load: the AMX kernel runs and CLEF_AMX_PACKED != 0 */
+    clef_gemm_kernel gemm; /* CLEF_GEMM, or the fastest exact kernel */
 } cpu_impl;
 
 static clef_pool *POOL(clef_ops *ops) { return ((cpu_impl *)ops->impl)->pool; }
@@ -52,13 +56,8 @@ static float *cpu_alloc(clef_ops *ops, size_t n) { return clef_arena_alloc(((cpu
 static void cpu_free(clef_ops *ops, float *p) { clef_arena_free(((cpu_impl *)ops->impl)->arena, p); }
 
 /* CLEF_CPU_CACHE_MB: the most MiB of freed activation buffers kept for reuse (0: none). */
-static size_t cache_cap(void) {
-    const char *e = getenv("CLEF_CPU_CACHE_MB");
-    if (!e || !*e) return CLEF_ARENA_CAP_DEFAULT;
-    char *end;
-    unsigned long long mb = strtoull(e, &end, 10);
-    if (*end || mb > ((size_t)-1 >> 21)) return CLEF_ARENA_CAP_DEFAULT;
-    return (size_t)mb << 20;
+static size_t cache_cap(const clef_knobs *k) {
+    return k->cpu_cache_mb < 0 ? CLEF_ARENA_CAP_DEFAULT : (size_t)k->cpu_cache_mb << 20;
 }
 static void cpu_upload(clef_ops *ops, float *dst, const float *src, size_t n) {
     (void)ops;
@@ -134,18 +133,11 @@ static void linear_fn(void *c_, size_t b, size_t e, int worker) {
  * fp32 activations, bf16 widened exactly, one fp32 FMA per k in k order — exact inputs, fp32
  * accumulation, the same bits for any thread count and batch size. CLEF_LINEAR=double forces
  * the double loop everywhere (for measuring the difference; see docs/fidelity.md). */
-static int linear_force_double(void) {
-    static int v = -1;
-    if (v < 0) {
-        const char *e = getenv("CLEF_LINEAR");
-        v = e && !strcmp(e, "double");
-    }
-    return v;
-}
+static int linear_force_double(clef_ops *ops) { return ((cpu_impl *)ops->impl)->linear_double; }
 
 /* BF16 weights packed once for the AMX kernel (gemm.h clef_gemm_pack), made at load through
  * prepare_weight and owned by the model. Only where the AMX kernel is the one linear runs
- * (clef_gemm_default(): not with CLEF_GEMM=avx512|avx2|ref), not on the parity path
+ * (not with CLEF_GEMM=avx512|avx2|ref), not on the parity path
  * (CLEF_LINEAR=double) and not with CLEF_AMX_PACKED=0 (the per-call packing, for comparing). */
 typedef struct {
     clef_prepared base;
@@ -159,17 +151,8 @@ static void cpu_packed_destroy(clef_prepared *p) {
     free(p);
 }
 
-static int amx_packed_enabled(void) {
-    static int v = -1;
-    if (v < 0) {
-        const char *e = getenv("CLEF_AMX_PACKED");
-        v = !(e && !strcmp(e, "0")) && !linear_force_double() && clef_gemm_default() == CLEF_GEMM_AMX;
-    }
-    return v;
-}
-
 static clef_prepared *cpu_prepare_weight(clef_ops *ops, const clef_tensor *w) {
-    if (!amx_packed_enabled() || !w || w->dtype != CLEF_ST_BF16 || !w->data || w->ndim < 2 ||
+    if (!((cpu_impl *)ops->impl)->amx_packed || !w || w->dtype != CLEF_ST_BF16 || !w->data || w->ndim < 2 ||
         w->shape[0] <= 0 || w->numel <= 0)
         return NULL;
     size_t N = (size_t)w->shape[0], K = (size_t)(w->numel / w->shape[0]);
@@ -186,7 +169,7 @@ static void cpu_linear(clef_ops *ops, float *y, const float *x, size_t T, const 
                        size_t row0, size_t N, const clef_tensor *b) {
     if (T == 0 || N == 0) return;
     size_t K = (size_t)(w->numel / w->shape[0]);
-    if (w->dtype == CLEF_ST_BF16 && !linear_force_double()) {
+    if (w->dtype == CLEF_ST_BF16 && !linear_force_double(ops)) {
         float *bias = NULL;
         if (b) {
             bias = malloc(N * sizeof *bias);
@@ -199,7 +182,7 @@ static void cpu_linear(clef_ops *ops, float *y, const float *x, size_t T, const 
             rc = clef_gemm_bf16_packed(POOL(ops), y, N, x, K, T, g, row0, N, bias);
         } else { /* a row slice not at a panel boundary (none in the release model) reads the mapping */
             const uint16_t *W = (const uint16_t *)w->data + row0 * K;
-            rc = clef_gemm_bf16(POOL(ops), y, N, x, K, T, K, W, K, N, bias);
+            rc = clef_gemm_bf16_with(((cpu_impl *)ops->impl)->gemm, POOL(ops), y, N, x, K, T, K, W, K, N, bias);
         }
         if (rc) ops->failed = 1;
         free(bias);
@@ -357,8 +340,9 @@ static void cpu_rope(clef_ops *ops, float *x, size_t ld, size_t T, size_t nh, si
 
 /* ---------------------------------------------------------------- GDN pieces */
 
-static void cpu_conv1d_silu(clef_ops *ops, float *y, const float *x, size_t T, size_t C, const clef_tensor *w) {
-    if (clef_cpu_conv1d_silu(POOL(ops), y, x, T, C, w)) ops->failed = 1;
+static void cpu_conv1d_silu(clef_ops *ops, float *y, const float *x, size_t C, const clef_tensor *w,
+                            const clef_seg *segs, size_t nseg, const clef_seg_state *st) {
+    if (clef_cpu_conv1d_silu_segs(POOL(ops), y, x, C, w, segs, nseg, st)) ops->failed = 1;
 }
 
 static void cpu_gdn_gates(clef_ops *ops, float *beta, float *g, const float *b, const float *a, size_t T,
@@ -379,22 +363,28 @@ static void cpu_gdn_gates(clef_ops *ops, float *beta, float *g, const float *b, 
 /* The delta rule, conv1d_silu, l2norm and gated_rmsnorm live in cpu_gdn.c, attention in
  * cpu_attention.c (cpu_mixers.h). */
 static void cpu_delta_rule(clef_ops *ops, float *o, const float *q, const float *k, const float *v,
-                           const float *beta, const float *g, size_t T, size_t Hk, size_t Hv, size_t dk,
-                           size_t dv, size_t chunk) {
-    if (clef_cpu_delta_rule(POOL(ops), o, q, k, v, beta, g, T, Hk, Hv, dk, dv, chunk)) ops->failed = 1;
+                           const float *beta, const float *g, size_t Hk, size_t Hv, size_t dk, size_t dv,
+                           size_t chunk, const clef_seg *segs, size_t nseg, const clef_seg_state *st) {
+    if (clef_cpu_delta_rule_segs(POOL(ops), o, q, k, v, beta, g, Hk, Hv, dk, dv, chunk, segs, nseg, st))
+        ops->failed = 1;
 }
 
 /* ---------------------------------------------------------------- attention */
 
 /* fp32 products on the default path (as its GEMMs accumulate in fp32), double accumulation on the
  * parity path (CLEF_LINEAR=double) and where the AVX-512 loops are not available. */
+/* One kernel call per segment (each plans its own query blocks over the workers). */
 static void cpu_attention(clef_ops *ops, float *o, size_t ldo, const float *q, size_t ldq, const float *k,
-                          size_t ldk, const float *v, size_t ldv, size_t Tq, size_t Tk, size_t nh, size_t nkv,
-                          size_t hd, float scale, int causal) {
-    int fp32 = !linear_force_double() && clef_simd_ok();
-    if ((fp32 ? clef_cpu_attention_f32 : clef_cpu_attention)(POOL(ops), o, ldo, q, ldq, k, ldk, v, ldv, Tq, Tk,
-                                                            nh, nkv, hd, scale, causal))
-        ops->failed = 1;
+                          size_t ldk, const float *v, size_t ldv, const clef_attn_seg *segs, size_t nseg,
+                          size_t nh, size_t nkv, size_t hd, float scale, int causal) {
+    int fp32 = !linear_force_double(ops) && clef_simd_ok();
+    for (size_t i = 0; i < nseg; i++) {
+        const clef_attn_seg *sg = &segs[i];
+        if ((fp32 ? clef_cpu_attention_f32 : clef_cpu_attention)(
+                POOL(ops), o + sg->q0 * ldo, ldo, q + sg->q0 * ldq, ldq, k + sg->k0 * ldk, ldk, v + sg->k0 * ldv,
+                ldv, sg->nq, sg->nk, nh, nkv, hd, scale, causal))
+            ops->failed = 1;
+    }
 }
 
 /* ---------------------------------------------------------------- elementwise */
@@ -464,7 +454,8 @@ static void cpu_destroy(clef_ops *ops) {
     free(ops);
 }
 
-clef_ops *clef_cpu_ops_create(int nthreads, clef_err *err) {
+clef_ops *clef_cpu_ops_create(int nthreads, const clef_knobs *knobs, clef_err *err) {
+    if (!knobs) knobs = clef_knobs_env();
     clef_ops *ops = calloc(1, sizeof *ops);
     cpu_impl *im = calloc(1, sizeof *im);
     if (!ops || !im) {
@@ -473,7 +464,10 @@ clef_ops *clef_cpu_ops_create(int nthreads, clef_err *err) {
         clef_err_set(err, CLEF_E_OOM, "out of memory creating the CPU backend");
         return NULL;
     }
-    im->arena = clef_arena_create(cache_cap());
+    im->linear_double = knobs->linear_double;
+    im->gemm = clef_gemm_named(knobs->gemm);
+    im->amx_packed = knobs->amx_packed && !knobs->linear_double && im->gemm == CLEF_GEMM_AMX;
+    im->arena = clef_arena_create(cache_cap(knobs));
     if (!im->arena) {
         free(ops);
         free(im);
@@ -501,6 +495,7 @@ clef_ops *clef_cpu_ops_create(int nthreads, clef_err *err) {
     ops->l2norm = cpu_l2norm;
     ops->gated_rmsnorm = cpu_gated_rmsnorm;
     ops->rope = cpu_rope;
+    ops->can_resume = 1;
     ops->conv1d_silu = cpu_conv1d_silu;
     ops->gdn_gates = cpu_gdn_gates;
     ops->delta_rule = cpu_delta_rule;

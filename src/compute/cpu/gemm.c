@@ -71,18 +71,21 @@ static void pick_default(void) {
     if (clef_gemm_available(CLEF_GEMM_AMX, NULL)) k = CLEF_GEMM_AMX;
     else if (clef_gemm_available(CLEF_GEMM_AVX512, NULL)) k = CLEF_GEMM_AVX512;
     else if (clef_gemm_available(CLEF_GEMM_AVX2, NULL)) k = CLEF_GEMM_AVX2;
-    const char *env = getenv("CLEF_GEMM");
-    if (env) /* kernels with exact fp32 inputs only (not avx512bf16) */
-        for (int i = CLEF_GEMM_REF; i < CLEF_GEMM_NKERNELS; i++)
-            if (i != CLEF_GEMM_AVX512_BF16 && strcmp(env, kernel_names[i]) == 0 &&
-                clef_gemm_available((clef_gemm_kernel)i, NULL))
-                k = (clef_gemm_kernel)i;
     g_default = k;
 }
 
 clef_gemm_kernel clef_gemm_default(void) {
     pthread_once(&g_once, pick_default);
     return g_default;
+}
+
+clef_gemm_kernel clef_gemm_named(const char *name) {
+    if (name && *name) /* kernels with exact fp32 inputs only (not avx512bf16) */
+        for (int i = CLEF_GEMM_REF; i < CLEF_GEMM_NKERNELS; i++)
+            if (i != CLEF_GEMM_AVX512_BF16 && strcmp(name, kernel_names[i]) == 0 &&
+                clef_gemm_available((clef_gemm_kernel)i, NULL))
+                return (clef_gemm_kernel)i;
+    return clef_gemm_default();
 }
 
 /* ---------------------------------------------------------------- tiling */

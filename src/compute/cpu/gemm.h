@@ -46,7 +46,7 @@ typedef enum {
 } clef_gemm_kernel;
 
 /* y = x . W^T (+ bias) with the CLEF_GEMM_AUTO kernel (chosen once from the CPU's features; the
- * environment variable CLEF_GEMM=ref|avx2|avx512|amx overrides it when that kernel can run). pool may
+ * CPU backend passes the one its knobs name instead: clef_gemm_named, CLEF_GEMM). pool may
  * be NULL (calling thread only). bias may be NULL. T, N or K == 0 is allowed (K == 0 writes bias
  * or zeros). Returns 0, or -1 when scratch memory could not be allocated (y then unspecified). */
 int clef_gemm_bf16(clef_pool *pool, float *y, size_t ldy, const float *x, size_t ldx, size_t T,
@@ -83,6 +83,9 @@ int clef_gemm_bf16_packed(clef_pool *pool, float *y, size_t ldy, const float *x,
 int clef_gemm_available(clef_gemm_kernel kern, const char **why);
 const char *clef_gemm_name(clef_gemm_kernel kern);
 clef_gemm_kernel clef_gemm_default(void); /* what CLEF_GEMM_AUTO resolves to */
+/* The exact-input kernel called name ("ref", "avx2", "avx512", "amx": the knob CLEF_GEMM) when this
+ * CPU runs it, else clef_gemm_default(). */
+clef_gemm_kernel clef_gemm_named(const char *name);
 
 /* ---- internal: the per-ISA pieces gemm.c dispatches to ---- */
 typedef struct {

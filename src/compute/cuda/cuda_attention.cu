@@ -467,7 +467,7 @@ static bool launch_rt(clef_ops *ops, float *o, size_t ldo, const float *q, size_
     return true;
 }
 
-void op_attention(clef_ops *ops, float *o, size_t ldo, const float *q, size_t ldq, const float *k, size_t ldk,
+void op_attention_one(clef_ops *ops, float *o, size_t ldo, const float *q, size_t ldq, const float *k, size_t ldk,
                   const float *v, size_t ldv, size_t Tq, size_t Tk, size_t nh, size_t nkv, size_t hd, float scale,
                   int causal) {
     ProfScope ps(ops, OP_ATTENTION);

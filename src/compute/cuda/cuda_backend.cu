@@ -320,7 +320,8 @@ extern "C" int clef_cuda_device_count(void) {
     return n;
 }
 
-extern "C" clef_ops *clef_cuda_ops_create(int device, int precision, clef_err *err) {
+extern "C" clef_ops *clef_cuda_ops_create(int device, int precision, const clef_knobs *knobs, clef_err *err) {
+    if (!knobs) knobs = clef_knobs_env();
     int n = clef_cuda_device_count();
     if (n <= 0) {
         clef_err_set(err, CLEF_E_BAD_MODEL, "the CUDA backend found no usable GPU (cudaGetDeviceCount: 0)");
@@ -361,18 +362,14 @@ extern "C" clef_ops *clef_cuda_ops_create(int device, int precision, clef_err *e
     im->max_smem_optin = prop.sharedMemPerBlockOptin > 0 ? (int)prop.sharedMemPerBlockOptin : 48 * 1024;
     im->sm_count = prop.multiProcessorCount;
     im->cc_major = prop.major;
-    const char *kv = getenv("CLEF_CUDA_LINEAR");
-    im->linear_split = !(kv && !strcmp(kv, "bf16"));
-    kv = getenv("CLEF_CUDA_ATTN");
-    im->attn_kernel = kv && !strcmp(kv, "simt") ? CLEF_CUDA_ATTN_SIMT
-                      : kv && !strcmp(kv, "v3") ? CLEF_CUDA_ATTN_V3
-                                                : CLEF_CUDA_ATTN_V2;
-    kv = getenv("CLEF_CUDA_DELTA");
-    im->delta_kernel = kv && !strcmp(kv, "v1")   ? CLEF_CUDA_DELTA_V1
-                       : kv && !strcmp(kv, "v3") ? CLEF_CUDA_DELTA_V3
-                                                 : CLEF_CUDA_DELTA_V2;
-    const char *pool = getenv("CLEF_CUDA_POOL_MB");
-    size_t pool_mb = pool && atol(pool) > 0 ? (size_t)atol(pool) : 1024;
+    /* the knobs CLEF_CUDA_LINEAR / _ATTN / _DELTA / _POOL_MB (base/knobs.h numbers the variants as
+     * CLEF_CUDA_ATTN_* / CLEF_CUDA_DELTA_* do) */
+    static_assert(CLEF_CUDA_ATTN_SIMT == 0 && CLEF_CUDA_ATTN_V2 == 1 && CLEF_CUDA_ATTN_V3 == 2, "knobs.h");
+    static_assert(CLEF_CUDA_DELTA_V1 == 0 && CLEF_CUDA_DELTA_V2 == 1 && CLEF_CUDA_DELTA_V3 == 2, "knobs.h");
+    im->linear_split = knobs->cuda_linear_split;
+    im->attn_kernel = knobs->cuda_attn;
+    im->delta_kernel = knobs->cuda_delta;
+    size_t pool_mb = knobs->cuda_pool_mb > 0 ? (size_t)knobs->cuda_pool_mb : 1024;
     im->grow_bytes = pool_mb << 20;
     bool ok = true;
     try {

@@ -524,7 +524,7 @@ k_delta_scan2(DeltaScratch S, float *o, size_t T, size_t Hv, size_t dk, size_t d
     }
 }
 
-void op_delta_rule(clef_ops *ops, float *o, const float *q, const float *k, const float *v, const float *beta,
+void op_delta_rule_one(clef_ops *ops, float *o, const float *q, const float *k, const float *v, const float *beta,
                    const float *g, size_t T, size_t Hk, size_t Hv, size_t dk, size_t dv, size_t chunk) {
     ProfScope ps(ops, OP_DELTA_RULE);
     if (T == 0) return;

@@ -63,7 +63,7 @@ __global__ void k_conv1d_silu(float *y, const float *x, size_t T, size_t C, size
     }
 }
 
-void op_conv1d_silu(clef_ops *ops, float *y, const float *x, size_t T, size_t C, const clef_tensor *w) {
+void op_conv1d_silu_one(clef_ops *ops, float *y, const float *x, size_t T, size_t C, const clef_tensor *w) {
     ProfScope ps(ops, OP_CONV1D_SILU);
     if (!T || !C) return;
     size_t K = (size_t)(w->numel / w->shape[0]);

@@ -151,13 +151,21 @@ void op_layernorm(clef_ops *, float *, const float *, size_t, size_t, const clef
 void op_l2norm(clef_ops *, float *, size_t, size_t, size_t, float, float);
 void op_gated_rmsnorm(clef_ops *, float *, const float *, const float *, size_t, size_t, const clef_tensor *, float);
 void op_rope(clef_ops *, float *, size_t, size_t, size_t, size_t, size_t, const float *, const float *);
-void op_conv1d_silu(clef_ops *, float *, const float *, size_t, size_t, const clef_tensor *);
+/* One segment of rows from position 0 (the kernels as they were before packed forwards). */
+void op_conv1d_silu_one(clef_ops *, float *, const float *, size_t, size_t, const clef_tensor *);
 void op_gdn_gates(clef_ops *, float *, float *, const float *, const float *, size_t, size_t, const clef_tensor *,
                   const clef_tensor *);
+void op_delta_rule_one(clef_ops *, float *, const float *, const float *, const float *, const float *,
+                       const float *, size_t, size_t, size_t, size_t, size_t, size_t);
+void op_attention_one(clef_ops *, float *, size_t, const float *, size_t, const float *, size_t, const float *,
+                      size_t, size_t, size_t, size_t, size_t, size_t, float, int);
+/* The op table's per-segment forms (cuda_segments.cu). */
+void op_conv1d_silu(clef_ops *, float *, const float *, size_t, const clef_tensor *, const clef_seg *, size_t,
+                    const clef_seg_state *);
 void op_delta_rule(clef_ops *, float *, const float *, const float *, const float *, const float *, const float *,
-                   size_t, size_t, size_t, size_t, size_t, size_t);
+                   size_t, size_t, size_t, size_t, size_t, const clef_seg *, size_t, const clef_seg_state *);
 void op_attention(clef_ops *, float *, size_t, const float *, size_t, const float *, size_t, const float *, size_t,
-                  size_t, size_t, size_t, size_t, size_t, float, int);
+                  const clef_attn_seg *, size_t, size_t, size_t, size_t, float, int);
 void op_copy2d(clef_ops *, float *, size_t, const float *, size_t, size_t, size_t);
 void op_silu_mul(clef_ops *, float *, const float *, const float *, size_t);
 void op_gelu(clef_ops *, float *, size_t, int);

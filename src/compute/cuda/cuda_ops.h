@@ -21,6 +21,7 @@
 #include <stdint.h>
 
 #include "base/err.h"
+#include "base/knobs.h"
 #include "compute/ops.h"
 
 #ifdef __cplusplus
@@ -32,10 +33,11 @@ enum { CLEF_CUDA_FP32 = 0, CLEF_CUDA_FAST = 1 };
 /* Number of CUDA devices usable by this process (0 when there is no driver or no GPU). */
 int clef_cuda_device_count(void);
 
-/* The backend on GPU `device` (0-based) with precision CLEF_CUDA_FP32 or CLEF_CUDA_FAST. The
- * arena starts at $CLEF_CUDA_POOL_MB MiB (default 1024). NULL with err set (BadModel when there is
- * no usable GPU, OutOfMemory) on failure. Free with ops->destroy(ops). */
-clef_ops *clef_cuda_ops_create(int device, int precision, clef_err *err);
+/* The backend on GPU `device` (0-based) with precision CLEF_CUDA_FP32 or CLEF_CUDA_FAST. knobs
+ * (base/knobs.h; NULL: the process's, clef_knobs_env()): the arena starts at CLEF_CUDA_POOL_MB MiB
+ * (default 1024), the kernel variants below. NULL with err set (BadModel when there is no usable
+ * GPU, OutOfMemory) on failure. Free with ops->destroy(ops). */
+clef_ops *clef_cuda_ops_create(int device, int precision, const clef_knobs *knobs, clef_err *err);
 
 /* The last CUDA / cuBLAS error message recorded by an op ("" when none). */
 const char *clef_cuda_last_error(const clef_ops *ops);
@@ -56,8 +58,8 @@ int clef_cuda_synthetic_weight(clef_ops *ops, clef_tensor *t, int dtype, const i
 
 /* Kernel variants. The default is the newest variant a device run has verified (test_cuda_ops and
  * the corpus on an H200: run 2026-11-30b); newer ones written since are opt-in until a run checks
- * them, and the old ones stay selectable for side-by-side runs and as a fallback. At create,
- * $CLEF_CUDA_LINEAR=bf16 (one bf16 term per activation in the fast GEMMs instead of the two-term
+ * them, and the old ones stay selectable for side-by-side runs and as a fallback. At create, the
+ * knobs CLEF_CUDA_LINEAR=bf16 (one bf16 term per activation in the fast GEMMs instead of the two-term
  * split), $CLEF_CUDA_ATTN=simt|v2|v3 and $CLEF_CUDA_DELTA=v1|v2|v3 choose; clef_cuda_set_kernels
  * switches later (tests, bench_cuda). */
 /* attention: SIMT = the first kernel (both precisions); V2 (default) = fast: tensor cores 3xTF32
