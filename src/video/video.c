@@ -85,7 +85,7 @@ int clef_video_entry_bytes(const char *entry, size_t len, const clef_video_opts 
                            clef_err *err) {
     *bytes = NULL;
     *n = 0;
-    if (!entry || len == 0) return clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA, "empty video entry");
+    if (!entry || len == 0) return clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA, CLEF_VIDEO_BAD_ENTRY_MSG);
     if (starts(entry, len, "http://") || starts(entry, len, "https://"))
         return clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA, "video URLs are not fetched; send a data: URL or base64");
     if (o->allow_paths && len < 4096 && !memchr(entry, 0, len)) {
@@ -114,11 +114,12 @@ int clef_video_entry_bytes(const char *entry, size_t len, const clef_video_opts 
         free(out);
         if (!strcmp(err->type, CLEF_E_LIMIT))
             return clef_err_set(err, CLEF_E_LIMIT, "video entry is over %zu bytes", o->max_bytes);
-        return -1;
+        /* neither base64 nor (when allowed) a file: what the reference says of a string that names no file */
+        return clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA, CLEF_VIDEO_BAD_ENTRY_MSG);
     }
     if (got == 0) {
         free(out);
-        return clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA, "video entry decodes to no bytes");
+        return clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA, CLEF_VIDEO_BAD_ENTRY_MSG);
     }
     *bytes = out;
     *n = (size_t)got;

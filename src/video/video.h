@@ -61,8 +61,13 @@ typedef struct clef_video {
     int src_w, src_h;            /* decoded frame size */
 } clef_video;
 
+/* What the reference raises (a TypeError from transformers' load_video) for a string that is neither an
+ * http(s) URL nor an existing local path; ours for an entry that is not a data: URL, base64 or (when
+ * allowed) an existing file: the same text (docs/spec-corrections.md "Video"). */
+#define CLEF_VIDEO_BAD_ENTRY_MSG "Incorrect format used for video. Should be an url linking to an video or a local path."
+
 /* Fetches an entry's bytes: a data: URL (data:video/...;base64,...), bare base64, or (opts->allow_paths)
- * a local path. */
+ * a local path. "" and text that is none of these: UnsupportedMedia CLEF_VIDEO_BAD_ENTRY_MSG. */
 int clef_video_entry_bytes(const char *entry, size_t len, const clef_video_opts *o, uint8_t **bytes, size_t *n,
                            clef_err *err);
 /* Decodes and preprocesses encoded bytes. */

@@ -9,9 +9,12 @@ stream's fps, the timestamp texts, sha256 of pixel_values_videos (float32 little
 values of the first and last rows, or the error it raises. "requests": encode_record's input ids and
 spans and systemone()'s probabilities on the tiny checkpoint for a few requests carrying clips.
 
-Run with the reference venv:  .venv-ref/bin/python tools/reference/make_video_fixtures.py
-Needs models/tiny (`make tiny`). Encoders are deterministic at the settings used (threads=1).
+Run with the reference venv:  .venv-ref/bin/python tools/reference/make_video_fixtures.py [--remake-clips]
+Needs models/tiny (`make tiny`). Existing clips are kept (the encoders are not byte-reproducible from run
+to run); --remake-clips encodes them again. "requests" also holds each answered request's unrounded
+probabilities (probs32) and those of the float64 oracle of make_fixtures64.py (probs64).
 """
+import base64
 import fractions
 import hashlib
 import json
@@ -107,6 +110,148 @@ def rows(pv):
     return {"first": [float(x) for x in a[0, :4]], "last": [float(x) for x in a[-1, :4]]}
 
 
+def png_data_url(w, h):
+    import io
+
+    from PIL import Image
+    buf = io.BytesIO()
+    Image.fromarray(frame(w, h, 3, 9)).save(buf, format="PNG")
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+QUESTIONS = {"moving": {"type": "noul", "instructions": "Is something moving?"},
+             "color": {"type": "choice", "criteria": {"red": "mostly red", "green": "mostly green",
+                                                      "blue": "mostly blue"}}}
+# (name, request fields over the base request). Entry strings: "@F" is fixture clip F (the reference gets its
+# path; the tests send its bytes as base64, and once more as a path with paths allowed); "data:@F" a data:
+# URL and "b64:@F" bare base64 of F (both here and in the tests); anything else is literal.
+REQUESTS = [
+    ("one_video", {"videos": ["@h264_64x48_10fps_15.mp4"]}),
+    ("two_videos", {"videos": ["@vp9_64x48_10fps_15.webm", "@av1_128x64_10fps_15.mp4"]}),
+    ("odd_frames", {"videos": ["@vp9_5frames.mkv"]}),
+    ("vfr", {"videos": ["@h264_vfr.mkv"]}),
+    ("two_frames", {"videos": ["@h264_2frames.mp4"]}),
+    ("three_frames", {"videos": ["@h264_3frames.mkv"]}),
+    ("wide_320x180", {"videos": ["@h264_320x180_30fps_40.mp4"]}),
+    ("ntsc_60fps", {"videos": ["@h264_ntsc_45.mp4", "@h264_60fps_90.mp4"]}),
+    ("image_then_video", {"images": ["PNG48x40"], "videos": ["@vp9_444.webm"]}),
+    ("image_pads_in_state", {"videos": ["@vp9_422.webm"], "state": "look <|image_pad|> here"}),
+    ("video_pads_in_state", {"videos": ["@vp9_422.webm"], "state": "look <|video_pad|> here"}),
+    ("media_kwargs", {"videos": ["@h264_64x48_10fps_15.mp4"], "media_kwargs": {"min_pixels": 3136, "max_pixels": 12544}}),
+    ("missing_path", {"videos": ["@missing.mp4"]}),
+    ("empty_string", {"videos": [""]}),
+    ("data_url", {"videos": ["data:@h264_64x48_10fps_15.mp4"]}),
+    ("bare_base64", {"videos": ["b64:@h264_64x48_10fps_15.mp4"]}),
+    ("bad_bytes", {"videos": ["@bad_bytes.mp4"]}),
+    ("one_frame", {"videos": ["@h264_1frame.mp4"]}),
+    ("one_frame_then_bad", {"videos": ["@h264_1frame.mp4", "@bad_bytes.mp4"]}),
+    ("good_then_one_frame", {"videos": ["@h264_64x48_10fps_15.mp4", "@h264_1frame.mp4"]}),
+    ("int_entry", {"videos": [123]}),
+    ("none_entry", {"videos": [None]}),
+    ("dict_entry", {"videos": [{"url": "@h264_64x48_10fps_15.mp4"}]}),
+    ("good_then_int", {"videos": ["@h264_64x48_10fps_15.mp4", 123]}),
+    ("videos_int", {"videos": 5}),
+    ("videos_true", {"videos": True}),
+    ("videos_empty", {"videos": []}),
+    ("bad_image_and_bad_video", {"images": ["not an image"], "videos": ["@bad_bytes.mp4"]}),
+    ("nested_list", {"videos": [["@h264_64x48_10fps_15.mp4"]]}),
+]
+
+
+def expand(v, png):
+    """A request value as the reference gets it (see REQUESTS)."""
+    if isinstance(v, list):
+        return [expand(x, png) for x in v]
+    if isinstance(v, dict):
+        return {k: expand(x, png) for k, x in v.items()}
+    if v == "PNG48x40":
+        return png
+    if isinstance(v, str) and v.startswith(("@", "data:@", "b64:@")):
+        name = v.split("@", 1)[1]
+        path = os.path.join(OUT, name)
+        if v.startswith("@"):
+            return path
+        b = base64.b64encode(open(path, "rb").read()).decode("ascii")
+        return ("data:video/mp4;base64," + b) if v.startswith("data:") else b
+    return v
+
+
+def base_request(extra):
+    req = {"model": "clef-flash", "state": {"event": "clip", "n": 1}, "questions": QUESTIONS}
+    req.update(extra)
+    return req
+
+
+def run_requests(index, model, processor, jsm):
+    png = png_data_url(48, 40)
+    index["png48x40"] = png
+    captured = []
+    inner_answer = jsm.systemone_answer
+
+    def answer(question, probabilities):  # the unrounded fp32 probabilities, head order
+        captured.append(dict(probabilities))
+        return inner_answer(question, probabilities)
+    jsm.systemone_answer = answer
+    for rname, extra in REQUESTS:
+        req = base_request(extra)
+        ref_req = expand(req, png)
+        # index.json is written with sorted keys: the request's own order (questions!) is kept as text
+        r = {"name": rname, "request": req, "request_text": json.dumps(req)}
+        try:
+            enc = jsm.encode_record(processor.tokenizer, ref_req, processor=processor)
+            r["input_ids"] = list(enc.input_ids)
+            r["questions"] = [{"question_id": q.question_id, "question_span": list(q.question_span),
+                               "option_spans": [list(s) for s in q.option_spans], "option_ids": list(q.option_ids)}
+                              for q in enc.questions]
+            if enc.media and "video_grid_thw" in enc.media:
+                r["video_grid_thw"] = enc.media["video_grid_thw"].tolist()
+            if enc.media and "image_grid_thw" in enc.media:
+                r["image_grid_thw"] = enc.media["image_grid_thw"].tolist()
+            captured.clear()
+            with torch.no_grad():
+                resp = jsm.systemone(model, processor, ref_req)
+            r["response"] = resp
+            r["response_text"] = json.dumps(resp, ensure_ascii=False, separators=(",", ":"))
+            r["probs32"] = [[float(p[o]) for o in q["option_ids"]] for p, q in zip(captured, r["questions"])]
+        except Exception as e:
+            r.update(err_rec(e))
+        index["requests"].append(r)
+        print(rname, r.get("error", "ok"), r.get("message", "")[:80], file=sys.stderr)
+    jsm.systemone_answer = inner_answer
+
+
+def run_requests64(index, jsm):
+    """The same answered requests through the float64 oracle of make_fixtures64.py (its patches P1-P4):
+    probs64, what the tests bound the fp32 reference's own rounding by (docs/fidelity.md)."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import make_fixtures64 as m64
+    model, processor = jsm.load_release_model(os.path.join(ROOT, "models", "tiny"), dtype=torch.float64,
+                                              device="cpu")
+    m64.install_patches()
+    for m in model.modules():
+        for name in ("inv_freq", "original_inv_freq"):
+            t = getattr(m, name, None)
+            if isinstance(t, torch.Tensor) and t.dtype == torch.float32:
+                setattr(m, name, t.to(torch.float64))
+    systemone = m64.wrap_scopes()
+    png = index["png48x40"]
+    captured = []
+    inner_answer = jsm.systemone_answer
+
+    def answer(question, probabilities):
+        captured.append(dict(probabilities))
+        return inner_answer(question, probabilities)
+    jsm.systemone_answer = answer
+    for r in index["requests"]:
+        if "probs32" not in r:
+            continue
+        captured.clear()
+        with torch.no_grad():
+            systemone(model, processor, expand(r["request"], png))
+        r["probs64"] = [[float(p[o]) for o in q["option_ids"]] for p, q in zip(captured, r["questions"])]
+    jsm.systemone_answer = inner_answer
+
+
 def main():
     torch.set_num_threads(1)
     os.makedirs(OUT, exist_ok=True)
@@ -119,7 +264,11 @@ def main():
              "clips": [], "requests": []}
     for name, codec, cont, w, h, n, rate, pf, pts in CLIPS:
         path = os.path.join(OUT, name)
-        make_clip(path, codec, cont, w, h, n, rate, pf, pts, seed=len(index["clips"]))
+        if not os.path.exists(path) or "--remake-clips" in sys.argv:
+            # the encoders are not byte-reproducible from run to run (libvpx's realtime deadline adapts
+            # to the time taken; some x264/svt-av1 clips differ too): the committed clips are the data,
+            # made once, and the reference's outputs are recomputed from them
+            make_clip(path, codec, cont, w, h, n, rate, pf, pts, seed=len(index["clips"]))
         data = open(path, "rb").read()
         rec = {"file": name, "sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data), "codec": codec,
                "container": cont, "size": [w, h], "frames_encoded": n, "rate": str(rate), "pix_fmt": pf,
@@ -146,32 +295,8 @@ def main():
         index["clips"].append({"file": "bad_bytes.mp4"})
     except Exception as e:
         index["clips"].append(dict({"file": "bad_bytes.mp4", "sha256": hashlib.sha256(open(bad, "rb").read()).hexdigest()}, **err_rec(e)))
-    reqs = [
-        ("one_video", {"videos": ["h264_64x48_10fps_15.mp4"]}),
-        ("two_videos", {"videos": ["vp9_64x48_10fps_15.webm", "av1_128x64_10fps_15.mp4"]}),
-        ("odd_frames", {"videos": ["vp9_5frames.mkv"]}),
-        ("vfr", {"videos": ["h264_vfr.mkv"]}),
-    ]
-    for rname, extra in reqs:
-        req = {"model": "clef-flash", "state": {"event": "clip", "n": 1},
-               "questions": {"moving": {"type": "noul", "instructions": "Is something moving?"},
-                             "color": {"type": "choice", "criteria": {"red": "mostly red", "green": "mostly green", "blue": "mostly blue"}}}}
-        req.update(extra)
-        ref_req = dict(req, videos=[os.path.join(OUT, v) for v in req["videos"]])
-        r = {"name": rname, "request": req}
-        try:
-            enc = jsm.encode_record(processor.tokenizer, ref_req, processor=processor)
-            r["input_ids"] = list(enc.input_ids)
-            r["questions"] = [{"question_id": q.question_id, "question_span": list(q.question_span),
-                               "option_spans": [list(s) for s in q.option_spans]} for q in enc.questions]
-            r["video_grid_thw"] = enc.media["video_grid_thw"].tolist()
-            with torch.no_grad():
-                resp = jsm.systemone(model, processor, ref_req)
-            r["response"] = resp
-        except Exception as e:
-            r.update(err_rec(e))
-        index["requests"].append(r)
-        print(rname, r.get("error", "ok"), file=sys.stderr)
+    run_requests(index, model, processor, jsm)
+    run_requests64(index, jsm)
     with open(os.path.join(OUT, "index.json"), "w") as f:
         json.dump(index, f, indent=1, sort_keys=True)
         f.write("\n")
