@@ -90,6 +90,16 @@ $(BUILD)/tests/%: tests/tools/%.c $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) $< $(LIB) -o $@ $(LDLIBS_ALL)
 
+# The web playground (src/serve/playground.c): each web/ file becomes a byte array
+# (web/playground.html -> web_playground_html[]) in $(BUILD)/gen/serve/web_assets.h, served as it is.
+WEB_SRC := $(sort $(wildcard web/*))
+$(BUILD)/gen/serve/web_assets.h: $(WEB_SRC)
+	@mkdir -p $(dir $@)
+	for f in $(WEB_SRC); do echo "static const unsigned char $$(echo "$$f" | tr -c 'A-Za-z0-9\n' _)[] = {"; \
+	  od -An -v -tx1 "$$f" | sed 's/ \([0-9a-f][0-9a-f]\)/0x\1,/g'; echo "};"; done > $@.tmp && mv $@.tmp $@
+$(BUILD)/obj/src/serve/playground.o: $(BUILD)/gen/serve/web_assets.h
+$(BUILD)/obj/src/serve/playground.o: CFLAGS_ALL += -I$(BUILD)/gen
+
 asan:
 	$(MAKE) BUILD=build-asan SAN=1 all
 

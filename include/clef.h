@@ -7,8 +7,9 @@
  * Two ways to run requests:
  *   - clef_decide(): one request, synchronously (CLI, tests);
  *   - clef_job_prepare() / clef_run_batch() / clef_job_finish(): the host side (parse, validate,
- *     tokenize, decode images) on any thread, then several jobs in one forward on the model thread,
- *     then the response. A job's numbers do not depend on which other jobs share its batch.
+ *     tokenize, decode images) on any thread, then several jobs packed into one forward on the
+ *     model thread, then the response. A job's numbers do not depend on which other jobs share
+ *     its batch, nor on whether its state came from the state cache.
  * The engine is not reentrant for clef_run_batch / clef_decide: one model thread at a time.
  * clef_job_prepare and clef_job_finish may run on other threads concurrently. */
 #ifndef CLEF_H
@@ -49,10 +50,17 @@ typedef struct clef_options {
      * AMX kernel (docs/performance.md "Weights packed at load": +0.5-1 s of open on real4 against
      * ~10% per forward). The answers are the same bits either way. */
     int single_request;
+    /* The state cache (docs/serving.md "State cache"): MiB of saved record states, so requests on a
+     * state already seen resume after it instead of recomputing it (the same bits either way).
+     * clef_options_default sets CLEF_STATE_CACHE_MB_DEFAULT; 0 turns it off. Ignored with
+     * single_request and on backends that cannot resume (CUDA for now). */
+    size_t state_cache_mb;
     /* Called while weights are bound / touched: done and total in arbitrary units. */
     void (*progress)(void *ctx, uint64_t done, uint64_t total);
     void *progress_ctx;
 } clef_options;
+
+#define CLEF_STATE_CACHE_MB_DEFAULT 1024
 
 enum { CLEF_DEVICE_AUTO = 0, CLEF_DEVICE_CPU = 1, CLEF_DEVICE_CUDA = 2 };
 enum { CLEF_PRECISION_FP32 = 0, CLEF_PRECISION_FAST = 1 };
@@ -64,6 +72,16 @@ const char *clef_engine_backend(const clef_engine *e);
 /* Bytes the backend holds in its own form of the weights, made at open (the CPU's AMX-packed
  * Linear weights; 0 when nothing was prepared, e.g. with single_request). */
 size_t clef_engine_prepared_bytes(const clef_engine *e);
+
+/* The state cache's counters (all 0 when it is off). */
+typedef struct clef_cache_info {
+    uint64_t hits, misses;      /* lookups of cacheable requests */
+    uint64_t inserts, evictions;
+    uint64_t tokens_reused;     /* prompt tokens not recomputed thanks to hits */
+    size_t bytes, entries;      /* held now */
+    size_t limit;               /* the bound in bytes (0: off) */
+} clef_cache_info;
+void clef_engine_cache_info(const clef_engine *e, clef_cache_info *out);
 
 /* Opens the model folder. On failure returns NULL and writes one clear line into err. */
 clef_engine *clef_open(const clef_options *o, char *err, size_t err_len);
@@ -85,8 +103,11 @@ int clef_decide(clef_engine *e, const char *body, size_t len, clef_result *out);
 /* Host side of one request. Returns a job ready to run, or NULL with *out filled (an error body). */
 clef_job *clef_job_prepare(clef_engine *e, const char *body, size_t len, clef_result *out);
 size_t clef_job_tokens(const clef_job *j); /* tokens this job adds to a batch */
-/* Runs the model for n prepared jobs in one forward. Per-job failures are recorded in the job. */
+/* Runs the model for n prepared jobs in one packed forward (each job a segment of its own: the
+ * answers are the bits each job gets alone). Per-job failures are recorded in the job. */
 int clef_run_batch(clef_engine *e, clef_job *const *jobs, size_t n);
+/* Leading prompt tokens the last clef_run_batch took from the state cache (0: none). */
+size_t clef_job_cached_tokens(const clef_job *j);
 /* Builds the job's response (or error) into *out and frees the job. */
 void clef_job_finish(clef_job *j, clef_result *out);
 /* Frees a prepared job that will not run (shutdown, deadline). */

@@ -38,7 +38,8 @@ static void serve_usage(FILE *f) {
             "  --max-batch N          most requests in one forward (default 32)\n"
             "  --model-id NAME        the id /v1/models reports (default clef-flash)\n"
             "  --text-only            do not load the vision tower\n"
-            "  --quiet                no per-request log lines\n");
+            "  --quiet                no per-request log lines\n"
+            "  --no-ui                no web playground at / (then / is 404)\n");
 }
 
 int cmd_serve(int argc, char **argv) {
@@ -72,6 +73,7 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--model-id")) { NEED(); sc.model_id = v; }
         else if (!strcmp(a, "--text-only")) o.text_only = 1;
         else if (!strcmp(a, "--quiet")) sc.log_requests = 0;
+        else if (!strcmp(a, "--no-ui")) sc.no_ui = 1;
         else {
             fprintf(stderr, "clef serve: unknown option '%s'\n", a);
             serve_usage(stderr);

@@ -2,6 +2,7 @@
  * backend; a job = one request through the host side (parse, validate, encode), the model (text
  * forward + joint head) and the response. This file only wires the parts together. */
 #include "clef.h"
+#include "engine/engine_internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,30 +31,10 @@
 #define DEFAULT_MAX_IMAGE_BYTES ((size_t)16 << 20)
 #define DEFAULT_MAX_IMAGE_PIXELS ((int64_t)64 << 20)
 
-struct clef_engine {
-    clef_options opts;
-    char *model_dir;
-    clef_model_files *mf;
-    clef_tokenizer *tok;
-    clef_ops *ops;
-    clef_image_opts image_opts;
-    char *dump_dir;
-};
-
-struct clef_job {
-    clef_engine *e;
-    json_doc *doc;
-    clef_request req;
-    clef_record rec;
-    float *logits;   /* all options of all questions, request order then head order */
-    size_t n_logits;
-    int ran;         /* the model ran for this job */
-    clef_err err;    /* a failure while running (err.type != NULL) */
-};
-
 void clef_options_default(clef_options *o) {
     memset(o, 0, sizeof *o);
     o->max_length = CLEF_MAX_LENGTH_DEFAULT;
+    o->state_cache_mb = CLEF_STATE_CACHE_MB_DEFAULT;
 }
 
 static char *dup_str(const char *s) {
@@ -113,6 +94,20 @@ static clef_ops *create_ops(const clef_options *o, clef_err *err) {
 
 const char *clef_engine_backend(const clef_engine *e) { return e && e->ops ? e->ops->name : "none"; }
 
+void clef_engine_cache_info(const clef_engine *e, clef_cache_info *out) {
+    clef_cache_stats st;
+    clef_cache_get_stats(e ? e->cache : NULL, &st);
+    memset(out, 0, sizeof *out);
+    out->hits = st.hits;
+    out->misses = st.misses;
+    out->inserts = st.inserts;
+    out->evictions = st.evictions;
+    out->tokens_reused = st.tokens_reused;
+    out->bytes = st.bytes;
+    out->entries = st.entries;
+    out->limit = st.limit;
+}
+
 size_t clef_engine_prepared_bytes(const clef_engine *e) { return e && e->mf ? e->mf->prepared_bytes : 0; }
 
 clef_engine *clef_open(const clef_options *o, char *errbuf, size_t err_len) {
@@ -155,6 +150,9 @@ clef_engine *clef_open(const clef_options *o, char *errbuf, size_t err_len) {
      * single request: one forward gains less than the packing costs. */
     if (!e->opts.single_request) clef_model_prepare(e->mf, e->ops, CLEF_PREP_TEXT | CLEF_PREP_HEAD);
 
+    if (!e->opts.single_request && e->opts.state_cache_mb > 0 && e->opts.state_cache_mb <= ((size_t)1 << 30))
+        e->cache = clef_cache_create(e->ops, &e->mf->cfg, (size_t)e->mf->head_cfg.width, e->opts.state_cache_mb << 20);
+
     clef_image_opts_default(&e->image_opts);
     e->image_opts.tile = e->opts.image_tile;
     e->image_opts.allow_paths = e->opts.allow_image_paths;
@@ -171,6 +169,7 @@ fail:
 
 void clef_close(clef_engine *e) {
     if (!e) return;
+    clef_cache_destroy(e->cache); /* its buffers belong to the backend */
     if (e->ops) e->ops->destroy(e->ops);
     clef_tokenizer_free(e->tok);
     clef_model_close(e->mf);
@@ -251,159 +250,11 @@ fail:
 
 size_t clef_job_tokens(const clef_job *j) { return j ? j->rec.n_ids : 0; }
 
-/* Images of one record through the vision tower: the merger rows (device), the pad positions
- * they replace, and the M-RoPE planes of the whole record (model.md §5.3, §6.8). */
-typedef struct {
-    float *rows;      /* device [n_rows, hidden] */
-    int32_t *rpos;    /* [n_rows] */
-    size_t n_rows;
-    int32_t *pos[3];  /* [n_ids] each */
-} img_inputs;
-
-static void img_inputs_free(clef_ops *ops, img_inputs *im) {
-    if (im->rows) ops->free(ops, im->rows);
-    free(im->rpos);
-    for (int p = 0; p < 3; p++) free(im->pos[p]);
-    memset(im, 0, sizeof *im);
-}
-
-static int run_images(clef_engine *e, const clef_record *r, img_inputs *im, clef_err *err) {
-    clef_ops *ops = e->ops;
-    const clef_config *cfg = &e->mf->cfg;
-    const clef_vision_config *vc = &cfg->vision;
-    if (!vc->present || !e->mf->vision.present)
-        return clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA, "this model has no vision tower; images are not accepted");
-    if (vc->out_hidden_size != cfg->text.hidden_size)
-        return clef_err_set(err, CLEF_E_BAD_MODEL, "vision_config.out_hidden_size %d != text hidden_size %d",
-                            vc->out_hidden_size, cfg->text.hidden_size);
-    size_t n = r->n_images, total = 0;
-    clef_vision_image *vi = calloc(n, sizeof *vi);
-    clef_pos_image *pi = calloc(n, sizeof *pi);
-    int rc = 0;
-    if (!vi || !pi) { rc = clef_err_set(err, CLEF_E_OOM, "out of memory"); goto done; }
-    for (size_t k = 0; k < n; k++) {
-        const clef_enc_image *ei = &r->images[k];
-        vi[k].pixel_values = ei->image.pixel_values;
-        vi[k].grid_t = ei->image.grid_t;
-        vi[k].grid_h = ei->image.grid_h;
-        vi[k].grid_w = ei->image.grid_w;
-        pi[k].pad_start = ei->pad_start;
-        pi[k].n_pad = ei->n_pad;
-        pi[k].grid_t = ei->image.grid_t;
-        pi[k].grid_h = ei->image.grid_h;
-        pi[k].grid_w = ei->image.grid_w;
-        size_t nt = clef_vision_tokens(vc, &vi[k]);
-        if (!ei->image.pixel_values || nt != ei->n_pad) {
-            rc = clef_err_set(err, CLEF_E_INTERNAL, "image %zu: %zu pad tokens for grid (%d, %d, %d)%s", k, ei->n_pad,
-                              ei->image.grid_t, ei->image.grid_h, ei->image.grid_w,
-                              ei->image.pixel_values ? "" : " without pixel values");
-            goto done;
-        }
-        total += nt;
-    }
-    for (int p = 0; p < 3; p++) im->pos[p] = malloc((r->n_ids ? r->n_ids : 1) * sizeof(int32_t));
-    im->rpos = malloc((total ? total : 1) * sizeof(int32_t));
-    im->rows = ops->alloc(ops, total * (size_t)cfg->text.hidden_size);
-    if (!im->pos[0] || !im->pos[1] || !im->pos[2] || !im->rpos || !im->rows) {
-        rc = clef_err_set(err, CLEF_E_OOM, "out of memory for %zu image tokens", total);
-        goto done;
-    }
-    rc = clef_mrope_positions(r->n_ids, pi, n, vc->spatial_merge_size, im->pos[0], im->pos[1], im->pos[2], err);
-    if (rc) goto done;
-    size_t o = 0;
-    for (size_t k = 0; k < n; k++)
-        for (size_t t = 0; t < r->images[k].n_pad; t++) im->rpos[o++] = (int32_t)(r->images[k].pad_start + t);
-    im->n_rows = total;
-    rc = clef_vision_forward(ops, vc, &e->mf->vision, vi, n, NULL, im->rows, err);
-done:
-    free(vi);
-    free(pi);
-    if (rc) img_inputs_free(ops, im);
-    return rc ? -1 : 0;
-}
-
-/* The model for one record: text forward, then the head. Records never share a forward here, so a
- * record's numbers cannot depend on its batch company. */
-static int run_one(clef_engine *e, clef_job *j) {
-    clef_ops *ops = e->ops;
-    const clef_record *r = &j->rec;
-    clef_err *err = &j->err;
-    size_t H = (size_t)e->mf->cfg.text.hidden_size;
-    img_inputs im = {0};
-    if (r->n_images > 0 && run_images(e, r, &im, err)) return -1;
-    float *hidden = ops->alloc(ops, r->n_ids * H);
-    if (!hidden) {
-        img_inputs_free(ops, &im);
-        return clef_err_set(err, CLEF_E_OOM, "out of memory for %zu tokens", r->n_ids);
-    }
-
-    clef_layer_dump dump = {e->dump_dir, 0};
-    clef_forward_in in = {0};
-    in.ids = r->input_ids;
-    in.n = r->n_ids;
-    if (r->n_images > 0) {
-        for (int p = 0; p < 3; p++) in.pos[p] = im.pos[p];
-        in.n_replace = im.n_rows;
-        in.replace_pos = im.rpos;
-        in.replace_rows = im.rows;
-    }
-    if (e->dump_dir) {
-        in.on_layer = clef_layer_dump_fn;
-        in.on_layer_user = &dump;
-    }
-    int rc = clef_text_forward(ops, &e->mf->cfg, &e->mf->text, &in, hidden, err);
-    if (rc == 0 && dump.failed) rc = clef_err_set(err, CLEF_E_IO, "could not write layer dumps to %s", e->dump_dir);
-
-    clef_head_question *hq = NULL;
-    int32_t *spans = NULL;
-    if (rc == 0) {
-        hq = calloc(r->n_questions, sizeof *hq);
-        spans = calloc(2 * (j->n_logits ? j->n_logits : 1), sizeof *spans);
-        if (!hq || !spans) rc = clef_err_set(err, CLEF_E_OOM, "out of memory");
-    }
-    if (rc == 0) {
-        size_t k = 0;
-        for (size_t q = 0; q < r->n_questions; q++) {
-            const clef_enc_question *eq = &r->questions[q];
-            hq[q].type = eq->type;
-            hq[q].q_start = (int32_t)eq->span.start;
-            hq[q].q_end = (int32_t)eq->span.end;
-            hq[q].n_options = (int)eq->n_options;
-            hq[q].option_spans = spans + 2 * k;
-            for (size_t o = 0; o < eq->n_options; o++, k++) {
-                spans[2 * k] = (int32_t)eq->option_spans[o].start;
-                spans[2 * k + 1] = (int32_t)eq->option_spans[o].end;
-            }
-        }
-        clef_head_in hin = {0};
-        hin.hidden = hidden;
-        hin.T = r->n_ids;
-        hin.ids = r->input_ids;
-        hin.n_questions = (int)r->n_questions;
-        hin.questions = hq;
-        rc = clef_head_forward(ops, &e->mf->head_cfg, &e->mf->head, &e->mf->text.lm_head, &hin, j->logits, err);
-    }
-    free(hq);
-    free(spans);
-    ops->free(ops, hidden);
-    img_inputs_free(ops, &im);
-    if (rc == 0 && ops->failed) {
-        ops->failed = 0;
-        rc = clef_err_set(err, CLEF_E_OOM, "out of memory inside the compute backend");
-    }
-    return rc;
-}
-
 int clef_run_batch(clef_engine *e, clef_job *const *jobs, size_t n) {
-    int failures = 0;
-    for (size_t i = 0; i < n; i++) {
-        clef_job *j = jobs[i];
-        clef_err_clear(&j->err);
-        if (run_one(e, j)) failures++;
-        j->ran = 1;
-    }
-    return failures ? -1 : 0;
+    return clef_engine_run_packed(e, jobs, n);
 }
+
+size_t clef_job_cached_tokens(const clef_job *j) { return j ? j->cached_tokens : 0; }
 
 void clef_job_finish(clef_job *j, clef_result *out) {
     clef_err err;

@@ -24,6 +24,7 @@
 
 #include "base/buf.h"
 #include "serve/metrics.h"
+#include "serve/playground.h"
 #include "serve/scheduler.h"
 #include "base/json.h"
 
@@ -413,6 +414,17 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         const char *route = known_route(url);
         r->route = route ? route : "other";
         int get = !strcmp(method, MHD_HTTP_METHOD_GET) || !strcmp(method, MHD_HTTP_METHOD_HEAD);
+        const clef_asset *ui = route || s->cfg.no_ui ? NULL : clef_playground_find(url);
+        if (ui) { /* the web playground (playground.c, web/) */
+            r->route = ui->path;
+            if (!get) return send_error(r, 405, "MethodNotAllowed", "%s takes GET, not %s", ui->path, method);
+            char id[32];
+            snprintf(id, sizeof id, "%llu", r->id);
+            snprintf(r->outcome, sizeof r->outcome, "ok");
+            r->status = 200;
+            atomic_store(&r->state, R_ANSWERED);
+            return clef_playground_send(conn, ui, "X-Request-Id", id);
+        }
         if (!route) return send_error(r, 404, "NotFound", "no route %s", url);
         if (route == known_route(ROUTE_DECIDE)) {
             if (strcmp(method, MHD_HTTP_METHOD_POST))

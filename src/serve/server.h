@@ -27,6 +27,7 @@ typedef struct clef_server_config {
     size_t max_batch;        /* most requests in one forward (default 32) */
     const char *model_id;    /* for /v1/models */
     int log_requests;        /* one JSON line per request on stderr */
+    int no_ui;               /* 1: no web playground at / (404 there, as any unknown path) */
 } clef_server_config;
 
 void clef_server_config_default(clef_server_config *c);

@@ -1,0 +1,298 @@
+/* The model for a batch of jobs: one packed forward (docs/architecture.md "Packed forwards").
+ *
+ *   1. per job: does the state cache hold its prefix (a hit: it resumes there), or will this run
+ *      save it (a miss that reserves an entry)? (engine/state_cache.h)
+ *   2. the vision tower over every image of the jobs that start from position 0, packed;
+ *   3. one text forward over the jobs' rows (each a segment: its own positions, its own conv and
+ *      delta-rule state, attention within itself), saving or resuming states where asked;
+ *   4. the joint head per job; then the new cache entries are published.
+ * Ops that mix rows never mix segments and every other op is per row, so a job's bits do not depend
+ * on its company nor on whether its prefix came from the cache. When a packed run fails (out of
+ * memory, a bad image), its jobs are run again one at a time, so one job's failure is its own. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/sha256.h"
+#include "engine/engine_internal.h"
+#include "model/head.h"
+#include "model/positions.h"
+#include "model/text.h"
+#include "model/vision.h"
+
+typedef struct {
+    clef_job *j;
+    size_t past;              /* leading tokens resumed from the cache */
+    size_t snap;              /* leading tokens whose state this run saves (0: none) */
+    clef_cache_entry *hit, *pending;
+    size_t row0, n;           /* its rows in the packed forward */
+} plan;
+
+/* SHA-256 of each image's grid and pixel rows (the cache key's image part). */
+static int hash_images(const clef_record *r, uint8_t *out) {
+    for (size_t k = 0; k < r->n_images; k++) {
+        const clef_image *im = &r->images[k].image;
+        if (!im->pixel_values) return -1;
+        clef_sha256 c;
+        clef_sha256_init(&c);
+        int32_t grid[3] = {im->grid_t, im->grid_h, im->grid_w};
+        clef_sha256_update(&c, grid, sizeof grid);
+        clef_sha256_update(&c, im->pixel_values, im->n_patches * im->patch_dim * sizeof(float));
+        clef_sha256_final(&c, out + 32 * k);
+    }
+    return 0;
+}
+
+/* Step 1 for one job: the prefix the cache may hold is the largest multiple of the delta rule's
+ * chunk at or before the state's end, when every image lies before it (a resumed job never runs
+ * the tower). */
+static void plan_cache(clef_engine *e, plan *p) {
+    const clef_record *r = &p->j->rec;
+    if (!e->cache) return;
+    size_t P = r->schema_offset / CLEF_DELTA_CHUNK * CLEF_DELTA_CHUNK;
+    if (P == 0 || P >= r->n_ids) return;
+    for (size_t k = 0; k < r->n_images; k++)
+        if (r->images[k].pad_start + r->images[k].n_pad > P) return;
+    uint8_t *h = NULL;
+    if (r->n_images) {
+        h = malloc(r->n_images * 32);
+        if (!h || hash_images(r, h)) { free(h); return; }
+    }
+    p->hit = clef_cache_lookup(e->cache, r->input_ids, P, h, r->n_images);
+    if (p->hit) p->past = P;
+    else if ((p->pending = clef_cache_reserve(e->cache, r->input_ids, P, h, r->n_images)) != NULL) p->snap = P;
+    free(h);
+}
+
+/* Steps 2-4 for plans[0 .. m). Returns 0, or -1 when the group as a whole failed (the error is in
+ * every job; head failures are per job and do not fail the group). */
+static int run_group(clef_engine *e, plan *ps, size_t m) {
+    clef_ops *ops = e->ops;
+    const clef_config *cfg = &e->mf->cfg;
+    const size_t H = (size_t)cfg->text.hidden_size;
+    clef_err err;
+    clef_err_clear(&err);
+    int rc = -1;
+    size_t T = 0, n_img = 0, img_rows = 0;
+    int any_img = 0;
+    for (size_t i = 0; i < m; i++) {
+        const clef_record *r = &ps[i].j->rec;
+        ps[i].row0 = T;
+        ps[i].n = r->n_ids - ps[i].past;
+        T += ps[i].n;
+        if (r->n_images) any_img = 1;
+        if (ps[i].past == 0) n_img += r->n_images;
+    }
+    int32_t *ids = malloc(T * sizeof *ids);
+    clef_forward_seg *segs = calloc(m, sizeof *segs);
+    clef_vision_image *vi = calloc(n_img ? n_img : 1, sizeof *vi);
+    int32_t *pos[3] = {NULL, NULL, NULL}, *rec_pos[3] = {NULL, NULL, NULL}, *rpos = NULL;
+    float *rows = NULL, *hidden = NULL;
+    clef_pos_image *pi = NULL;
+    if (!ids || !segs || !vi) { clef_err_set(&err, CLEF_E_OOM, "out of memory"); goto fail; }
+
+    /* 2: the vision tower over the images of the jobs that start at position 0 */
+    if (n_img) {
+        const clef_vision_config *vc = &cfg->vision;
+        if (!vc->present || !e->mf->vision.present) {
+            clef_err_set(&err, CLEF_E_UNSUPPORTED_MEDIA, "this model has no vision tower; images are not accepted");
+            goto fail;
+        }
+        if (vc->out_hidden_size != cfg->text.hidden_size) {
+            clef_err_set(&err, CLEF_E_BAD_MODEL, "vision_config.out_hidden_size %d != text hidden_size %d",
+                         vc->out_hidden_size, cfg->text.hidden_size);
+            goto fail;
+        }
+        size_t k = 0;
+        for (size_t i = 0; i < m; i++) {
+            const clef_record *r = &ps[i].j->rec;
+            if (ps[i].past) continue;
+            for (size_t q = 0; q < r->n_images; q++, k++) {
+                const clef_enc_image *ei = &r->images[q];
+                vi[k].pixel_values = ei->image.pixel_values;
+                vi[k].grid_t = ei->image.grid_t;
+                vi[k].grid_h = ei->image.grid_h;
+                vi[k].grid_w = ei->image.grid_w;
+                size_t nt = clef_vision_tokens(vc, &vi[k]);
+                if (!ei->image.pixel_values || nt != ei->n_pad) {
+                    clef_err_set(&err, CLEF_E_INTERNAL, "image %zu: %zu pad tokens for grid (%d, %d, %d)%s", q, ei->n_pad,
+                                 ei->image.grid_t, ei->image.grid_h, ei->image.grid_w,
+                                 ei->image.pixel_values ? "" : " without pixel values");
+                    goto fail;
+                }
+                img_rows += nt;
+            }
+        }
+        rows = ops->alloc(ops, img_rows * H);
+        rpos = malloc(img_rows * sizeof *rpos);
+        if (!rows || !rpos) { clef_err_set(&err, CLEF_E_OOM, "out of memory for %zu image tokens", img_rows); goto fail; }
+        if (clef_vision_forward(ops, vc, &e->mf->vision, vi, n_img, NULL, rows, &err)) goto fail;
+    }
+
+    /* 3: the packed text forward: ids, positions (all three planes when any job has images),
+     * image rows at their pads, one segment per job */
+    if (any_img) {
+        size_t maxn = 0, maxi = 0;
+        for (size_t i = 0; i < m; i++) {
+            if (ps[i].j->rec.n_ids > maxn) maxn = ps[i].j->rec.n_ids;
+            if (ps[i].j->rec.n_images > maxi) maxi = ps[i].j->rec.n_images;
+        }
+        for (int p = 0; p < 3; p++) {
+            pos[p] = malloc(T * sizeof(int32_t));
+            rec_pos[p] = malloc(maxn * sizeof(int32_t));
+        }
+        pi = calloc(maxi ? maxi : 1, sizeof *pi);
+        if (!pos[0] || !pos[1] || !pos[2] || !rec_pos[0] || !rec_pos[1] || !rec_pos[2] || !pi) {
+            clef_err_set(&err, CLEF_E_OOM, "out of memory");
+            goto fail;
+        }
+    }
+    size_t ri = 0;
+    for (size_t i = 0; i < m; i++) {
+        const clef_record *r = &ps[i].j->rec;
+        const size_t past = ps[i].past, row0 = ps[i].row0;
+        memcpy(ids + row0, r->input_ids + past, ps[i].n * sizeof *ids);
+        segs[i].n = ps[i].n;
+        segs[i].resume = ps[i].hit ? &ps[i].hit->st : NULL;
+        segs[i].snap = ps[i].pending ? &ps[i].pending->st : NULL;
+        if (!any_img) continue;
+        if (r->n_images) {
+            for (size_t q = 0; q < r->n_images; q++) {
+                pi[q].pad_start = r->images[q].pad_start;
+                pi[q].n_pad = r->images[q].n_pad;
+                pi[q].grid_t = r->images[q].image.grid_t;
+                pi[q].grid_h = r->images[q].image.grid_h;
+                pi[q].grid_w = r->images[q].image.grid_w;
+            }
+            if (clef_mrope_positions(r->n_ids, pi, r->n_images, cfg->vision.spatial_merge_size, rec_pos[0], rec_pos[1],
+                                     rec_pos[2], &err))
+                goto fail;
+            for (int p = 0; p < 3; p++) memcpy(pos[p] + row0, rec_pos[p] + past, ps[i].n * sizeof(int32_t));
+            if (past == 0)
+                for (size_t q = 0; q < r->n_images; q++)
+                    for (size_t t = 0; t < r->images[q].n_pad; t++) rpos[ri++] = (int32_t)(row0 + r->images[q].pad_start + t);
+        } else {
+            for (size_t t = 0; t < ps[i].n; t++) pos[0][row0 + t] = pos[1][row0 + t] = pos[2][row0 + t] = (int32_t)(past + t);
+        }
+    }
+    hidden = ops->alloc(ops, T * H);
+    if (!hidden) { clef_err_set(&err, CLEF_E_OOM, "out of memory for %zu tokens", T); goto fail; }
+    clef_layer_dump dump = {e->dump_dir, 0};
+    clef_forward_in in = {0};
+    in.ids = ids;
+    in.n = T;
+    in.nseg = m;
+    in.segs = segs;
+    if (any_img) for (int p = 0; p < 3; p++) in.pos[p] = pos[p];
+    in.n_replace = img_rows;
+    in.replace_pos = rpos;
+    in.replace_rows = rows;
+    if (e->dump_dir && m == 1) { /* layer dumps are one record's rows */
+        in.on_layer = clef_layer_dump_fn;
+        in.on_layer_user = &dump;
+    }
+    if (clef_text_forward(ops, cfg, &e->mf->text, &in, hidden, &err)) goto fail;
+    if (dump.failed) { clef_err_set(&err, CLEF_E_IO, "could not write layer dumps to %s", e->dump_dir); goto fail; }
+    if (ops->failed) { clef_err_set(&err, CLEF_E_OOM, "out of memory inside the compute backend"); goto fail; }
+
+    /* 4: the head, per job */
+    for (size_t i = 0; i < m; i++) {
+        clef_job *j = ps[i].j;
+        const clef_record *r = &j->rec;
+        clef_head_question *hq = calloc(r->n_questions ? r->n_questions : 1, sizeof *hq);
+        int32_t *spans = calloc(2 * (j->n_logits ? j->n_logits : 1), sizeof *spans);
+        int hrc = -1;
+        if (!hq || !spans) {
+            clef_err_set(&j->err, CLEF_E_OOM, "out of memory");
+        } else {
+            size_t k = 0;
+            for (size_t q = 0; q < r->n_questions; q++) {
+                const clef_enc_question *eq = &r->questions[q];
+                hq[q].type = (clef_qtype)eq->type;
+                hq[q].q_start = (int32_t)eq->span.start;
+                hq[q].q_end = (int32_t)eq->span.end;
+                hq[q].n_options = (int)eq->n_options;
+                hq[q].option_spans = spans + 2 * k;
+                for (size_t o = 0; o < eq->n_options; o++, k++) {
+                    spans[2 * k] = (int32_t)eq->option_spans[o].start;
+                    spans[2 * k + 1] = (int32_t)eq->option_spans[o].end;
+                }
+            }
+            clef_head_in hin = {0};
+            hin.hidden = hidden + ps[i].row0 * H;
+            hin.T = r->n_ids;
+            hin.ids = r->input_ids;
+            hin.n_questions = (int)r->n_questions;
+            hin.questions = hq;
+            hin.past = ps[i].past;
+            hin.mem_past = ps[i].hit ? ps[i].hit->mem : NULL;
+            hin.mem_snap = ps[i].pending ? ps[i].pending->mem : NULL;
+            hin.snap_rows = ps[i].pending ? ps[i].snap : 0;
+            hrc = clef_head_forward(ops, &e->mf->head_cfg, &e->mf->head, &e->mf->text.lm_head, &hin, j->logits, &j->err);
+            if (hrc == 0 && ops->failed) {
+                ops->failed = 0;
+                hrc = clef_err_set(&j->err, CLEF_E_OOM, "out of memory inside the compute backend");
+            }
+        }
+        free(hq);
+        free(spans);
+        if (hrc == 0) {
+            j->cached_tokens = ps[i].past;
+            if (ps[i].past) clef_cache_add_reused(e->cache, ps[i].past);
+            if (ps[i].pending) clef_cache_publish(e->cache, ps[i].pending);
+        }
+    }
+    rc = 0;
+    goto done;
+fail:
+    ops->failed = 0;
+    for (size_t i = 0; i < m; i++) ps[i].j->err = err;
+done:
+    free(ids);
+    free(segs);
+    free(vi);
+    free(pi);
+    free(rpos);
+    for (int p = 0; p < 3; p++) {
+        free(pos[p]);
+        free(rec_pos[p]);
+    }
+    if (rows) ops->free(ops, rows);
+    if (hidden) ops->free(ops, hidden);
+    return rc;
+}
+
+int clef_engine_run_packed(clef_engine *e, clef_job *const *jobs, size_t n) {
+    if (n == 0) return 0;
+    plan *ps = calloc(n, sizeof *ps);
+    int failures = 0;
+    if (!ps) {
+        for (size_t i = 0; i < n; i++) {
+            clef_err_clear(&jobs[i]->err);
+            clef_err_set(&jobs[i]->err, CLEF_E_OOM, "out of memory");
+            jobs[i]->ran = 1;
+        }
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        clef_err_clear(&jobs[i]->err);
+        jobs[i]->cached_tokens = 0;
+        ps[i].j = jobs[i];
+        plan_cache(e, &ps[i]);
+    }
+    if (run_group(e, ps, n) != 0 && n > 1) /* one at a time: each job's failure is its own */
+        for (size_t i = 0; i < n; i++) {
+            clef_err_clear(&jobs[i]->err);
+            run_group(e, &ps[i], 1);
+        }
+    for (size_t i = 0; i < n; i++) {
+        jobs[i]->ran = 1;
+        if (jobs[i]->err.type) failures++;
+        if (e->cache) {
+            clef_cache_release(e->cache, ps[i].hit);
+            clef_cache_release(e->cache, ps[i].pending);
+        }
+    }
+    free(ps);
+    return failures ? -1 : 0;
+}

@@ -1,0 +1,41 @@
+/* What engine.c (open, jobs, responses) and batch.c (the model for a batch of jobs) share. */
+#ifndef CLEF_ENGINE_INTERNAL_H
+#define CLEF_ENGINE_INTERNAL_H
+
+#include "base/err.h"
+#include "base/json.h"
+#include "clef.h"
+#include "compute/ops.h"
+#include "decision/encode.h"
+#include "decision/request.h"
+#include "engine/state_cache.h"
+#include "model/weights.h"
+#include "text/tokenizer.h"
+
+struct clef_engine {
+    clef_options opts;
+    char *model_dir;
+    clef_model_files *mf;
+    clef_tokenizer *tok;
+    clef_ops *ops;
+    clef_image_opts image_opts;
+    char *dump_dir;
+    clef_state_cache *cache; /* NULL: off (state_cache_mb 0, single_request, or a backend that cannot resume) */
+};
+
+struct clef_job {
+    clef_engine *e;
+    json_doc *doc;
+    clef_request req;
+    clef_record rec;
+    float *logits;   /* all options of all questions, request order then head order */
+    size_t n_logits;
+    int ran;         /* the model ran for this job */
+    size_t cached_tokens; /* leading tokens taken from the state cache in its last run */
+    clef_err err;    /* a failure while running (err.type != NULL) */
+};
+
+/* The model for jobs[0 .. n) in one packed forward (batch.c). Per-job failures go into the jobs. */
+int clef_engine_run_packed(clef_engine *e, clef_job *const *jobs, size_t n);
+
+#endif
