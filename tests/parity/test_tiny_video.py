@@ -9,7 +9,9 @@ bounds of tests/parity/test_tiny_vision.py and docs/fidelity.md:
   2. default path: |p - p64| <= 1e-4 (issue 8's bound for faster paths);
   3. the response bytes (parity path, no "raw") equal the reference's, except a near-tie: every differing
      number one unit of the 4th decimal away and some reference probability within 1e-6 of a rounding
-     midpoint (listed in the summary).
+     midpoint (listed in the summary);
+  4. `clef batch` (parity path) on every request twice, packed forwards and the state cache (keyed by each
+     frame group's pixels): the same bytes as step 3's single runs.
 Requests our engine answers where the reference refuses (data: URLs, bare base64: ours) are not here
 (test_video_requests.py). Exit 0 pass, 1 fail, 77 skip."""
 import base64
@@ -59,6 +61,7 @@ def main():
         print("index.json has no answered video requests: regenerate it (tools/reference/make_video_fixtures.py)")
         return 1
     fails, ties, n_bytes = [], [], 0
+    singles = []
     worst = {"dp": (0.0, ""), "dp_fast": (0.0, "")}
     with tempfile.TemporaryDirectory(prefix="clef_video_") as tmp:
         for r in reqs:
@@ -98,6 +101,7 @@ def main():
             p = subprocess.run([clef, "decide", "--model", MODEL, "--request", path], capture_output=True,
                                env=PARITY_ENV)
             got = p.stdout.decode("utf-8", "surrogatepass").rstrip("\n")
+            singles.append((req, got))
             if got == r["response_text"]:
                 n_bytes += 1
             elif not any(f.startswith(name) for f in fails) and near_tie(got, r["response_text"],
@@ -105,12 +109,26 @@ def main():
                 ties.append(name)
             else:
                 fails.append(f"{name}: response differs:\n  got: {got[:300]}\n  ref: {r['response_text'][:300]}")
+        inp, outp = os.path.join(tmp, "in.jsonl"), os.path.join(tmp, "out.jsonl")
+        with open(inp, "w") as f:
+            for _ in range(2):
+                for req, _ in singles:
+                    f.write(json.dumps(req) + "\n")
+        p = subprocess.run([clef, "batch", "--model", MODEL, "--threads", "2", inp, outp], capture_output=True,
+                           env=PARITY_ENV)
+        got = open(outp, encoding="utf-8").read().splitlines() if os.path.exists(outp) else []
+        want = [g for _, g in singles] * 2
+        n_batch = sum(a == b for a, b in zip(got, want))
+        if p.returncode != 0 or n_batch != len(want):
+            fails.append(f"clef batch: {n_batch}/{len(want)} responses equal to the single runs "
+                         f"(rc {p.returncode}: {p.stderr[-300:]!r})")
     for f in fails:
         print("FAIL", f)
     print(f"  worst |p - p32| (parity path, <= {TOL_P} + |p32 - p64|): {worst['dp'][0]:.3g} ({worst['dp'][1]})")
     print(f"  worst |p - p64| (default path, <= {TOL_P_FAST}): {worst['dp_fast'][0]:.3g} ({worst['dp_fast'][1]})")
     print(f"{'PASS' if not fails else f'FAIL ({len(fails)})'}: {len(reqs)} video requests on tiny, response bytes "
-          f"equal {n_bytes}/{len(reqs)}, near-ties {len(ties)} {ties}")
+          f"equal {n_bytes}/{len(reqs)}, near-ties {len(ties)} {ties}; clef batch (packed, cached) equal to single runs "
+          f"{n_batch}/{2 * len(singles)}")
     return 1 if fails else 0
 
 
