@@ -525,7 +525,7 @@ int clef_video_prepare_bytes(const uint8_t *data, size_t n, const clef_video_opt
         goto done;
     }
     /* sorted unique pts >= 0: torchvision's frames dict, filtered by start_offset <= pts */
-    qsort(p1.pts, p1.n, sizeof *p1.pts, cmp_i64);
+    if (p1.n) qsort(p1.pts, p1.n, sizeof *p1.pts, cmp_i64); /* qsort(NULL, 0) is UB */
     size_t u = 0;
     for (size_t i = 0; i < p1.n; i++)
         if (p1.pts[i] >= 0 && (u == 0 || p1.pts[u - 1] != p1.pts[i])) p1.pts[u++] = p1.pts[i];
