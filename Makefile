@@ -22,7 +22,7 @@
 
 CC      ?= cc
 BUILD   ?= build
-PKGS    := oniguruma libutf8proc libmicrohttpd libpng libjpeg libwebp libwebpdemux libgif
+PKGS    := oniguruma libutf8proc libmicrohttpd libpng libjpeg libwebp libwebpdemux libgif libavformat libavcodec libswscale libavutil
 # CLI_PKGS: linked into the clef binary only (clef pull, src/cli/pull.c); the library never touches the network
 CLI_PKGS := libcurl
 WARN    := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wno-unused-parameter
