@@ -268,7 +268,7 @@ static void answer(clef_guard *g, size_t i, int status, const char *type, const 
     clef_buf_free(&out);
     if (g->cfg.refused) {
         clef_guard_refusal r = {.status = status, .type = type, .message = message, .method = method,
-                                .method_len = method_len, .client = q->addr, .bytes_in = q->seen,
+                                .method_len = method_len, .client = q->addr, .id = id, .bytes_in = q->seen,
                                 .bytes_out = sent};
         g->cfg.refused(g->cfg.ctx, &r);
     }

@@ -34,6 +34,7 @@ typedef struct clef_guard_refusal {
     const char *method;    /* the request line's method when one was read, else NULL (not NUL-safe: use method_len) */
     size_t method_len;
     const char *client;    /* the client address as text */
+    const char *id;        /* the X-Request-Id of the answer, or NULL (closed without one) */
     size_t bytes_in;       /* bytes seen */
     size_t bytes_out;      /* bytes of the answer written */
 } clef_guard_refusal;

@@ -758,9 +758,9 @@ static void guard_refused(void *ctx, const clef_guard_refusal *g) {
     json_render_string_utf8(&msg, g->message ? g->message : "", g->message ? strlen(g->message) : 0);
     if (!m.oom && !t.oom && !msg.oom)
         clef_log_linel("warn",
-                       "\"event\":\"request\",\"client\":\"%s\",\"method\":%s,\"path\":\"other\",\"status\":%d,"
-                       "\"outcome\":%s,\"message\":%s,\"bytes_in\":%zu,\"bytes_out\":%zu,\"stage\":\"head\"",
-                       g->client, m.data, g->status, t.data, msg.data, g->bytes_in, g->bytes_out);
+                       "\"event\":\"request\",\"id\":\"%s\",\"client\":\"%s\",\"method\":%s,\"path\":\"other\","
+                       "\"status\":%d,\"outcome\":%s,\"message\":%s,\"bytes_in\":%zu,\"bytes_out\":%zu,\"stage\":\"head\"",
+                       g->id ? g->id : "", g->client, m.data, g->status, t.data, msg.data, g->bytes_in, g->bytes_out);
     clef_buf_free(&m);
     clef_buf_free(&t);
     clef_buf_free(&msg);
