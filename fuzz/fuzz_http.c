@@ -14,7 +14,8 @@
 //   clang -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -Isrc -Ibuild/gen \
 //     $(pkg-config --cflags oniguruma libutf8proc libmicrohttpd libpng) fuzz/fuzz_http.c \
 //     $(find src -name '*.c' -not -path 'src/cli/*' -not -path 'src/compute/cuda/*') \
-//     $(pkg-config --libs oniguruma libutf8proc libmicrohttpd libpng libjpeg libwebp libwebpdemux libgif zlib) \
+//     $(pkg-config --libs oniguruma libutf8proc libmicrohttpd libpng libjpeg libwebp libwebpdemux libgif zlib \
+//       libavformat libavcodec libswscale libavutil) \
 //     -lm -pthread -o build/fuzz_http
 //   mkdir -p build/fuzz-http && cp fuzz/corpus/http/* build/fuzz-http/
 //   build/fuzz_http -max_len=65536 -max_total_time=600 -rss_limit_mb=4096 build/fuzz-http

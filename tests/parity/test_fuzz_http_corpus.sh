@@ -8,7 +8,7 @@ cd "$(dirname "$0")/../.."
 command -v clang >/dev/null || { echo "no clang: the fuzz target is not built"; exit 77; }
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
-pkgs="oniguruma libutf8proc libmicrohttpd libpng libjpeg libwebp libwebpdemux libgif zlib"
+pkgs="oniguruma libutf8proc libmicrohttpd libpng libjpeg libwebp libwebpdemux libgif zlib libavformat libavcodec libswscale libavutil"
 # the playground's assets as C arrays (src/serve/playground.c includes them): the Makefile makes them
 make -s build/gen/serve/web_assets.h >"$dir/gen.log" 2>&1 || { cat "$dir/gen.log"; exit 1; }
 # shellcheck disable=SC2046
