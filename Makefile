@@ -22,7 +22,7 @@
 
 CC      ?= cc
 BUILD   ?= build
-PKGS    := oniguruma libutf8proc libmicrohttpd libpng libjpeg libwebp libwebpdemux libgif
+PKGS    := oniguruma libutf8proc libmicrohttpd libpng libjpeg libwebp libwebpdemux libgif zlib libavformat libavcodec libswscale libavutil
 # CLI_PKGS: linked into the clef binary only (clef pull, src/cli/pull.c); the library never touches the network
 CLI_PKGS := libcurl
 WARN    := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wno-unused-parameter
@@ -105,13 +105,13 @@ $(LIB): $(LIB_OBJ)
 
 # The git commit `clef version` reports: rewritten only when it changes (so a new commit relinks
 # the CLI, an unchanged tree rebuilds nothing); "unknown" outside a git checkout.
-$(BUILD)/gen/clef_commit.h: FORCE
+$(BUILD)/gen/cli/clef_commit.h: FORCE
 	@mkdir -p $(dir $@)
 	@c=$$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown); \
 	 if [ "$$c" != unknown ] && ! git diff --quiet HEAD -- 2>/dev/null; then c="$$c-dirty"; fi; \
 	 printf '#define CLEF_GIT_COMMIT "%s"\n' "$$c" > $@.tmp; \
 	 if cmp -s $@.tmp $@; then rm -f $@.tmp; else mv $@.tmp $@; fi
-$(BUILD)/obj/src/cli/cmd_version.o: $(BUILD)/gen/clef_commit.h
+$(BUILD)/obj/src/cli/cmd_version.o: $(BUILD)/gen/cli/clef_commit.h
 $(BUILD)/obj/src/cli/cmd_version.o: CFLAGS_ALL += -I$(BUILD)/gen
 .PHONY: FORCE
 FORCE:

@@ -7,15 +7,17 @@
 //   - an accepted record: ids in the vocabulary, at most max_length of them; schema_offset =
 //     state_start + state_kept; the spans in prompt order inside [schema_offset, n_ids) (each
 //     question's, then its options', every option span non-empty); every image's pad run before
-//     the state, all <|image_pad|>; the record and the response render, and the response is JSON.
+//     the state, all <|image_pad|> (a video's frame groups: <|video_pad|>); the record and the response
+//     render, and the response is JSON.
 // Half of the inputs (odd lengths) run with max_length 96, so truncation and SchemaTooLong get
 // exercised. The tokenizer comes from $CLEF_FUZZ_TOKENIZER (default models/tiny/tokenizer.json:
 // `make tiny` writes it; the release's tokenizer.json works too). Not part of the default build.
 //
 //   clang -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -Isrc \
-//     $(pkg-config --cflags oniguruma libutf8proc libpng) fuzz/fuzz_request.c src/decision/*.c \
-//     src/text/*.c src/image/*.c src/base/err.c src/base/buf.c src/base/sha256.c src/base/mapfile.c \
-//     $(pkg-config --libs oniguruma libutf8proc libpng libjpeg libwebp libwebpdemux libgif) -lm \
+//     $(pkg-config --cflags oniguruma libutf8proc libpng libavformat) fuzz/fuzz_request.c src/decision/*.c \
+//     src/text/*.c src/image/*.c src/video/*.c src/base/err.c src/base/buf.c src/base/sha256.c src/base/mapfile.c \
+//     $(pkg-config --libs oniguruma libutf8proc libpng libjpeg libwebp libwebpdemux libgif libavformat libavcodec \
+//       libswscale libavutil) -lm \
 //     -o build/fuzz_request
 //   mkdir -p build/fuzz-req && cp tests/corpus/requests/*.json build/fuzz-req/
 //   build/fuzz_request -max_len=16384 -max_total_time=600 -rss_limit_mb=2048 build/fuzz-req
@@ -38,7 +40,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static clef_tokenizer *g_tok;
-static int32_t g_pad;
+static int32_t g_pad, g_vpad;
 static size_t g_vocab;
 
 #define CHECK(cond)                                                                 \
@@ -62,6 +64,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
         exit(1);
     }
     g_pad = clef_tokenizer_added_id(g_tok, "<|image_pad|>");
+    g_vpad = clef_tokenizer_added_id(g_tok, "<|video_pad|>");
     g_vocab = clef_tokenizer_vocab_size(g_tok);
     return 0;
 }
@@ -98,7 +101,7 @@ static void check_record(const clef_record *r, size_t max_length) {
     for (size_t k = 0; k < r->n_images; k++) {
         const clef_enc_image *im = &r->images[k];
         CHECK(im->pad_start + im->n_pad <= r->state_start);
-        for (size_t p = 0; p < im->n_pad; p++) CHECK(r->input_ids[im->pad_start + p] == g_pad);
+        for (size_t p = 0; p < im->n_pad; p++) CHECK(r->input_ids[im->pad_start + p] == (im->video ? g_vpad : g_pad));
     }
 }
 

@@ -75,6 +75,10 @@ enum { CLEF_PRECISION_FP32 = 0, CLEF_PRECISION_FAST = 1, CLEF_PRECISION_BF16 = 2
 
 CLEF_API void clef_options_default(clef_options *o);
 
+/* What this build can run on this machine, as lines "backends: ...", "cpu features: ...",
+ * "cpu gemm kernel: ..." (NUL-terminated, cut to len). */
+CLEF_API void clef_build_info(char *buf, size_t len);
+
 /* The backend an open engine computes with: "cpu", "cuda" (fp32) or "cuda-fast". */
 CLEF_API const char *clef_engine_backend(const clef_engine *e);
 /* Bytes the backend holds in its own form of the weights, made at open (the CPU's AMX-packed

@@ -42,6 +42,12 @@ const clef_knob_info clef_knob_table[] = {
 };
 const size_t clef_knob_count = sizeof clef_knob_table / sizeof clef_knob_table[0];
 
+const char *clef_knob_getenv(const char *name) {
+    for (size_t i = 0; name && i < clef_knob_count; i++)
+        if (!strcmp(clef_knob_table[i].name, name)) return getenv(name);
+    return NULL;
+}
+
 void clef_knobs_default(clef_knobs *k) {
     memset(k, 0, sizeof *k);
     k->cpu_cache_mb = -1;

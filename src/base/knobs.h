@@ -60,5 +60,8 @@ void clef_knobs_parse(clef_knobs *k, const char *(*lookup)(const char *name, voi
 
 /* The process's knobs: the environment, read on the first call (thread-safe) and fixed after. */
 const clef_knobs *clef_knobs_env(void);
+/* The environment's value of a knob of the table (a driver's own entry, or a flag's documented
+ * mirror), or NULL when unset or not a registered knob: the one door to the environment. */
+const char *clef_knob_getenv(const char *name);
 
 #endif

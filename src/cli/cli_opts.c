@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/knobs.h"
 #include "serve/scheduler.h"
 
 const char *const cli_device_choices[] = {"auto", "cpu", "cuda", NULL};
@@ -182,7 +183,7 @@ int cli_parse(const cli_cmd *c, int argc, char **argv) {
     for (size_t k = 0; k < n_opts; k++) {
         const cli_opt *o = &c->opts[k];
         if (given[k] || !o->env) continue;
-        const char *v = getenv(o->env);
+        const char *v = clef_knob_getenv(o->env); /* CLEF_DEVICE, CLEF_PRECISION: registered knobs */
         if (!v || !*v) continue;
         if (cli_set_value(o, v, why, sizeof why)) {
             fprintf(stderr, "clef %s: %s (the environment's %s): %s\n", c->verb, o->env, o->name, why);

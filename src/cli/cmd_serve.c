@@ -3,7 +3,9 @@
 #include <errno.h>
 #include <malloc.h>
 #include <pthread.h>
+#include <semaphore.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,12 +21,51 @@ static const char WARMUP[] =
     "{\"model\":\"clef-flash\",\"state\":\"warm-up\",\"questions\":{\"ready\":{\"type\":\"noul\","
     "\"instructions\":\"Is the server ready?\"}}}";
 
+/* --api-key-file: the first line, without its newline; 1 when it holds a key. */
+static int read_key_file(const char *path, char *out, size_t cap) {
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    int ok = fgets(out, (int)cap, f) != NULL;
+    fclose(f);
+    if (!ok) return 0;
+    out[strcspn(out, "\r\n")] = 0;
+    return out[0] != 0;
+}
+
+/* Signals: blocked in every thread; one thread waits for them. While the model loads (phase 0)
+ * a signal ends the process at once (the load cannot be interrupted: a slow disk or a FIFO named
+ * tokenizer.json would hold it for ever), with a log line and exit code 128 + the signal; once
+ * serving, it starts the graceful shutdown on the main thread. */
+static sigset_t sig_set;
+static atomic_int sig_phase;
+static atomic_int sig_got;
+static sem_t sig_sem;
+
+static void *signal_main(void *arg) {
+    (void)arg;
+    int sig = 0;
+    while (sigwait(&sig_set, &sig) != 0) {
+    }
+    const char *name = sig == SIGTERM ? "SIGTERM" : "SIGINT";
+    if (atomic_load(&sig_phase) == 0) {
+        clef_log_linel("warn", "\"event\":\"signal\",\"signal\":\"%s\",\"phase\":\"loading\",\"exit\":%d", name,
+                       128 + sig);
+        _exit(128 + sig);
+    }
+    atomic_store(&sig_got, sig);
+    sem_post(&sig_sem);
+    return NULL;
+}
+
 int cmd_serve(int argc, char **argv) {
+    static char key_buf[512];
     clef_server_config sc;
     clef_server_config_default(&sc);
     clef_options o;
     clef_options_default(&o);
     int max_connections = (int)sc.max_connections, timeout = (int)sc.io_timeout_s, quiet = 0;
+    int max_pending = 0, client_share = (int)sc.client_share;
+    const char *key_file = NULL;
     /* one line per flag, in the order of the old usage text (docs/cli.md has the same table) */
     const cli_opt opts[] = {
         CLI_OPT_MODEL(&o.model_dir),
@@ -36,7 +77,7 @@ int cmd_serve(int argc, char **argv) {
         CLI_OPT_PRECISION(&o.precision),
         CLI_OPT_GPU(&o.gpu),
         {.name = "--http-threads", .kind = CLI_INT, .dst = &sc.http_threads, .arg = "N", .lo = 1, .hi = 256, .def = "2",
-         .help = "HTTP threads, which also parse and tokenize"},
+         .help = "HTTP threads: bodies in, answers out (--prepare-threads tokenize)"},
         {.name = "--max-body", .kind = CLI_SIZE, .dst = &sc.max_body, .arg = "BYTES", .lo = 1, .hi = 17179869184.0,
          .def = "16M", .help = "request body cap, 413 above"},
         {.name = "--max-header", .kind = CLI_SIZE, .dst = &sc.max_header, .arg = "BYTES", .lo = 1024, .hi = 16777216,
@@ -63,6 +104,27 @@ int cmd_serve(int argc, char **argv) {
         CLI_OPT_STATE_CACHE(&o.state_cache_mb),
         {.name = "--quiet", .kind = CLI_FLAG, .dst = &quiet, .help = "no per-request log lines"},
         {.name = "--no-ui", .kind = CLI_FLAG, .dst = &sc.no_ui, .help = "no web playground at / (then / is 404)"},
+        /* hostile clients and access (docs/reliability.md, docs/serving.md) */
+        {.name = "--header-timeout", .kind = CLI_DOUBLE, .dst = &sc.header_timeout_s, .arg = "SECONDS", .lo = 0.1,
+         .hi = 3600, .def = "10", .help = "from connect to a complete request head, else closed"},
+        {.name = "--body-timeout", .kind = CLI_DOUBLE, .dst = &sc.body_timeout_s, .arg = "SECONDS", .lo = 0,
+         .hi = 86400, .def = "60", .help = "from the head to a complete body, else closed; 0 = none"},
+        {.name = "--max-pending", .kind = CLI_INT, .dst = &max_pending, .arg = "N", .lo = 0, .hi = 1048576, .def = "0",
+         .help = "connections still sending their request head; 0 = 4 x --max-connections"},
+        {.name = "--client-share", .kind = CLI_INT, .dst = &client_share, .arg = "N", .lo = 1, .hi = 1048576,
+         .def = "64", .help = "of those, per client address; a new one closes that address's oldest"},
+        {.name = "--prepare-threads", .kind = CLI_INT, .dst = &sc.prepare_threads, .arg = "N", .lo = 0, .hi = 256,
+         .def = "0", .help = "threads that parse, tokenize and decode images; 0 = --http-threads"},
+        {.name = "--api-key", .kind = CLI_STR, .dst = &sc.api_key, .arg = "KEY",
+         .help = "require Authorization: Bearer KEY (401 without); see --auth-all"},
+        {.name = "--api-key-file", .kind = CLI_STR, .dst = &key_file, .arg = "PATH",
+         .help = "the same, the key read from the file's first line"},
+        {.name = "--auth-all", .kind = CLI_FLAG, .dst = &sc.auth_all,
+         .help = "/health and /metrics need the key too (default: open)"},
+        {.name = "--cors-origin", .kind = CLI_STR, .dst = &sc.cors_origin, .arg = "ORIGIN",
+         .help = "answer CORS preflights and add CORS headers for ORIGIN (or *); default off"},
+        {.name = "--gzip-min", .kind = CLI_SIZE, .dst = &sc.gzip_min, .arg = "BYTES", .lo = 0, .hi = 17179869184.0,
+         .def = "1024", .help = "gzip answers of at least BYTES when the client accepts gzip; 0 = never"},
         CLI_OPT_END,
     };
     const cli_cmd cmd = {.verb = "serve", .usage = "--model DIR [options]", .opts = opts,
@@ -72,23 +134,55 @@ int cmd_serve(int argc, char **argv) {
     sc.max_connections = (unsigned)max_connections;
     sc.io_timeout_s = (unsigned)timeout;
     if (quiet) sc.log_requests = 0;
+    sc.max_pending = (unsigned)max_pending;
+    sc.client_share = (unsigned)client_share;
+    if (key_file) {
+        if (!read_key_file(key_file, key_buf, sizeof key_buf)) {
+            fprintf(stderr, "clef serve: --api-key-file %s: no key read (a missing file, or an empty first line)\n",
+                    key_file);
+            return 2;
+        }
+        sc.api_key = key_buf;
+    }
+    if ((sc.api_key && !sc.api_key[0]) || (sc.cors_origin && !sc.cors_origin[0])) {
+        fprintf(stderr, "clef serve: --api-key and --cors-origin take a non-empty value\n");
+        return 2;
+    }
 
     /* Steady memory: large buffers (bodies, decoded images) go back to the system when freed
      * instead of raising glibc's dynamic mmap threshold and staying in the heap. */
     mallopt(M_MMAP_THRESHOLD, 128 * 1024);
     mallopt(M_TRIM_THRESHOLD, 1024 * 1024);
     /* Every thread started from here on inherits this mask; the main thread waits for them. */
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGTERM);
-    sigaddset(&set, SIGINT);
-    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    sigemptyset(&sig_set);
+    sigaddset(&sig_set, SIGTERM);
+    sigaddset(&sig_set, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &sig_set, NULL);
     signal(SIGPIPE, SIG_IGN);
+    sem_init(&sig_sem, 0, 0);
+    pthread_t sig_th;
+    if (pthread_create(&sig_th, NULL, signal_main, NULL) != 0) {
+        clef_log_fatal("clef serve: cannot start the signal thread");
+        return 1;
+    }
+    pthread_detach(sig_th);
 
     char err[1024];
+    /* a model folder that is not there: one line, before anything listens */
+    char cfg_path[4096];
+    snprintf(cfg_path, sizeof cfg_path, "%s/config.json", o.model_dir);
+    if (access(cfg_path, R_OK) != 0) {
+        char line[8400];
+        snprintf(line, sizeof line, "clef serve: cannot open the model folder %s: %s (%s)", o.model_dir,
+                 strerror(errno), cfg_path);
+        clef_log_fatal(line);
+        return 1;
+    }
     clef_server *srv = clef_server_start(&sc, err, sizeof err);
     if (!srv) {
-        fprintf(stderr, "clef serve: %s\n", err);
+        char line[1100];
+        snprintf(line, sizeof line, "clef serve: %s", err);
+        clef_log_fatal(line);
         return 1;
     }
     clef_log_line("\"event\":\"listening\",\"host\":\"%s\",\"port\":%d", sc.host, clef_server_port(srv));
@@ -109,8 +203,10 @@ int cmd_serve(int argc, char **argv) {
     clef_engine *e = clef_open(&o, err, sizeof err);
     cli_progress_end(&bar);
     if (!e) {
+        char line[1100];
+        snprintf(line, sizeof line, "clef serve: %s", err);
+        clef_log_fatal(line);
         clef_server_shutdown(srv);
-        fprintf(stderr, "clef serve: %s\n", err);
         return 1;
     }
     double t1 = clef_now();
@@ -119,15 +215,18 @@ int cmd_serve(int argc, char **argv) {
     int wrc = clef_decide(e, WARMUP, sizeof WARMUP - 1, &wr);
     double t2 = clef_now();
     if (wrc != 0) {
+        char line[1100];
+        snprintf(line, sizeof line, "clef serve: the warm-up request failed: %.*s", (int)wr.body_len,
+                 wr.body ? wr.body : "");
+        clef_log_fatal(line);
         clef_server_shutdown(srv);
         clef_close(e);
-        fprintf(stderr, "clef serve: the warm-up request failed: %.*s\n", (int)wr.body_len, wr.body ? wr.body : "");
         clef_result_free(&wr);
         return 1;
     }
     clef_result_free(&wr);
     if (clef_server_attach(srv, e) != 0) {
-        fprintf(stderr, "clef serve: cannot start the scheduler thread\n");
+        clef_log_fatal("clef serve: cannot start the scheduler and prepare threads");
         clef_server_shutdown(srv);
         clef_close(e);
         return 1;
@@ -135,13 +234,14 @@ int cmd_serve(int argc, char **argv) {
     /* prepared_mb: the backend's own copy of the weights made at open (the CPU's AMX-packed Linear
      * weights; load_ms includes making it) */
     clef_log_line("\"event\":\"ready\",\"load_ms\":%.1f,\"warmup_ms\":%.1f,\"prepared_mb\":%.1f,"
-                  "\"batch_tokens\":%zu,\"max_batch\":%zu,\"queue\":%zu",
+                  "\"batch_tokens\":%zu,\"max_batch\":%zu,\"queue\":%zu,\"backend\":\"%s\"",
                   (t1 - t0) * 1e3, (t2 - t1) * 1e3, (double)clef_engine_prepared_bytes(e) / 1048576.0,
-                  sc.batch_tokens, sc.max_batch, sc.queue_len);
+                  sc.batch_tokens, sc.max_batch, sc.queue_len, clef_engine_backend(e));
 
-    int sig = 0;
-    while (sigwait(&set, &sig) != 0) {
+    atomic_store(&sig_phase, 1);
+    while (sem_wait(&sig_sem) != 0) {
     }
+    int sig = atomic_load(&sig_got);
     clef_log_line("\"event\":\"signal\",\"signal\":\"%s\"", sig == SIGTERM ? "SIGTERM" : "SIGINT");
     clef_server_shutdown(srv);
     clef_close(e);

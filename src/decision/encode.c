@@ -137,6 +137,48 @@ static int kw_int(const json_value *v, const char *name, int64_t *out, clef_err 
     return clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA, "media_kwargs.%s must be a positive integer", name);
 }
 
+/* Entry k's target grid alone puts the prompt over max_length (clef_image_opts.max_tokens): the
+ * request ends in SchemaTooLong, as in the reference, unless an error the reference raises earlier
+ * applies: a fetch or decoder failure of any entry from k on (the processor decodes every entry
+ * first), then a later entry's processing failure (its aspect ratio, say). Those are checked without
+ * resizing anything big: each later entry runs with a budget of 1 token, so it stops at its header
+ * unless it is a 1-token image. */
+static void over_budget(const json_value *const *entries, size_t k, size_t n, const clef_image_opts *io,
+                        size_t at_least, size_t max_length, clef_err *err) {
+    clef_image_opts o = *io;
+    o.max_tokens = 0;
+    o.over_tokens = NULL;
+    clef_err e;
+    for (size_t j = k; j < n; j++) {
+        if (entries[j]->kind != JSON_STRING) break;
+        clef_err_clear(&e);
+        if (clef_image_decodes(entries[j]->u.string.s, entries[j]->u.string.len, &o, &e)) {
+            *err = e;
+            return;
+        }
+    }
+    size_t dummy = 0;
+    o.max_tokens = 1;
+    o.over_tokens = &dummy;
+    for (size_t j = k + 1; j < n; j++) {
+        if (entries[j]->kind != JSON_STRING) break;
+        clef_image im;
+        clef_err_clear(&e);
+        if (clef_image_prepare(entries[j]->u.string.s, entries[j]->u.string.len, &o, &im, &e)) {
+            if (!e.type || strcmp(e.type, CLEF_E_SCHEMA_TOO_LONG)) {
+                *err = e;
+                return;
+            }
+        } else {
+            clef_image_free(&im);
+        }
+    }
+    clef_err_set(err, CLEF_E_SCHEMA_TOO_LONG,
+                 "schema requires at least %zu tokens before state; maximum is %zu (images[%zu] refused before "
+                 "resizing)",
+                 at_least, max_length, k);
+}
+
 /* list(request.get(x) or []) for images: the entries as JSON values (synthesized ones in `own`). */
 static int media_list(const json_value *v, const char *name, json_doc *own, const json_value ***items, size_t *n,
                       clef_err *err) {
@@ -158,6 +200,145 @@ static int media_list(const json_value *v, const char *name, json_doc *own, cons
     return clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA, "'%s' object is not iterable", clef_py_type_name(v));
 }
 
+/* ---- videos ---- */
+
+/* A `videos` entry that is not a string, refused before any entry is decoded. As the first entry, what
+ * the reference raises (transformers' make_batched_videos on the value; measured: tests/fixtures/video
+ * "requests" int_entry, none_entry, dict_entry: IndexError, KeyError 0). After a string entry the
+ * reference raises a bare StopIteration (good_then_int): refused with ours. A list holding one string is
+ * that string (the reference answers [[x]] as [x]: nested_list); other lists are refused with ours. */
+static int video_entry_type(const json_value **e, size_t k, clef_err *err) {
+    if ((*e)->kind == JSON_ARRAY && (*e)->u.array.n == 1 && (*e)->u.array.items[0]->kind == JSON_STRING)
+        *e = (*e)->u.array.items[0];
+    if ((*e)->kind == JSON_STRING) return 0;
+    if (k == 0 && (*e)->kind == JSON_OBJECT) return clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA, "0");
+    if (k == 0 && (*e)->kind != JSON_ARRAY)
+        return clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA, "list index out of range");
+    return clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA,
+                        "videos[%zu]: a video must be a string (a data: URL or base64), not %s", k,
+                        clef_py_type_name(*e));
+}
+
+/* A failure of the processor's resize step (smart_resize), which the reference reaches only after it
+ * decoded and sampled every video. */
+static int video_later_step(const clef_err *e) {
+    return e->type && !strcmp(e->type, CLEF_E_UNSUPPORTED_MEDIA) &&
+           (!strncmp(e->msg, "t:", 2) || !strncmp(e->msg, "absolute aspect ratio", 21));
+}
+
+/* Decodes every video (request order), then lays out their frame groups after the images' pads in
+ * `prefix`, each as its own clef_enc_image of grid (1, h, w) (encode.h). */
+static int encode_videos(const clef_tokenizer *tok, const json_value **entries, size_t n,
+                         const clef_encode_opts *opts, clef_record *out, clef_ids *prefix, size_t *features,
+                         clef_err *err) {
+    clef_video_opts vo;
+    if (opts && opts->video) {
+        vo = *opts->video;
+    } else {
+        clef_video_opts_default(&vo);
+        vo.allow_paths = opts && opts->image ? opts->image->allow_paths : 0;
+    }
+    int32_t vs = clef_tokenizer_added_id(tok, "<|vision_start|>");
+    int32_t pad = clef_tokenizer_added_id(tok, "<|video_pad|>");
+    int32_t ve = clef_tokenizer_added_id(tok, "<|vision_end|>");
+    if (vs < 0 || pad < 0 || ve < 0)
+        return clef_err_set(err, CLEF_E_BAD_MODEL, "the tokenizer has no <|vision_start|>/<|video_pad|>/<|vision_end|>");
+    for (size_t k = 0; k < n; k++)
+        if (video_entry_type(&entries[k], k, err)) return -1;
+    const int merge = vo.merge_size > 0 ? vo.merge_size : 2;
+    clef_video *v = calloc(n, sizeof *v);
+    if (!v) return clef_err_set(err, CLEF_E_OOM, "out of memory");
+    int rc = -1;
+    size_t groups = 0, tokens = 0;
+    const size_t budget = vo.max_tokens;
+    for (size_t k = 0; k < n; k++) {
+        clef_video_opts o = vo;
+        o.max_tokens = budget - tokens; /* ours: the video tokens of the whole request */
+        const json_value *e = entries[k];
+        if (clef_video_prepare(e->u.string.s, e->u.string.len, &o, &v[k], err)) {
+            if (video_later_step(err)) {
+                /* a later entry's fetch or decoder failure is what the reference reports */
+                for (size_t j = k + 1; j < n; j++) {
+                    clef_video t;
+                    clef_err e2;
+                    clef_err_clear(&e2);
+                    if (clef_video_prepare(entries[j]->u.string.s, entries[j]->u.string.len, &vo, &t, &e2)) {
+                        if (!video_later_step(&e2)) {
+                            *err = e2;
+                            break;
+                        }
+                    } else {
+                        clef_video_free(&t);
+                    }
+                }
+            }
+            goto done;
+        }
+        if (v[k].grid_h % merge || v[k].grid_w % merge || v[k].grid_t <= 0) {
+            clef_err_set(err, CLEF_E_INTERNAL, "videos[%zu]: grid %dx%dx%d", k, v[k].grid_t, v[k].grid_h, v[k].grid_w);
+            goto done;
+        }
+        groups += (size_t)v[k].grid_t;
+        tokens += v[k].n_patches / ((size_t)merge * merge);
+    }
+    clef_enc_image *im = realloc(out->images, (out->n_images + groups) * sizeof *im);
+    if (!im) {
+        clef_err_set(err, CLEF_E_OOM, "out of memory");
+        goto done;
+    }
+    out->images = im;
+    memset(im + out->n_images, 0, groups * sizeof *im);
+    for (size_t k = 0; k < n; k++) {
+        const clef_video *x = &v[k];
+        const size_t per = (size_t)x->grid_h * x->grid_w, mpad = per / ((size_t)merge * merge);
+        clef_ids_push(prefix, vs);
+        for (int g = 0; g < x->grid_t; g++) {
+            char ts[64];
+            if (clef_video_timestamp_text(x->timestamps[g], ts, sizeof ts) < 0) {
+                clef_err_set(err, CLEF_E_INTERNAL, "video timestamp %g", x->timestamps[g]);
+                goto done;
+            }
+            if (piece_str(tok, ts, prefix, err)) goto done;
+            clef_ids_push(prefix, vs);
+            clef_enc_image *f = &out->images[out->n_images];
+            f->video = 1;
+            f->video_index = k;
+            f->group = (size_t)g;
+            f->video_grid_t = x->grid_t;
+            f->image.grid_t = 1;
+            f->image.grid_h = x->grid_h;
+            f->image.grid_w = x->grid_w;
+            f->image.n_images = 1;
+            f->image.n_patches = per;
+            f->image.patch_dim = x->patch_dim;
+            f->image.pixel_values = malloc(per * x->patch_dim * sizeof(float));
+            if (!f->image.pixel_values) {
+                clef_err_set(err, CLEF_E_OOM, "out of memory for video frame group pixels");
+                goto done;
+            }
+            memcpy(f->image.pixel_values, x->pixel_values + (size_t)g * per * x->patch_dim,
+                   per * x->patch_dim * sizeof(float));
+            out->n_images++;
+            f->pad_start = prefix->n;
+            f->n_pad = mpad;
+            for (size_t p = 0; p < mpad; p++) clef_ids_push(prefix, pad);
+            clef_ids_push(prefix, ve);
+            *features += mpad;
+        }
+        clef_ids_push(prefix, ve);
+        out->n_videos++;
+    }
+    if (prefix->oom) {
+        clef_err_set(err, CLEF_E_OOM, "out of memory");
+        goto done;
+    }
+    rc = 0;
+done:
+    for (size_t k = 0; k < n; k++) clef_video_free(&v[k]);
+    free(v);
+    return rc;
+}
+
 int clef_encode_record(const clef_tokenizer *tok, const clef_request *req, const clef_encode_opts *opts,
                        clef_record *out, clef_err *err) {
     memset(out, 0, sizeof *out);
@@ -169,8 +350,9 @@ int clef_encode_record(const clef_tokenizer *tok, const clef_request *req, const
     clef_ids_init(&state);
     clef_buf b;
     clef_buf_init(&b);
-    const json_value **entries = NULL;
-    size_t n_entries = 0;
+    const json_value **entries = NULL, **ventries = NULL;
+    size_t n_entries = 0, n_ventries = 0;
+    size_t video_features = 0; /* <|video_pad|> ids the media block holds: what the forward compares */
     size_t *placeholder = NULL; /* tokens of each entry's placeholder when the first entry is several images */
     size_t features = 0;        /* image features of every processor image: what the forward compares */
     int several = 0;            /* an entry is several processor images (an animated GIF's frames) */
@@ -252,9 +434,13 @@ int clef_encode_record(const clef_tokenizer *tok, const clef_request *req, const
 
     /* ---- media ---- */
     if (media_list(req->images, "images", req->own, &entries, &n_entries, err)) goto done;
-    if (json_truthy(req->videos)) {
-        clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA, "videos are not supported by this engine");
-        goto done;
+    if (media_list(req->videos, "videos", req->own, &ventries, &n_ventries, err)) goto done;
+    if (n_entries || n_ventries) {
+        out->images = calloc(n_entries ? n_entries : 1, sizeof *out->images);
+        if (!out->images) {
+            clef_err_set(err, CLEF_E_OOM, "out of memory");
+            goto done;
+        }
     }
     if (n_entries) {
         clef_image_opts io;
@@ -284,18 +470,26 @@ int clef_encode_record(const clef_tokenizer *tok, const clef_request *req, const
             clef_err_set(err, CLEF_E_BAD_MODEL, "the tokenizer has no <|vision_start|>/<|image_pad|>/<|vision_end|>");
             goto done;
         }
-        out->images = calloc(n_entries, sizeof *out->images);
-        if (!out->images) {
-            clef_err_set(err, CLEF_E_OOM, "out of memory");
-            goto done;
-        }
         clef_media_fn fn = opts && opts->media ? opts->media : default_media;
         void *ctx = opts && opts->media ? opts->media_ctx : NULL;
         /* every entry first: the processor decodes all of them, then resizes, then patchifies */
         for (size_t k = 0; k < n_entries; k++) {
             clef_enc_image *im = &out->images[k];
+            /* The most tokens this entry's target grid may take before it is resized: the whole budget,
+             * and never less than the processor's default max_pixels gives (16384 tokens), so that
+             * requests within the processor's defaults take the reference's path and its exact error
+             * (its later-entry errors, its count) unchanged; a grid over it can never fit. Off after a
+             * several-image entry, whose frames then take the placeholders. fixed_now: a lower bound
+             * of the prompt's fixed part without this entry, for the message. */
+            size_t fixed_now = prefix.n + schema.n + suffix.n + 2 * n_entries + 1;
+            for (size_t j = 0; j < k; j++) fixed_now += out->images[j].n_pad;
+            size_t over = 0;
+            io.max_tokens = several ? 0 : max_length > CLEF_IMAGE_TOKENS_ALWAYS ? max_length : CLEF_IMAGE_TOKENS_ALWAYS;
+            io.over_tokens = &over;
             if (fn(ctx, k, entries[k], &io, &im->image, err)) {
-                if (fn == default_media) first_decoder_failure(entries, k, n_entries, &io, err);
+                if (fn == default_media && over && err && err->type && !strcmp(err->type, CLEF_E_SCHEMA_TOO_LONG))
+                    over_budget(entries, k, n_entries, &io, fixed_now + over, max_length, err);
+                else if (fn == default_media) first_decoder_failure(entries, k, n_entries, &io, err);
                 goto done;
             }
             out->n_images = k + 1;
@@ -344,6 +538,10 @@ int clef_encode_record(const clef_tokenizer *tok, const clef_request *req, const
             for (size_t p = 0; p < im->n_pad; p++) clef_ids_push(&prefix, pad);
             clef_ids_push(&prefix, ve);
         }
+    }
+    out->n_real_images = out->n_images;
+    if (n_ventries && encode_videos(tok, ventries, n_ventries, opts, out, &prefix, &video_features, err)) goto done;
+    if (n_entries || n_ventries) {
         if (piece_str(tok, "\n", &prefix, err)) goto done;
         if (prefix.oom) {
             clef_err_set(err, CLEF_E_OOM, "out of memory");
@@ -393,7 +591,7 @@ int clef_encode_record(const clef_tokenizer *tok, const clef_request *req, const
     memcpy(p, suffix.v, suffix.n * sizeof *p);
 
     /* ---- ours, after the reference's checks ---- */
-    if (out->n_images) {
+    if (out->n_real_images) {
         int32_t pad = clef_tokenizer_added_id(tok, "<|image_pad|>");
         size_t have = 0;
         for (size_t k = 0; k < out->n_ids; k++) have += out->input_ids[k] == pad;
@@ -403,6 +601,19 @@ int clef_encode_record(const clef_tokenizer *tok, const clef_request *req, const
             clef_err_set(err, CLEF_E_MEDIA_TOKEN_MISMATCH,
                          "Image features and image tokens do not match, tokens: %zu, features: %zu", have,
                          features);
+            goto done;
+        }
+    }
+    if (out->n_videos) {
+        int32_t pad = clef_tokenizer_added_id(tok, "<|video_pad|>");
+        size_t have = 0;
+        for (size_t k = 0; k < out->n_ids; k++) have += out->input_ids[k] == pad;
+        if (have != video_features) {
+            /* the reference's forward, after the image check (measured: tests/fixtures/video "requests",
+             * video_pads_in_state) */
+            clef_err_set(err, CLEF_E_MEDIA_TOKEN_MISMATCH,
+                         "Video features and video tokens do not match, tokens: %zu, features: %zu", have,
+                         video_features);
             goto done;
         }
     }
@@ -422,6 +633,7 @@ int clef_encode_record(const clef_tokenizer *tok, const clef_request *req, const
 done:
     free(placeholder);
     free(entries);
+    free(ventries);
     clef_buf_free(&b);
     clef_ids_free(&schema);
     clef_ids_free(&prefix);
@@ -452,14 +664,25 @@ int clef_record_render(clef_buf *o, const clef_record *r) {
         clef_buf_puts(o, "]}");
     }
     clef_buf_putc(o, ']');
-    if (r->n_images) {
+    if (r->n_real_images) {
         clef_buf_puts(o, ",\"images\":[");
-        for (size_t k = 0; k < r->n_images; k++) {
+        for (size_t k = 0; k < r->n_real_images; k++) {
             const clef_enc_image *im = &r->images[k];
             clef_buf_printf(o, "%s{\"grid_thw\":[%d,%d,%d],\"pad_start\":%zu,\"n_pad\":%zu}", k ? "," : "",
                             im->image.grid_t, im->image.grid_h, im->image.grid_w, im->pad_start, im->n_pad);
         }
         clef_buf_putc(o, ']');
+    }
+    if (r->n_videos) {
+        clef_buf_puts(o, ",\"videos\":[");
+        for (size_t k = r->n_real_images; k < r->n_images; k++) {
+            const clef_enc_image *im = &r->images[k];
+            if (im->group == 0)
+                clef_buf_printf(o, "%s{\"grid_thw\":[%d,%d,%d],\"groups\":[", k > r->n_real_images ? "]}," : "",
+                                im->video_grid_t, im->image.grid_h, im->image.grid_w);
+            clef_buf_printf(o, "%s{\"pad_start\":%zu,\"n_pad\":%zu}", im->group ? "," : "", im->pad_start, im->n_pad);
+        }
+        clef_buf_puts(o, "]}]");
     }
     clef_buf_putc(o, '}');
     return o->oom ? -1 : 0;

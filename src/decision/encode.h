@@ -15,6 +15,14 @@
  * included, against every processor image's features; LoneSurrogate in `model`, which the response
  * echoes; UnsupportedMedia when literal pads make up an animated GIF's count: ours).
  *
+ * Videos (`videos`, after every image, as the processor lays them out): each entry a data: URL, bare
+ * base64 or (allow_paths) a local path, decoded and sampled by src/video. The media block gets per video
+ * <|vision_start|>, then per frame group g "<t_g seconds>" (tokenized) <|vision_start|> + <|video_pad|> x
+ * (h/2)(w/2) + <|vision_end|>, then <|vision_end|>. Refusals: the reference's names and messages for what
+ * it can receive (paths: see video_error below and docs/spec-corrections.md "Video"); a non-string entry
+ * fails before any entry is decoded, a decoder failure of any entry before an earlier entry's resize
+ * failure; "Video features and video tokens do not match" after the image check.
+ *
  * An animated GIF (native grid) is several processor images, one per frame (the media step asks for
  * grids only: clef_image_opts.all_images = 2). When it is the first entry the processor flattens the
  * first axis of every entry (a single image's 3 channel planes become 3 images of its grid) and the
@@ -32,6 +40,7 @@
 #include "base/err.h"
 #include "decision/request.h"
 #include "image/image.h"
+#include "video/video.h"
 #include "base/json.h"
 #include "text/tokenizer.h"
 
@@ -51,10 +60,17 @@ typedef struct clef_enc_question {
     const clef_option *options; /* borrowed: ids (and descriptions) in head order */
 } clef_enc_question;
 
+/* One run of media pads and the rows that replace them: an image, or one frame group of a video.
+ * The model treats a video of grid (t, h, w) as t images of grid (1, h, w) (its M-RoPE splits
+ * video_grid_thw per frame group, its tower attends per frame: docs/spec-corrections.md "Video"), so
+ * each frame group is its own entry with grid (1, h, w), its own <|video_pad|> run and pixel rows. */
 typedef struct clef_enc_image {
     clef_image image; /* grid and pixel_values (owned; pixel_values may be NULL when injected) */
-    size_t pad_start; /* index of the first <|image_pad|> in input_ids */
-    size_t n_pad;     /* number of <|image_pad|> ids: t * (h / merge) * (w / merge) */
+    size_t pad_start; /* index of the first <|image_pad|> (<|video_pad|>) in input_ids */
+    size_t n_pad;     /* number of pad ids: t * (h / merge) * (w / merge) */
+    int video;        /* 0: an image; 1: frame group `group` of video `video_index` */
+    size_t video_index, group;
+    int video_grid_t; /* the video's grid_t (video_grid_thw[video_index][0]) */
 } clef_enc_image;
 
 typedef struct clef_record {
@@ -62,8 +78,10 @@ typedef struct clef_record {
     size_t n_ids;
     size_t n_questions;
     clef_enc_question *questions; /* request order */
-    size_t n_images;
-    clef_enc_image *images; /* request order */
+    size_t n_images;        /* images, then every video's frame groups */
+    clef_enc_image *images; /* request order: images[0, n_real_images) are images, the rest frame groups */
+    size_t n_real_images;
+    size_t n_videos;
     size_t token_offset;    /* len(PREFIX) = 36: where the media block starts */
     size_t state_start;     /* len(PREFIX) + len(MEDIA) */
     size_t state_kept, state_total; /* state ids kept / before truncation */
@@ -81,6 +99,8 @@ typedef int (*clef_media_fn)(void *ctx, size_t index, const json_value *entry, c
 typedef struct clef_encode_opts {
     size_t max_length;            /* 0 = CLEF_MAX_LENGTH_DEFAULT (16384) */
     const clef_image_opts *image; /* NULL = the processor defaults */
+    const clef_video_opts *video; /* NULL = the processor defaults and our limits; local paths as
+                                     image->allow_paths allows */
     clef_media_fn media;          /* NULL = clef_image_prepare on string entries */
     void *media_ctx;
 } clef_encode_opts;
@@ -92,7 +112,8 @@ void clef_record_free(clef_record *r);
 
 /* Renders the record as `clef encode` prints it:
  * {"input_ids":[...],"questions":[{"question_id","question_type","question_span","option_spans",
- *  "option_ids"},...]} (images add "images":[{"grid_thw":[t,h,w],"pad_start":i,"n_pad":n}]). */
+ *  "option_ids"},...]} (images add "images":[{"grid_thw":[t,h,w],"pad_start":i,"n_pad":n}], videos
+ *  "videos":[{"grid_thw":[t,h,w],"groups":[{"pad_start":i,"n_pad":n},...]}]). */
 int clef_record_render(clef_buf *out, const clef_record *r);
 
 /* Returns 1 when the WTF-8 string s holds a lone surrogate, and then sets err (when not NULL) to

@@ -11,6 +11,8 @@
 
 #include "base/buf.h"
 #include "base/err.h"
+#include "compute/cpu/gemm.h"
+#include "base/cpu_features.h"
 #include "compute/cpu/cpu_ops.h"
 #ifdef CLEF_HAVE_CUDA
 #include "compute/cuda/cuda_ops.h"
@@ -91,6 +93,21 @@ static clef_ops *create_ops(const clef_options *o, clef_err *err) {
         return NULL;
     }
     return clef_cpu_ops_create(o->threads, kn, err);
+}
+
+void clef_build_info(char *buf, size_t len) {
+    if (!buf || !len) return;
+    char feats[512];
+    clef_cpu_feature_string(feats, sizeof feats);
+#ifdef CLEF_HAVE_CUDA
+    int n_gpu = clef_cuda_device_count();
+    char be[64];
+    snprintf(be, sizeof be, "cpu cuda (%d device%s visible)", n_gpu, n_gpu == 1 ? "" : "s");
+#else
+    const char *be = "cpu";
+#endif
+    snprintf(buf, len, "backends: %s\ncpu features: %s\ncpu gemm kernel: %s\n", be,
+             feats[0] ? feats : "(none beyond x86-64-v2)", clef_gemm_name(clef_gemm_default()));
 }
 
 const char *clef_engine_backend(const clef_engine *e) { return e && e->ops ? e->ops->name : "none"; }

@@ -18,6 +18,16 @@
 #define CLEF_E_MEDIA_TOKEN_MISMATCH "MediaTokenMismatch"
 #endif
 
+/* The error an image whose target grid alone is over the token budget gets (clef_image_opts.max_tokens;
+ * the same name as decision/request.h's). */
+#ifndef CLEF_E_SCHEMA_TOO_LONG
+#define CLEF_E_SCHEMA_TOO_LONG "SchemaTooLong"
+#endif
+
+/* Image tokens of the processor's default max_pixels (16777216 / 32^2): a target grid up to this is
+ * always processed (encode.c), larger ones only when they fit the token budget. */
+#define CLEF_IMAGE_TOKENS_ALWAYS ((size_t)16384)
+
 /* Our defaults: encoded bytes per image, and decoded pixels per image (Pillow's MAX_IMAGE_PIXELS, the
  * size above which Pillow itself warns of a decompression bomb). */
 #define CLEF_IMAGE_DEFAULT_MAX_BYTES ((size_t)32 << 20)
@@ -40,6 +50,13 @@ typedef struct clef_image_opts {
      * encode_record, which refuses such a request but needs the counts, without the memory and work
      * of every frame's pixels (a small canvas with many frames would be cheap to send). */
     int all_images;
+    /* Ours: the most image tokens this image may take (0 = no bound). The target grid is computed from
+     * min_pixels/max_pixels and the size in the image's header, before its pixels are decoded or
+     * resized; over the bound, SchemaTooLong, and *over_tokens (when set) gets the image's tokens.
+     * The reference resizes first (a 1x1 PNG at min_pixels 8e7: 2.2 GB) and then raises the same
+     * SchemaTooLong from encode_record (docs/reliability.md). */
+    size_t max_tokens;
+    size_t *over_tokens;
 } clef_image_opts;
 
 void clef_image_opts_default(clef_image_opts *o);

@@ -1,9 +1,13 @@
 /* The HTTP server (see server.h and docs/serving.md).
  *
- * Threads: MHD's polling threads (a pool of http_threads) read requests, run clef_job_prepare
- * and clef_job_finish; the scheduler's one worker runs clef_run_batch. A POST whose job is queued
- * is suspended (MHD_suspend_connection) and resumed by the worker once its batch ran (or its
- * deadline passed); MHD then calls the handler again, which builds and queues the answer. */
+ * Threads: the guard (http_guard.c) accepts connections and holds each until its request head has
+ * arrived and passed the strict checks, then hands it to MHD. MHD's polling threads (a pool of
+ * http_threads) read bodies and write answers; the prepare pool (workq.c) runs clef_job_prepare
+ * (parse, tokenize, decode images) so that /health and /metrics never wait behind it; the
+ * scheduler's one worker runs clef_run_batch. A POST is suspended (MHD_suspend_connection) from
+ * its complete body until it has been prepared, queued and run (or refused), and resumed by
+ * whichever thread finished with it; MHD then calls the handler again, which queues the answer.
+ * Every answer closes its connection, so every request head passes the guard. */
 #include "serve/server.h"
 
 #include <arpa/inet.h>
@@ -23,20 +27,28 @@
 #include <unistd.h>
 
 #include "base/buf.h"
+#include "serve/http_extras.h"
+#include "serve/http_guard.h"
 #include "serve/metrics.h"
 #include "serve/playground.h"
+#include "serve/request_id.h"
 #include "serve/scheduler.h"
+#include "serve/workq.h"
 #include "base/json.h"
 
 #define ROUTE_DECIDE "/v1/systemone"
 
-enum { R_NEW, R_UPLOAD, R_QUEUED, R_RAN, R_EXPIRED, R_REJECTED, R_ANSWERED };
+enum { R_NEW, R_UPLOAD, R_PREPARING, R_PREP_FAILED, R_TOO_MANY, R_QUEUED, R_RAN, R_EXPIRED, R_REJECTED, R_ANSWERED };
 
 typedef struct req {
     clef_sched_item item; /* first: the scheduler hands this back */
     struct clef_server *srv;
     struct MHD_Connection *conn;
-    unsigned long long id;
+    char id[CLEF_REQUEST_ID_MAX + 1];
+    char client[64];
+    int gzip_ok, cors;  /* the client takes gzip; its Origin is the allowed one */
+    int watched;        /* on the guard's body-deadline list */
+    size_t bytes_out;
     const char *route;
     const char *method;
     int decide; /* POST /v1/systemone with a body to read */
@@ -55,11 +67,16 @@ typedef struct req {
     double t0, t_queued, t_run, t_ran, compute_s;
     int batch_n;
     int receiving; /* counted in srv->receiving: accepted, not yet queued or answered */
+    int too_many_limit;
 } req;
 
 struct clef_server {
     clef_server_config cfg;
     struct MHD_Daemon *d;
+    clef_guard *guard;
+    clef_workq *prep;
+    char backend[16];
+    atomic_long dropped; /* requests closed without an answer once shutdown began */
     int listen_fd;
     int port;
     char host[128];
@@ -71,7 +88,6 @@ struct clef_server {
     atomic_int shutting;
     atomic_long live; /* request structs alive */
     atomic_long receiving; /* requests past their headers, not yet queued or answered */
-    atomic_ullong next_id;
 };
 
 static pthread_mutex_t log_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -84,18 +100,38 @@ static double wall_now(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-void clef_log_line(const char *fmt, ...) {
-    char buf[2048];
-    va_list ap;
-    va_start(ap, fmt);
+/* A line too long for the buffer is not cut (that would break its JSON): it says so instead. */
+static void log_v(const char *level, const char *fmt, va_list ap) {
+    char buf[4096];
     int n = vsnprintf(buf, sizeof buf, fmt, ap);
-    va_end(ap);
     if (n < 0) return;
-    if ((size_t)n >= sizeof buf) n = (int)sizeof buf - 1;
+    if ((size_t)n >= sizeof buf) n = snprintf(buf, sizeof buf, "\"event\":\"log\",\"message\":\"line too long\"");
     pthread_mutex_lock(&log_mu);
-    fprintf(stderr, "{\"ts\":%.3f,%.*s}\n", wall_now(), n, buf);
+    fprintf(stderr, "{\"ts\":%.3f,\"level\":\"%s\",%.*s}\n", wall_now(), level, n, buf);
     fflush(stderr);
     pthread_mutex_unlock(&log_mu);
+}
+
+void clef_log_line(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    log_v("info", fmt, ap);
+    va_end(ap);
+}
+
+void clef_log_linel(const char *level, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    log_v(level, fmt, ap);
+    va_end(ap);
+}
+
+void clef_log_fatal(const char *msg) {
+    clef_buf b;
+    clef_buf_init(&b);
+    json_render_string_utf8(&b, msg, strlen(msg));
+    clef_log_linel("fatal", "\"event\":\"fatal\",\"message\":%s", b.oom ? "\"out of memory\"" : b.data);
+    clef_buf_free(&b);
 }
 
 static void mhd_logger(void *cls, const char *fmt, va_list ap) {
@@ -107,7 +143,7 @@ static void mhd_logger(void *cls, const char *fmt, va_list ap) {
     clef_buf b;
     clef_buf_init(&b);
     json_render_string_utf8(&b, msg, n);
-    if (!b.oom) clef_log_line("\"event\":\"http\",\"message\":%s", b.data);
+    if (!b.oom) clef_log_linel("warn", "\"event\":\"http\",\"message\":%s", b.data);
     clef_buf_free(&b);
 }
 
@@ -127,26 +163,45 @@ void clef_server_config_default(clef_server_config *c) {
     c->max_batch = 32;
     c->model_id = "clef-flash";
     c->log_requests = 1;
+    c->header_timeout_s = 10;
+    c->body_timeout_s = 60;
+    c->max_pending = 0; /* 4 x max_connections */
+    c->client_share = 64;
+    c->prepare_threads = 0; /* http_threads */
+    c->gzip_min = 1024;
 }
 
 /* ---------- answers ---------- */
 
 static enum MHD_Result send_bytes(req *r, int status, const char *ctype, const char *body, size_t len) {
-    struct MHD_Response *resp = MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
+    const clef_server *s = r->srv;
+    clef_buf gz;
+    clef_buf_init(&gz);
+    int zipped = r->gzip_ok && s->cfg.gzip_min && len >= s->cfg.gzip_min && clef_gzip(body, len, &gz) == 0;
+    struct MHD_Response *resp = zipped ? MHD_create_response_from_buffer(gz.len, gz.data, MHD_RESPMEM_MUST_COPY)
+                                       : MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
+    size_t out_len = zipped ? gz.len : len;
+    clef_buf_free(&gz);
     if (!resp) return MHD_NO;
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
-    char id[32];
-    snprintf(id, sizeof id, "%llu", r->id);
-    MHD_add_response_header(resp, "X-Request-Id", id);
+    if (ctype) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
+    MHD_add_response_header(resp, "X-Request-Id", r->id);
+    if (zipped) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_ENCODING, "gzip");
+    if (s->cfg.gzip_min) MHD_add_response_header(resp, MHD_HTTP_HEADER_VARY, r->cors ? "Accept-Encoding, Origin" : "Accept-Encoding");
+    if (r->cors) {
+        MHD_add_response_header(resp, "Access-Control-Allow-Origin", s->cfg.cors_origin);
+        MHD_add_response_header(resp, "Access-Control-Expose-Headers", "X-Request-Id, Retry-After");
+    }
     if (status == 429 || status == 503) MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, "1");
+    if (status == 401) MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
     if (status == 405)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, r->decide || !strcmp(r->route, ROUTE_DECIDE) ? "POST" : "GET, HEAD");
-    /* a request whose body we did not read cannot share the connection with the next one */
-    if (status == 413 || status == 411 || (r->decide == 0 && r->method && !strcmp(r->method, "POST")))
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+    /* one request per connection: the next one's head then goes through the guard's strict checks
+     * (http_guard.h says what libmicrohttpd would let through) */
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
     enum MHD_Result rc = MHD_queue_response(r->conn, (unsigned)status, resp);
     MHD_destroy_response(resp);
     r->status = status;
+    r->bytes_out = out_len;
     atomic_store(&r->state, R_ANSWERED);
     return rc;
 }
@@ -181,6 +236,18 @@ static enum MHD_Result send_result(req *r) {
     int status = res->http_status ? res->http_status : (res->error_type ? 500 : 200);
     if (!res->body) return send_error(r, 500, "OutOfMemory", "no answer could be built");
     return send_bytes(r, status, "application/json", res->body, res->body_len);
+}
+
+static int conn_fd(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    return ci ? (int)ci->connect_fd : -1;
+}
+
+static void unwatch(req *r) {
+    if (r->watched) {
+        r->watched = 0;
+        clef_guard_unwatch(r->srv->guard, r);
+    }
 }
 
 static void uncount(req *r) {
@@ -306,6 +373,43 @@ static const char *known_route(const char *url) {
 
 static enum MHD_Result decide_checks(clef_server *s, req *r);
 
+static int open_route(const char *route) { return !strcmp(route, "/health") || !strcmp(route, "/metrics"); }
+
+/* The request's id (the client's X-Request-Id when sane), its address, gzip and CORS. */
+static void request_meta(clef_server *s, req *r) {
+    struct MHD_Connection *c = r->conn;
+    const char *cid = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Request-Id");
+    if (clef_request_id_sane(cid)) snprintf(r->id, sizeof r->id, "%s", cid);
+    else clef_request_id_new(r->id);
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    clef_sockaddr_text(ci ? ci->client_addr : NULL, r->client, sizeof r->client);
+    r->gzip_ok = clef_accepts_gzip(MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_ACCEPT_ENCODING));
+    const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
+    r->cors = s->cfg.cors_origin && origin && (!strcmp(s->cfg.cors_origin, "*") || !strcmp(s->cfg.cors_origin, origin));
+}
+
+/* A CORS preflight (OPTIONS with Origin, --cors-origin set): 204 with the allowed methods and
+ * headers for the allowed origin, 403 for another. */
+static enum MHD_Result answer_preflight(clef_server *s, req *r) {
+    r->route = "preflight";
+    if (!r->cors) return send_error(r, 403, "Forbidden", "origin not allowed (--cors-origin)");
+    struct MHD_Response *resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+    if (!resp) return MHD_NO;
+    MHD_add_response_header(resp, "X-Request-Id", r->id);
+    MHD_add_response_header(resp, "Access-Control-Allow-Origin", s->cfg.cors_origin);
+    MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, HEAD, POST, OPTIONS");
+    MHD_add_response_header(resp, "Access-Control-Allow-Headers", "Content-Type, Authorization, X-Request-Id");
+    MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_VARY, "Origin");
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+    enum MHD_Result rc = MHD_queue_response(r->conn, 204, resp);
+    MHD_destroy_response(resp);
+    r->status = 204;
+    snprintf(r->outcome, sizeof r->outcome, "ok");
+    atomic_store(&r->state, R_ANSWERED);
+    return rc;
+}
+
 /* First call for a POST /v1/systemone: checks that need only the headers. A request that gets
  * past them is counted until it is queued or answered, and shutdown waits for those. */
 static enum MHD_Result decide_headers(clef_server *s, req *r) {
@@ -350,45 +454,46 @@ static enum MHD_Result decide_checks(clef_server *s, req *r) {
     }
     r->decide = 1;
     atomic_store(&r->state, R_UPLOAD);
+    /* the body's own deadline: a client that sends a byte now and then keeps MHD's idle timer
+     * alive for ever; the guard's thread shuts the socket down at this deadline (0: none, but
+     * listed all the same, so that shutdown can cut it off) */
+    r->watched = 1;
+    clef_guard_watch(s->guard, r, conn_fd(c), s->cfg.body_timeout_s > 0 ? clef_now() + s->cfg.body_timeout_s : 0);
     return MHD_YES;
 }
 
-static enum MHD_Result decide_body2(clef_server *s, req *r);
-
-/* The body is complete: prepare, then queue (suspending the connection). Requests whose headers
- * came before a shutdown still run. */
-static enum MHD_Result decide_body(clef_server *s, req *r) {
-    enum MHD_Result rc = decide_body2(s, r);
-    uncount(r);
-    return rc;
-}
-
-static enum MHD_Result decide_body2(clef_server *s, req *r) {
-    if (r->too_big)
-        return send_error(r, 413, "RequestTooLong", "body is over %zu bytes; the limit is %zu bytes",
-                          s->cfg.max_body, s->cfg.max_body);
+/* On a prepare thread, the connection suspended: prepare, then queue (the connection stays
+ * suspended until its batch ran) or resume it with what went wrong. */
+static void prepare_one(void *ctx, void *item) {
+    clef_server *s = ctx;
+    req *r = item;
     clef_job *job = clef_job_prepare(s->engine, r->body.data ? r->body.data : "", r->body.len, &r->res);
     clef_buf_free(&r->body);
     if (!job) {
         r->have_res = 1;
-        return send_result(r);
+        atomic_store(&r->state, R_PREP_FAILED);
+        uncount(r);
+        MHD_resume_connection(r->conn);
+        return;
     }
     size_t tokens = clef_job_tokens(job);
     r->tokens = (int)tokens;
     if (s->cfg.max_tokens && tokens > s->cfg.max_tokens) {
         clef_job_free(job);
-        return send_error(r, 413, "RequestTooLong", "request has %zu tokens; this server accepts at most %zu",
-                          tokens, s->cfg.max_tokens);
+        atomic_store(&r->state, R_TOO_MANY);
+        uncount(r);
+        MHD_resume_connection(r->conn);
+        return;
     }
     r->job = job;
     r->item.tokens = tokens;
     r->item.deadline = s->cfg.deadline_s > 0 ? clef_now() + s->cfg.deadline_s : 0;
     r->t_queued = clef_now();
     atomic_store(&r->state, R_QUEUED);
-    MHD_suspend_connection(r->conn);
     pthread_rwlock_rdlock(&s->gate);
     int rc = s->sched ? clef_sched_submit(s->sched, &r->item) : -2;
     pthread_rwlock_unlock(&s->gate);
+    uncount(r);
     if (rc != 0) {
         clef_job_free(r->job);
         r->job = NULL;
@@ -396,7 +501,56 @@ static enum MHD_Result decide_body2(clef_server *s, req *r) {
         atomic_store(&r->state, R_REJECTED);
         MHD_resume_connection(r->conn);
     }
+}
+
+/* The body is complete: hand it to the prepare pool (suspending the connection). Requests whose
+ * headers came before a shutdown still run. */
+static enum MHD_Result decide_body(clef_server *s, req *r) {
+    unwatch(r);
+    if (r->too_big) {
+        uncount(r);
+        return send_error(r, 413, "RequestTooLong", "body is over %zu bytes; the limit is %zu bytes",
+                          s->cfg.max_body, s->cfg.max_body);
+    }
+    atomic_store(&r->state, R_PREPARING);
+    MHD_suspend_connection(r->conn);
+    int rc = s->prep ? clef_workq_push(s->prep, r) : -2;
+    if (rc != 0) {
+        clef_buf_free(&r->body);
+        uncount(r);
+        r->reject_status = rc == -1 ? 429 : 503;
+        atomic_store(&r->state, R_REJECTED);
+        MHD_resume_connection(r->conn);
+    }
     return MHD_YES;
+}
+
+/* A body past the cap: answer 413 on the socket and close it. libmicrohttpd 0.9.75 cannot queue an
+ * answer while a body is still arriving (MHD_queue_response refuses it), and reading the rest of
+ * a chunked body to answer afterwards would let a client push without end; so the answer is
+ * written here (MHD writes nothing during an upload) and MHD_NO makes MHD close the connection. */
+static enum MHD_Result body_over_cap(clef_server *s, req *r) {
+    unwatch(r);
+    uncount(r);
+    char body[200], head[400];
+    int bl = snprintf(body, sizeof body,
+                      "{\"error\":{\"type\":\"RequestTooLong\",\"message\":\"body is over %zu bytes; the limit is %zu bytes\"}}",
+                      s->cfg.max_body, s->cfg.max_body);
+    int hl = snprintf(head, sizeof head,
+                      "HTTP/1.1 413 Content Too Large\r\nContent-Type: application/json\r\nX-Request-Id: %s\r\n"
+                      "Connection: close\r\nContent-Length: %d\r\n\r\n",
+                      r->id, bl);
+    int fd = conn_fd(r->conn);
+    if (fd >= 0 && hl > 0 && bl > 0 && (size_t)hl < sizeof head && (size_t)bl < sizeof body) {
+        ssize_t w1 = send(fd, head, (size_t)hl, MSG_NOSIGNAL | MSG_DONTWAIT);
+        ssize_t w2 = w1 == hl ? send(fd, body, (size_t)bl, MSG_NOSIGNAL | MSG_DONTWAIT) : 0;
+        r->bytes_out = (size_t)(w2 > 0 ? w2 : 0);
+        shutdown(fd, SHUT_WR);
+    }
+    r->status = 413;
+    snprintf(r->outcome, sizeof r->outcome, "RequestTooLong");
+    atomic_store(&r->state, R_ANSWERED);
+    return MHD_NO;
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
@@ -410,26 +564,34 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         if (!r) return MHD_NO;
         r->srv = s;
         r->conn = conn;
-        r->id = atomic_fetch_add(&s->next_id, 1) + 1;
         r->t0 = clef_now();
         r->method = method;
         clef_buf_init(&r->body);
         atomic_init(&r->state, R_NEW);
         atomic_fetch_add(&s->live, 1);
         *con_cls = r;
+        request_meta(s, r);
         const char *route = known_route(url);
         r->route = route ? route : "other";
         int get = !strcmp(method, MHD_HTTP_METHOD_GET) || !strcmp(method, MHD_HTTP_METHOD_HEAD);
+        if (!strcmp(method, MHD_HTTP_METHOD_OPTIONS) && s->cfg.cors_origin &&
+            MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Origin"))
+            return answer_preflight(s, r);
         const clef_asset *ui = route || s->cfg.no_ui ? NULL : clef_playground_find(url);
+        /* --api-key: every route but the open ones (/health, /metrics unless --auth-all, and the
+         * playground's static files, which hold no data: its requests need the key) */
+        int open = !s->cfg.auth_all && (ui || (route && open_route(route)));
+        if (s->cfg.api_key && !open &&
+            !clef_bearer_ok(MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION),
+                            s->cfg.api_key))
+            return send_error(r, 401, "Unauthorized", "this server needs Authorization: Bearer <key> (--api-key)");
         if (ui) { /* the web playground (playground.c, web/) */
             r->route = ui->path;
             if (!get) return send_error(r, 405, "MethodNotAllowed", "%s takes GET, not %s", ui->path, method);
-            char id[32];
-            snprintf(id, sizeof id, "%llu", r->id);
             snprintf(r->outcome, sizeof r->outcome, "ok");
             r->status = 200;
             atomic_store(&r->state, R_ANSWERED);
-            return clef_playground_send(conn, ui, "X-Request-Id", id);
+            return clef_playground_send(conn, ui, "X-Request-Id", r->id); /* with Connection: close */
         }
         if (!route) return send_error(r, 404, "NotFound", "no route %s", url);
         if (route == known_route(ROUTE_DECIDE)) {
@@ -447,21 +609,23 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     if (*upload_data_size) {
         size_t n = *upload_data_size;
         r->body_bytes += n;
-        if (!r->too_big) {
-            if (r->body_bytes > s->cfg.max_body) {
-                r->too_big = 1;
-                clef_buf_free(&r->body);
-            } else if (clef_buf_put(&r->body, upload_data, n) != 0) {
-                r->too_big = 1;
-                clef_buf_free(&r->body);
-            }
-        }
         *upload_data_size = 0;
+        if (r->too_big) return MHD_NO;
+        if (r->body_bytes > s->cfg.max_body || clef_buf_put(&r->body, upload_data, n) != 0) {
+            r->too_big = 1;
+            clef_buf_free(&r->body);
+            return body_over_cap(s, r);
+        }
         return MHD_YES;
     }
     switch (atomic_load(&r->state)) {
     case R_UPLOAD:
         return decide_body(s, r);
+    case R_PREP_FAILED:
+        return send_result(r);
+    case R_TOO_MANY:
+        return send_error(r, 413, "RequestTooLong", "request has %d tokens; this server accepts at most %zu",
+                          r->tokens, s->cfg.max_tokens);
     case R_RAN:
         r->cached_tokens = clef_job_cached_tokens(r->job);
         clef_job_finish(r->job, &r->res);
@@ -488,7 +652,9 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     if (!r) return;
     *con_cls = NULL;
     if (r->job) clef_job_free(r->job);
+    unwatch(r);
     uncount(r);
+    if (r->status == 0 && atomic_load(&s->shutting)) atomic_fetch_add(&s->dropped, 1);
     double t_end = clef_now();
     double queue_s = r->t_queued > 0 && r->t_run > 0 ? r->t_run - r->t_queued : -1;
     const char *outcome = r->outcome[0] ? r->outcome : "closed";
@@ -497,12 +663,25 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     if (s->cfg.log_requests) {
         static const char *const why[] = {"ok", "error", "timeout", "shutdown", "read_error", "client_abort"};
         const char *term = (unsigned)toe < sizeof why / sizeof why[0] ? why[toe] : "other";
-        clef_log_line("\"event\":\"request\",\"id\":%llu,\"method\":\"%s\",\"path\":\"%s\",\"status\":%d,"
-                      "\"outcome\":\"%s\",\"tokens\":%d,\"bytes_in\":%zu,\"queue_ms\":%.3f,\"compute_ms\":%.3f,"
-                      "\"batch\":%d,\"cached_tokens\":%zu,\"total_ms\":%.3f,\"connection\":\"%s\"",
-                      r->id, r->method ? r->method : "?", r->route, r->status, outcome, r->tokens, r->body_bytes,
-                      queue_s >= 0 ? queue_s * 1e3 : 0.0, r->compute_s * 1e3, r->batch_n, r->cached_tokens, (t_end - r->t0) * 1e3,
-                      term);
+        /* every field from outside (method, outcome, id, address) is rendered as a JSON string */
+        clef_buf m, o;
+        clef_buf_init(&m);
+        clef_buf_init(&o);
+        const char *meth = r->method ? r->method : "?";
+        json_render_string_utf8(&m, meth, strlen(meth));
+        json_render_string_utf8(&o, outcome, strlen(outcome));
+        const char *level = r->status == 0 || r->status >= 500 ? "warn" : "info";
+        if (!m.oom && !o.oom)
+            clef_log_linel(level,
+                           "\"event\":\"request\",\"id\":\"%s\",\"client\":\"%s\",\"method\":%s,\"path\":\"%s\","
+                           "\"status\":%d,\"outcome\":%s,\"tokens\":%d,\"bytes_in\":%zu,\"bytes_out\":%zu,"
+                           "\"queue_ms\":%.3f,\"compute_ms\":%.3f,\"batch\":%d,\"cached_tokens\":%zu,\"total_ms\":%.3f,"
+                           "\"connection\":\"%s\",\"backend\":\"%s\"",
+                           r->id, r->client, m.data, r->route, r->status, o.data, r->tokens, r->body_bytes,
+                           r->bytes_out, queue_s >= 0 ? queue_s * 1e3 : 0.0, r->compute_s * 1e3, r->batch_n,
+                           r->cached_tokens, (t_end - r->t0) * 1e3, term, s->backend[0] ? s->backend : "none");
+        clef_buf_free(&m);
+        clef_buf_free(&o);
     }
     if (r->have_res) clef_result_free(&r->res);
     clef_buf_free(&r->body);
@@ -550,6 +729,43 @@ static int open_listener(const char *host, int port, int *out_port, char *err, s
     return fd;
 }
 
+/* ---------- the guard's callbacks ---------- */
+
+static int guard_handoff(void *ctx, int fd, const struct sockaddr *sa, socklen_t sl) {
+    clef_server *s = ctx;
+    /* MHD closes fd whatever happens (at --max-connections too) */
+    if (MHD_add_connection(s->d, fd, sa, sl) != MHD_YES) {
+        char a[64];
+        clef_sockaddr_text(sa, a, sizeof a);
+        clef_log_linel("warn", "\"event\":\"http\",\"client\":\"%s\",\"message\":\"connection refused: over "
+                               "--max-connections or out of memory\"", a);
+        return -1;
+    }
+    return 0;
+}
+
+static void guard_refused(void *ctx, const clef_guard_refusal *g) {
+    clef_server *s = ctx;
+    clef_metrics_request(s->metrics, "other", g->status, g->type, 0, 0, -1);
+    if (!s->cfg.log_requests) return;
+    clef_buf m, t, msg;
+    clef_buf_init(&m);
+    clef_buf_init(&t);
+    clef_buf_init(&msg);
+    if (g->method) json_render_string_utf8(&m, g->method, g->method_len);
+    else clef_buf_puts(&m, "null");
+    json_render_string_utf8(&t, g->type, strlen(g->type));
+    json_render_string_utf8(&msg, g->message ? g->message : "", g->message ? strlen(g->message) : 0);
+    if (!m.oom && !t.oom && !msg.oom)
+        clef_log_linel("warn",
+                       "\"event\":\"request\",\"id\":\"%s\",\"client\":\"%s\",\"method\":%s,\"path\":\"other\","
+                       "\"status\":%d,\"outcome\":%s,\"message\":%s,\"bytes_in\":%zu,\"bytes_out\":%zu,\"stage\":\"head\"",
+                       g->id ? g->id : "", g->client, m.data, g->status, t.data, msg.data, g->bytes_in, g->bytes_out);
+    clef_buf_free(&m);
+    clef_buf_free(&t);
+    clef_buf_free(&msg);
+}
+
 clef_server *clef_server_start(const clef_server_config *c, char *err, size_t err_len) {
     clef_server *s = calloc(1, sizeof *s);
     if (!s) {
@@ -575,11 +791,12 @@ clef_server *clef_server_start(const clef_server_config *c, char *err, size_t er
         free(s);
         return NULL;
     }
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
+    /* the guard owns the listening socket and hands MHD connections whose head passed */
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG |
+                     MHD_USE_NO_LISTEN_SOCKET | MHD_USE_ITC;
     if (strchr(s->host, ':')) flags |= MHD_USE_IPv6;
     s->d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, s,
                             MHD_OPTION_EXTERNAL_LOGGER, mhd_logger, NULL,
-                            MHD_OPTION_LISTEN_SOCKET, s->listen_fd,
                             MHD_OPTION_THREAD_POOL_SIZE, (unsigned)s->cfg.http_threads,
                             MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->cfg.max_connections,
                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)s->cfg.io_timeout_s,
@@ -594,6 +811,19 @@ clef_server *clef_server_start(const clef_server_config *c, char *err, size_t er
         free(s);
         return NULL;
     }
+    clef_guard_config gc = {.listen_fd = s->listen_fd, .max_header = s->cfg.max_header, .max_body = s->cfg.max_body,
+                            .header_timeout_s = s->cfg.header_timeout_s,
+                            .max_pending = s->cfg.max_pending ? s->cfg.max_pending : 4 * s->cfg.max_connections,
+                            .client_share = s->cfg.client_share, .handoff = guard_handoff, .refused = guard_refused,
+                            .ctx = s};
+    s->guard = clef_guard_start(&gc, err, err_len);
+    if (!s->guard) {
+        MHD_stop_daemon(s->d);
+        close(s->listen_fd);
+        clef_metrics_free(s->metrics);
+        free(s);
+        return NULL;
+    }
     return s;
 }
 
@@ -603,8 +833,16 @@ int clef_server_attach(clef_server *s, clef_engine *e) {
     clef_sched_config sc = {.batch_tokens = s->cfg.batch_tokens, .max_batch = s->cfg.max_batch,
                             .queue_len = s->cfg.queue_len};
     s->engine = e;
+    snprintf(s->backend, sizeof s->backend, "%s", clef_engine_backend(e));
     s->sched = clef_sched_create(&sc, run_batch, expire_one, s);
     if (!s->sched) return -1;
+    int pt = s->cfg.prepare_threads > 0 ? s->cfg.prepare_threads : s->cfg.http_threads;
+    s->prep = clef_workq_create(pt, s->cfg.queue_len, prepare_one, s);
+    if (!s->prep) {
+        clef_sched_stop(s->sched);
+        s->sched = NULL;
+        return -1;
+    }
     atomic_store(&s->ready, 1);
     return 0;
 }
@@ -614,25 +852,32 @@ void clef_server_shutdown(clef_server *s) {
     pthread_rwlock_wrlock(&s->gate);
     atomic_store(&s->shutting, 1);
     pthread_rwlock_unlock(&s->gate);
-    int fd = MHD_quiesce_daemon(s->d); /* no new connections */
-    if (fd >= 0) close(fd);
+    clef_guard_quiesce(s->guard); /* no new connections; those still sending their head are closed */
     size_t queued = s->sched ? clef_sched_depth(s->sched) : 0;
     clef_log_line("\"event\":\"shutdown\",\"queued\":%zu,\"receiving\":%ld,\"in_flight\":%ld", queued,
                   (long)atomic_load(&s->receiving), (long)atomic_load(&s->live));
-    /* requests already being received or prepared join the queue (bounded by the I/O timeout:
-     * their bodies still have to arrive) */
+    /* One budget for the whole shutdown (--timeout): requests still being received or prepared
+     * join the queue if their bodies arrive within it; what is still uploading then is cut off
+     * (and counted as dropped). */
     double until = clef_now() + (s->cfg.io_timeout_s ? s->cfg.io_timeout_s : 30);
     while (atomic_load(&s->receiving) > 0 && clef_now() < until) nanosleep(&(struct timespec){0, 2000000}, NULL);
+    int cut = clef_guard_cut_all(s->guard);
+    clef_workq_stop(s->prep); /* what is being prepared joins the queue */
+    s->prep = NULL;
     pthread_rwlock_wrlock(&s->gate);
     clef_sched *sched = s->sched;
     s->sched = NULL; /* later submits are refused with 503 */
     pthread_rwlock_unlock(&s->gate);
     clef_sched_stop(sched); /* runs what is queued; every suspended connection is resumed */
-    /* let the answers go out (bounded: a client that never reads does not hold us forever) */
-    until = clef_now() + (s->cfg.io_timeout_s ? s->cfg.io_timeout_s : 30);
+    /* let the answers go out, within what is left of the budget (at least 1 s after the last batch) */
+    if (until < clef_now() + 1) until = clef_now() + 1;
     while (atomic_load(&s->live) > 0 && clef_now() < until) nanosleep(&(struct timespec){0, 5000000}, NULL);
-    MHD_stop_daemon(s->d);
-    clef_log_line("\"event\":\"stopped\",\"unanswered\":%ld", (long)atomic_load(&s->live));
+    long unanswered = (long)atomic_load(&s->live);
+    MHD_stop_daemon(s->d); /* closes what is left: counted in dropped */
+    clef_guard_stop(s->guard);
+    clef_log_linel(atomic_load(&s->dropped) ? "warn" : "info",
+                   "\"event\":\"stopped\",\"unanswered\":%ld,\"dropped\":%ld,\"cut_uploads\":%d", unanswered,
+                   (long)atomic_load(&s->dropped), cut);
     clef_metrics_free(s->metrics);
     pthread_rwlock_destroy(&s->gate);
     free(s);

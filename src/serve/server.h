@@ -28,6 +28,17 @@ typedef struct clef_server_config {
     const char *model_id;    /* for /v1/models */
     int log_requests;        /* one JSON line per request on stderr */
     int no_ui;               /* 1: no web playground at / (404 there, as any unknown path) */
+    /* hostile clients (docs/reliability.md) */
+    double header_timeout_s; /* accept -> complete request head, else closed (408 if bytes came; default 10) */
+    double body_timeout_s;   /* complete head -> complete body, else closed (default 60; 0 = none) */
+    unsigned max_pending;    /* connections still sending their head (default 4 x max_connections) */
+    unsigned client_share;   /* of those, per client address (default 64; a new one closes the oldest) */
+    int prepare_threads;     /* threads that parse, tokenize and decode images (default http_threads) */
+    /* access (docs/serving.md) */
+    const char *api_key;     /* NULL = no authentication; else "Authorization: Bearer KEY" or 401 */
+    int auth_all;            /* 1: /health and /metrics need the key too (default: they do not) */
+    const char *cors_origin; /* NULL = no CORS headers; an origin or "*" */
+    size_t gzip_min;         /* answers of at least this many bytes are gzipped when asked (default 1024; 0 = never) */
 } clef_server_config;
 
 void clef_server_config_default(clef_server_config *c);
@@ -47,7 +58,12 @@ void clef_server_shutdown(clef_server *s);
 /* The OpenAPI 3 document served at /openapi.json. */
 extern const char clef_openapi_json[];
 
-/* Writes one JSON log line (event + preformatted fields) to stderr under the log lock. */
+/* Writes one JSON log line ({"ts":..,"level":"info", then the preformatted fields}) to stderr
+ * under the log lock. Fields that carry outside text must be rendered with json_render_string_utf8. */
 void clef_log_line(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* The same with a level: "debug", "info", "warn", "error" or "fatal". */
+void clef_log_linel(const char *level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* A fatal start-up error as one JSON log line: {"level":"fatal","event":"fatal","message":msg}. */
+void clef_log_fatal(const char *msg);
 
 #endif

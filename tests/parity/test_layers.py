@@ -17,10 +17,11 @@ ALLOWED = {
     "base": set(),                                   # the foundation: nothing above it
     "text": {"base"},                                # host side
     "image": {"base"},                               # host side
-    "decision": {"base", "text", "image"},           # host side
+    "video": {"base", "image"},                      # host side (the image path's resampler)
+    "decision": {"base", "text", "image", "video"},  # host side
     "compute": {"base"},                             # backends: never model/ or anything above
     "model": {"base", "compute"},                    # the forward passes, on the op seam
-    "engine": {"base", "text", "image", "decision", "compute", "model"},  # assembles the library
+    "engine": {"base", "text", "image", "video", "decision", "compute", "model"},  # assembles the library
     "serve": {"base"},                               # HTTP server and scheduler on clef.h
     "cli": {"base", "serve"},                        # the clef command: a driver, on clef.h
 }

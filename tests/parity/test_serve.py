@@ -212,7 +212,12 @@ def test_startup_errors():
     err = p.stderr.decode("utf-8", "replace").strip().splitlines()
     last = err[-1] if err else ""
     check(p.returncode != 0, "missing model folder: non-zero exit")
-    check("no-such-model" in last and last.startswith("clef serve:"), "missing model folder: one clear line: %r" % last)
+    try:
+        msg = json.loads(last).get("message", "")
+    except ValueError:
+        msg = ""
+    check(len(err) == 1 and "no-such-model" in msg and msg.startswith("clef serve:"),
+          "missing model folder: one clear JSON line: %r" % err)
     # port in use
     s = socket.socket()
     s.bind(("127.0.0.1", 0))

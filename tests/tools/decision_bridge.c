@@ -7,7 +7,8 @@
  *              "logits": [[...], ...]   optional: per question, head order -> a response
  *              "input_tokens": N        optional: usage (default: the encoded length)
  *              "grids": [[t,h,w], ...]  optional: injected image grids instead of decoding `images`
- *              "max_length": N}         optional (default 16384)
+ *              "max_length": N,         optional (default 16384)
+ *              "allow_paths": true}     optional: images and videos may be local paths
  * or {"request_hex": "<hex of the raw request bytes>", ...}: the bytes are parsed as a body would be
  * (InvalidUtf8, BadJson, ... from the parser).
  * Output line: {"encode": <clef encode output or {"error":...}>, "response": "<bytes>" | {"error":...}}
@@ -73,6 +74,7 @@ static void one(const clef_tokenizer *tok, const char *line, size_t len, clef_bu
     const json_value *grids = json_object_get(root, "grids");
     const json_value *ml = json_object_get(root, "max_length");
     const json_value *hx = json_object_get(root, "request_hex");
+    const json_value *ap = json_object_get(root, "allow_paths");
     json_doc *rdoc = NULL;
     if (hx && hx->kind == JSON_STRING) {
         size_t n = hx->u.string.len / 2;
@@ -99,6 +101,12 @@ static void one(const clef_tokenizer *tok, const char *line, size_t len, clef_bu
         ok = 0;
     } else if (tok) {
         clef_encode_opts eo = {0};
+        clef_image_opts io;
+        clef_image_opts_default(&io);
+        if (ap && ap->kind == JSON_TRUE) {
+            io.allow_paths = 1;
+            eo.image = &io;
+        }
         if (ml && ml->kind == JSON_INT) eo.max_length = strtoull(ml->u.integer.digits, NULL, 10);
         if (grids && grids->kind == JSON_ARRAY) eo.media = grid_media, eo.media_ctx = (void *)grids;
         if (clef_encode_record(tok, &req, &eo, &rec, &err)) ok = 0;

@@ -1,0 +1,182 @@
+// libFuzzer target over the HTTP request path of `clef serve`, in-process: a real server (the guard,
+// libmicrohttpd, the handlers, the prepare pool) listens on a loopback port inside the fuzzer's
+// process, and every input is sent to it as the raw bytes of one connection (then the write side is
+// closed and the answer read until the server closes). Also, the guard's pure head check runs on the
+// input directly. These must hold, or the target aborts:
+//   - the server answers or closes within 5 s (no hang past its short timeouts);
+//   - an answer starts with "HTTP/1.1 NNN " and holds exactly one status line before its body;
+//   - /health still answers 200 or 503 after every input (the server is alive and not locked out).
+// Without $CLEF_FUZZ_MODEL the model routes answer 503 NotReady (fast: the HTTP side only); with
+// CLEF_FUZZ_MODEL=models/tiny the tiny model is attached and valid requests run. Not part of the
+// default build; tests/parity/test_fuzz_http_corpus.sh builds it and replays fuzz/corpus/http.
+//
+//   make build/gen/serve/web_assets.h
+//   clang -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -Isrc -Ibuild/gen \
+//     $(pkg-config --cflags oniguruma libutf8proc libmicrohttpd libpng) fuzz/fuzz_http.c \
+//     $(find src -name '*.c' -not -path 'src/cli/*' -not -path 'src/compute/cuda/*') \
+//     $(pkg-config --libs oniguruma libutf8proc libmicrohttpd libpng libjpeg libwebp libwebpdemux libgif zlib \
+//       libavformat libavcodec libswscale libavutil) \
+//     -lm -pthread -o build/fuzz_http
+//   mkdir -p build/fuzz-http && cp fuzz/corpus/http/* build/fuzz-http/
+//   build/fuzz_http -max_len=65536 -max_total_time=600 -rss_limit_mb=4096 build/fuzz-http
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "clef.h"
+#include "serve/http_guard.h"
+#include "serve/server.h"
+
+int LLVMFuzzerInitialize(int *argc, char ***argv);
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static clef_server *g_srv;
+static int g_port;
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+int LLVMFuzzerInitialize(int *argc, char ***argv) {
+    (void)argc;
+    (void)argv;
+    signal(SIGPIPE, SIG_IGN);
+    clef_server_config c;
+    clef_server_config_default(&c);
+    c.port = 0;
+    c.log_requests = 0;
+    c.max_body = 1 << 16;
+    c.max_header = 8192;
+    c.io_timeout_s = 2;
+    c.header_timeout_s = 1;
+    c.body_timeout_s = 2;
+    c.cors_origin = "http://fuzz.example";
+    c.gzip_min = 64;
+    char err[512];
+    g_srv = clef_server_start(&c, err, sizeof err);
+    if (!g_srv) {
+        fprintf(stderr, "fuzz_http: %s\n", err);
+        abort();
+    }
+    g_port = clef_server_port(g_srv);
+    const char *model = getenv("CLEF_FUZZ_MODEL");
+    if (model && *model) {
+        clef_options o;
+        clef_options_default(&o);
+        o.model_dir = model;
+        o.threads = 1;
+        clef_engine *e = clef_open(&o, err, sizeof err);
+        if (!e || clef_server_attach(g_srv, e) != 0) {
+            fprintf(stderr, "fuzz_http: cannot attach %s: %s\n", model, err);
+            abort();
+        }
+    }
+    return 0;
+}
+
+/* One connection: send, half-close, read to the end (at most cap bytes kept). Returns bytes read,
+ * or -1 when the server neither answered nor closed within limit_s. */
+static long exchange(const uint8_t *data, size_t n, char *out, size_t cap, double limit_s) {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) abort();
+    struct sockaddr_in sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons((uint16_t)g_port);
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) abort();
+    double t_end = now_s() + limit_s;
+    size_t sent = 0;
+    while (sent < n) { /* the server may answer and close early: a failed send ends the sending */
+        ssize_t w = send(fd, data + sent, n - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w > 0) sent += (size_t)w;
+        else if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            struct pollfd p = {fd, POLLOUT, 0};
+            if (poll(&p, 1, 50) < 0 || now_s() > t_end) break;
+        } else break;
+    }
+    shutdown(fd, SHUT_WR);
+    size_t got = 0;
+    long rc = 0;
+    for (;;) {
+        double left = t_end - now_s();
+        if (left <= 0) {
+            rc = -1;
+            break;
+        }
+        struct pollfd p = {fd, POLLIN, 0};
+        int pr = poll(&p, 1, (int)(left * 1000) + 1);
+        if (pr <= 0) continue;
+        char buf[4096];
+        ssize_t r = recv(fd, buf, sizeof buf, 0);
+        if (r <= 0) break; /* closed (or reset) */
+        size_t k = (size_t)r < cap - got ? (size_t)r : cap - got;
+        memcpy(out + got, buf, k);
+        got += k;
+    }
+    close(fd);
+    return rc < 0 ? -1 : (long)got;
+}
+
+static void check_answer(const char *out, long n, const uint8_t *in, size_t in_n) {
+    if (n <= 0) return; /* closed without an answer: allowed (garbage, a head that never completed) */
+    int ok = n >= 13 && !memcmp(out, "HTTP/1.1 ", 9) && out[9] >= '1' && out[9] <= '5' && out[10] >= '0' &&
+             out[10] <= '9' && out[11] >= '0' && out[11] <= '9' && out[12] == ' ';
+    /* exactly one status line: nothing between the head's end and a second "HTTP/1." at a line start
+     * within the head */
+    const char *end = memmem(out, (size_t)n, "\r\n\r\n", 4);
+    if (ok && end) {
+        const char *second = memmem(out + 1, (size_t)(end - out - 1), "\nHTTP/1.", 9);
+        if (second) ok = 0;
+        /* and no second answer right after the body when the head says Content-Length */
+        const char *cl = memmem(out, (size_t)(end - out), "Content-Length: ", 16);
+        if (cl) {
+            long len = strtol(cl + 16, NULL, 10);
+            long rest = n - (long)(end + 4 - out);
+            if (len >= 0 && rest > len && !strncmp(end + 4 + len, "HTTP/1.", 7)) ok = 0;
+        }
+    }
+    if (!ok) {
+        fprintf(stderr, "fuzz_http: malformed answer (%ld bytes) to a %zu-byte input:\n%.*s\n", n, in_n,
+                (int)(n > 600 ? 600 : n), out);
+        abort();
+    }
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    /* the pure head check */
+    size_t hl = 0;
+    int st = 0;
+    const char *ty = NULL;
+    char msg[256];
+    int rc = clef_guard_check_head((const char *)data, size, 8192, 1 << 16, &hl, &st, &ty, msg, sizeof msg);
+    if (rc == 0 && (hl == 0 || hl > size)) abort();
+    if (rc < 0 && (!ty || !msg[0])) abort();
+    /* through the server */
+    static char out[1 << 16];
+    long n = exchange(data, size, out, sizeof out, 5.0);
+    if (n < 0) {
+        fprintf(stderr, "fuzz_http: no answer and no close within 5 s for a %zu-byte input\n", size);
+        abort();
+    }
+    check_answer(out, n, data, size);
+    static const uint8_t health[] = "GET /health HTTP/1.1\r\nHost: x\r\n\r\n";
+    n = exchange(health, sizeof health - 1, out, sizeof out, 5.0);
+    if (n < 13 || (memcmp(out, "HTTP/1.1 200 ", 13) && memcmp(out, "HTTP/1.1 503 ", 13))) {
+        fprintf(stderr, "fuzz_http: /health did not answer after a %zu-byte input\n", size);
+        abort();
+    }
+    return 0;
+}

@@ -1,0 +1,18 @@
+/* Small pieces of the server's HTTP behaviour kept out of server.c: gzip of an answer, the API key
+ * check, Accept-Encoding parsing, and JSON-escaped log field rendering. */
+#ifndef CLEF_SERVE_HTTP_EXTRAS_H
+#define CLEF_SERVE_HTTP_EXTRAS_H
+
+#include <stddef.h>
+
+#include "base/buf.h"
+
+/* 1 when the Accept-Encoding value accepts gzip (a "gzip" or "*" coding whose q is not 0). */
+int clef_accepts_gzip(const char *accept_encoding);
+/* gzip (zlib, level 6) of in[0..n) into out (reset first). 0 on success. */
+int clef_gzip(const void *in, size_t n, clef_buf *out);
+/* Checks an Authorization header against the key: "Bearer KEY". Constant time in the key's length
+ * and the header's (every byte compared). 1 when it matches. */
+int clef_bearer_ok(const char *authorization, const char *key);
+
+#endif

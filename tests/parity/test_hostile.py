@@ -1,0 +1,553 @@
+#!/usr/bin/env python3
+"""clef serve against hostile clients and careless users (issue #22 items 1-7 and 10; issue #19's
+server items), on the tiny checkpoint over loopback. Short timeouts keep it quick.
+
+1. slowloris: 256 sockets dribbling their heads; /health and a POST still answered (bar: 1 s);
+   a head that never completes is closed at --header-timeout although bytes keep coming; a TLS
+   ClientHello is closed at once; over --client-share, the address's oldest pending head is closed.
+2. costs: the 227-byte 1x1 PNG with min_pixels = max_pixels = 8e7 is refused (413 SchemaTooLong)
+   with the server's peak RSS under +64 MB; a chunked body past --max-body closes the connection.
+3. SIGTERM while loading: exit at once, code 143, a log line saying so.
+4. log forgery: every stderr line is one JSON object; no client text becomes a field.
+5. framing: Transfer-Encoding other than chunked, "Content-Length :", POST without a length, bad
+   Content-Length values, a huge chunk extension: one clean answer each, one status line.
+6. /health answered while one HTTP thread's request is being tokenized (an 8 MB state).
+7. shutdown with a 1 byte/s uploader: exit within --timeout (not twice), the upload counted dropped.
+10. a missing model folder: exactly one stderr line, a JSON fatal line naming the folder.
+#19: X-Request-Id honoured or random; log lines with level, client, bytes_out, backend; --api-key
+   (401 + JSON, /health open unless --auth-all); --cors-origin preflights; gzip when asked.
+"""
+import base64
+import gzip
+import http.client
+import json
+import os
+import random
+import re
+import signal
+import socket
+import string
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import zlib
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BUILD = os.environ.get("CLEF_BUILD", os.path.join(ROOT, "build")).rstrip("/")
+CLEF = os.path.join(BUILD, "clef")
+MODEL = os.path.join(ROOT, "models", "tiny")
+ASAN = BUILD.endswith("build-asan")
+TMP = tempfile.mkdtemp(prefix="clef-hostile-test-")
+
+failures = []
+checks = 0
+
+
+def check(cond, what):
+    global checks
+    checks += 1
+    if not cond:
+        failures.append(what)
+        print("FAIL:", what, flush=True)
+
+
+def skip(why):
+    print(why)
+    sys.exit(77)
+
+
+class Server:
+    def __init__(self, *extra, wait=True, env=None):
+        self.log = os.path.join(TMP, "serve-%d.log" % time.monotonic_ns())
+        self.logf = open(self.log, "wb")
+        self.p = subprocess.Popen([CLEF, "serve", "--model", MODEL, "--port", "0", "--threads", "2"] + list(extra),
+                                  stdout=subprocess.DEVNULL, stderr=self.logf,
+                                  env=None if env is None else dict(os.environ, **env))
+        self.port = None
+        t_end = time.time() + (240 if ASAN else 90)
+        while time.time() < t_end and self.port is None:
+            m = re.search(rb'"event":"listening".*?"port":(\d+)', open(self.log, "rb").read())
+            if m:
+                self.port = int(m.group(1))
+            elif self.p.poll() is not None:
+                raise RuntimeError("server exited: " + open(self.log).read())
+            else:
+                time.sleep(0.02)
+        if self.port is None:
+            raise RuntimeError("no listening line")
+        if wait:
+            while time.time() < t_end:
+                try:
+                    st, _, _ = request(self.port, "GET", "/health")
+                    if st == 200:
+                        return
+                except OSError:
+                    pass
+                time.sleep(0.05)
+            raise RuntimeError("not healthy")
+
+    def logtext(self):
+        return open(self.log, "rb").read().decode("utf-8", "replace")
+
+    def hwm_kb(self):
+        for line in open("/proc/%d/status" % self.p.pid):
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+        return -1
+
+    def stop(self, sig=signal.SIGTERM, timeout=60):
+        if self.p.poll() is None:
+            self.p.send_signal(sig)
+        try:
+            rc = self.p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+            rc = self.p.wait()
+        self.logf.close()
+        return rc
+
+
+def request(port, method, path, body=None, headers=None, timeout=30):
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    conn.request(method, path, body=body, headers={} if headers is None else dict(headers))
+    r = conn.getresponse()
+    data = r.read()
+    hd = {k.lower(): v for k, v in r.getheaders()}
+    conn.close()
+    return r.status, hd, data
+
+
+def raw(port, data, read_timeout=10):
+    s = socket.create_connection(("127.0.0.1", port), timeout=read_timeout)
+    out = b""
+    try:
+        s.sendall(data)
+        t_end = time.time() + read_timeout
+        while time.time() < t_end:
+            try:
+                chunk = s.recv(65536)
+            except (socket.timeout, ConnectionResetError):
+                break
+            if not chunk:
+                break
+            out += chunk
+    finally:
+        s.close()
+    return out
+
+
+def status_of(resp):
+    m = re.match(rb"HTTP/1\.[01] (\d+)", resp)
+    return int(m.group(1)) if m else None
+
+
+BODY = b'{"model":"clef-flash","state":"x","questions":{"q":{"type":"noul"}}}'
+HEAD = b"POST /v1/systemone HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+
+
+def log_lines_valid(srv, what):
+    bad = []
+    for line in srv.logtext().splitlines():
+        if not line.startswith("{"):
+            continue  # the progress bar and sanitizer reports are not log lines
+        try:
+            o = json.loads(line)
+            if o.get("event") == "forged" or "forged" in o:
+                bad.append(line)
+        except ValueError:
+            bad.append(line)
+    check(not bad, "%s: every log line is valid JSON, none forged: %r" % (what, bad[:2]))
+
+
+# ---------------------------------------------------------------- item 10
+
+def test_bad_model_folder():
+    p = subprocess.run([CLEF, "serve", "--model", os.path.join(TMP, "no-such-model"), "--port", "0"],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)
+    lines = p.stderr.decode("utf-8", "replace").strip().splitlines()
+    ok = len(lines) == 1
+    try:
+        o = json.loads(lines[-1]) if lines else {}
+    except ValueError:
+        o, ok = {}, False
+    check(p.returncode == 1 and ok and o.get("level") == "fatal" and "no-such-model" in o.get("message", ""),
+          "missing model folder: one JSON fatal line, exit 1 (got %d lines: %r)" % (len(lines), lines[:4]))
+
+
+# ---------------------------------------------------------------- item 3
+
+def test_signal_while_loading():
+    srv = Server(wait=False, env={"CLEF_SERVE_TEST_LOAD_DELAY_MS": "20000"})
+    time.sleep(0.3)
+    t0 = time.time()
+    rc = srv.stop(signal.SIGTERM, timeout=30)
+    dt = time.time() - t0
+    lines = [json.loads(l) for l in srv.logtext().splitlines() if l.startswith("{")]
+    said = [o for o in lines if o.get("event") == "signal" and o.get("phase") == "loading"]
+    check(rc == 128 + signal.SIGTERM and dt < 10 and said,
+          "SIGTERM while loading: exit %s after %.1fs (want 143 at once), log line %s" % (rc, dt, said))
+
+
+# ---------------------------------------------------------------- item 4
+
+def test_log_forgery(srv):
+    raw(srv.port, b'X","event":"forged /nope HTTP/1.1\r\nHost: x\r\n\r\n', 3)
+    raw(srv.port, b'G"ET /nope HTTP/1.1\r\nHost: x\r\n\r\n', 3)
+    raw(srv.port, b'GET /nope HTTP/1.1\r\nHost: x\r\nX-Request-Id: a","event":"forged\r\n\r\n', 3)
+    raw(srv.port, b'G\\ET /nope HTTP/1.1\r\nHost: x\r\n\r\n', 3)
+    raw(srv.port, b'GET /%22,%22event%22:%22forged HTTP/1.1\r\nHost: x\r\n\r\n', 3)
+    time.sleep(0.3)
+    log_lines_valid(srv, "log forgery")
+
+
+# ---------------------------------------------------------------- item 5
+
+def test_framing(srv):
+    big_ext = b"%x;" % len(BODY) + b"a" * 100000 + b"\r\n" + BODY + b"\r\n0\r\n\r\n"
+    cases = [
+        ("Transfer-Encoding: gzip", HEAD + b"Transfer-Encoding: gzip\r\n\r\n" + BODY, (400, 501)),
+        ("Transfer-Encoding: identity", HEAD + b"Transfer-Encoding: identity\r\n\r\n" + BODY, (400, 501)),
+        ("Transfer-Encoding: chunked, identity", HEAD + b"Transfer-Encoding: chunked, identity\r\n\r\n" + BODY, (400, 501)),
+        ("Content-Length : N", HEAD + b"Content-Length : %d\r\n\r\n" % len(BODY) + BODY, (400,)),
+        ("POST without a length", HEAD + b"\r\n" + BODY, (411,)),
+        ("Content-Length: -1", HEAD + b"Content-Length: -1\r\n\r\n" + BODY, (400,)),
+        ("Content-Length: +N", HEAD + b"Content-Length: +%d\r\n\r\n" % len(BODY) + BODY, (400,)),
+        ("Content-Length: 0x10", HEAD + b"Content-Length: 0x10\r\n\r\n" + BODY, (400,)),
+        ("Content-Length: N, N", HEAD + b"Content-Length: %d, %d\r\n\r\n" % (len(BODY), len(BODY)) + BODY, (400,)),
+        ("Content-Length: 10^23", HEAD + b"Content-Length: 100000000000000000000000\r\n\r\n" + BODY, (400, 413)),
+        ("100 KB chunk extension", HEAD + b"Transfer-Encoding: chunked\r\n\r\n" + big_ext, (400,)),
+    ]
+    for name, data, want in cases:
+        t0 = time.time()
+        resp = raw(srv.port, data, 8)
+        dt = time.time() - t0
+        st = status_of(resp)
+        check(st in want and resp.count(b"HTTP/1.") == 1 and dt < 5,
+              "framing %s: one answer in %s (got %s, %d status lines, %.1fs: %r)" %
+              (name, want, st, resp.count(b"HTTP/1."), dt, resp[:80]))
+        if st and st >= 400 and b"{" in resp:
+            body = resp[resp.index(b"\r\n\r\n") + 4:]
+            try:
+                json.loads(body)
+            except ValueError:
+                check(False, "framing %s: the error body is JSON (%r)" % (name, body[:80]))
+    # the smuggling guards stay: duplicate Content-Length, Content-Length with Transfer-Encoding
+    dup = HEAD + b"Content-Length: %d\r\nContent-Length: %d\r\n\r\n" % (len(BODY), len(BODY)) + BODY
+    check(status_of(raw(srv.port, dup, 5)) == 400, "duplicate Content-Length: 400")
+    both = HEAD + b"Content-Length: %d\r\nTransfer-Encoding: chunked\r\n\r\n" % len(BODY) + BODY
+    check(status_of(raw(srv.port, both, 5)) == 400, "Content-Length + Transfer-Encoding: 400")
+
+
+# ---------------------------------------------------------------- item 1
+
+def test_slowloris(srv, n=256):
+    socks = []
+    for _ in range(n):
+        try:
+            s = socket.create_connection(("127.0.0.1", srv.port), timeout=5)
+            s.sendall(b"P")
+            socks.append(s)
+        except OSError:
+            break
+    stop = threading.Event()
+
+    def dribble():
+        while not stop.is_set():
+            for s in socks:
+                try:
+                    s.sendall(b"O")
+                except OSError:
+                    pass
+            stop.wait(0.5)
+    th = threading.Thread(target=dribble, daemon=True)
+    th.start()
+    try:
+        time.sleep(1.0)
+        t0 = time.time()
+        st, _, _ = request(srv.port, "GET", "/health", timeout=10)
+        t_health = time.time() - t0
+        t0 = time.time()
+        st2, _, data = request(srv.port, "POST", "/v1/systemone", BODY, {"Content-Type": "application/json"}, timeout=10)
+        t_post = time.time() - t0
+        check(st == 200 and st2 == 200 and t_health < 1.0 and t_post < 1.0,
+              "with %d slowloris sockets: /health %s in %.2fs, POST %s in %.2fs (bar: 1 s)" % (len(socks), st, t_health, st2, t_post))
+    finally:
+        stop.set()
+        th.join()
+        for s in socks:
+            s.close()
+
+
+def test_header_deadline(srv, header_timeout):
+    # bytes keep coming, the head never completes: closed at the header timeout, not held
+    s = socket.create_connection(("127.0.0.1", srv.port), timeout=header_timeout + 10)
+    s.settimeout(0.3)
+    t0 = time.time()
+    closed_at = None
+    msg = b"GET /health HTTP/1.1\r\nX-Slow: " + b"a" * 1000
+    i = 0
+    while time.time() - t0 < header_timeout + 8:
+        try:
+            s.sendall(msg[i:i + 1])
+            i += 1
+            got = s.recv(4096)
+            if got == b"" or status_of(got) == 408:
+                closed_at = time.time() - t0
+                break
+        except socket.timeout:
+            continue
+        except OSError:
+            closed_at = time.time() - t0
+            break
+    s.close()
+    check(closed_at is not None and closed_at < header_timeout + 3,
+          "a head that never completes is closed at --header-timeout %s (closed after %s s)" % (header_timeout, closed_at))
+    # a TLS ClientHello: closed at once
+    s = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
+    s.sendall(b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + os.urandom(32))
+    t0 = time.time()
+    try:
+        got = s.recv(100)
+    except (ConnectionResetError, socket.timeout):
+        got = b""
+    dt = time.time() - t0
+    s.close()
+    check(got == b"" and dt < 2, "TLS ClientHello closed at once (%.1fs, %r)" % (dt, got[:20]))
+
+
+def test_client_share(srv, share):
+    socks = []
+    for _ in range(share + 1):
+        s = socket.create_connection(("127.0.0.1", srv.port), timeout=5)
+        s.sendall(b"GET /hea")
+        socks.append(s)
+        time.sleep(0.02)
+    first = socks[0]
+    first.settimeout(3)
+    try:
+        got = first.recv(100)
+    except ConnectionResetError:
+        got = b""
+    except socket.timeout:
+        got = None
+    check(got == b"", "over --client-share %d: the address's oldest pending head is closed (got %r)" % (share, got))
+    for s in socks:
+        s.close()
+
+
+# ---------------------------------------------------------------- item 2
+
+def png_1x1():
+    def chunk(t, d):
+        return struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d) & 0xffffffff)
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 1, 1, 8, 2, 0, 0, 0)) +
+            chunk(b"IDAT", zlib.compress(b"\x00\xff\x00\x00")) + chunk(b"IEND", b""))
+
+
+def test_image_cost(srv):
+    body = json.dumps({"model": "clef-flash", "state": "x",
+                       "images": ["data:image/png;base64," + base64.b64encode(png_1x1()).decode()],
+                       "media_kwargs": {"min_pixels": 80000000, "max_pixels": 80000000},
+                       "questions": {"q": {"type": "noul"}}}).encode()
+    hwm0 = srv.hwm_kb()
+    st, _, data = request(srv.port, "POST", "/v1/systemone", body, {"Content-Type": "application/json"}, timeout=120)
+    hwm1 = srv.hwm_kb()
+    err = json.loads(data).get("error", {})
+    check(st == 413 and err.get("type") == "SchemaTooLong", "1x1 PNG at min_pixels 8e7: 413 SchemaTooLong (got %s %r)" % (st, data[:120]))
+    if not ASAN:
+        check(hwm1 - hwm0 < 64 * 1024, "1x1 PNG at min_pixels 8e7: peak RSS +%d kB (bar: +64 MB)" % (hwm1 - hwm0))
+
+
+def test_chunked_over_cap(srv, max_body):
+    s = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
+    s.sendall(HEAD + b"Transfer-Encoding: chunked\r\n\r\n")
+    piece = b"%x\r\n" % 65536 + b"a" * 65536 + b"\r\n"
+    sent, closed = 0, False
+    try:
+        while sent < 40 * max_body:
+            s.sendall(piece)
+            sent += 65536
+    except OSError:
+        closed = True
+    got = b""
+    try:
+        s.settimeout(3)
+        got = s.recv(4096)
+    except OSError:
+        pass
+    s.close()
+    check(closed, "a chunked body past --max-body %d closes the connection (pushed %d bytes, got %r)" % (max_body, sent, got[:40]))
+
+
+# ---------------------------------------------------------------- item 6
+
+def test_health_not_starved():
+    srv = Server("--http-threads", "1", "--max-tokens", "100", "--max-body", "64M")
+    try:
+        # random words: seconds of tokenization (repeated words hit the tokenizer's cache)
+        rnd = random.Random(1)
+        letters = string.ascii_letters + "\u00e9\u00fc\u00df"
+        words = ["".join(rnd.choice(letters) for _ in range(rnd.randint(3, 12))) for _ in range(200000)]
+        state = " ".join(rnd.choice(words) for _ in range(900000))
+        body = json.dumps({"model": "clef-flash", "state": state, "questions": {"q": {"type": "noul"}}}).encode()
+        conn = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=300)
+        conn.request("POST", "/v1/systemone", body, {"Content-Type": "application/json"})  # sent
+        t_sent = time.time()
+        done = {}
+
+        def big():
+            r = conn.getresponse()
+            r.read()
+            done["big"] = (time.time(), r.status)
+        th = threading.Thread(target=big)
+        th.start()
+        time.sleep(0.5)
+        st, _, _ = request(srv.port, "GET", "/health", timeout=300)
+        t_health = time.time()
+        th.join()
+        conn.close()
+        t_big, st_big = done["big"]
+        # while one HTTP thread tokenized, /health came back with (or just before) the big one's answer;
+        # now it comes back while the big one is still being prepared (a share of its time, not a speed)
+        check(st == 200 and st_big == 413 and t_big - t_health > 0.25 * (t_big - t_sent),
+              "/health answered while a 7.6 MB state is tokenized (health %.2fs before the big one's %s, which took %.2fs)" %
+              (t_big - t_health, st_big, t_big - t_sent))
+    finally:
+        srv.stop(signal.SIGKILL)
+
+
+# ---------------------------------------------------------------- item 7
+
+def test_shutdown_accounting():
+    timeout = 4
+    srv = Server("--timeout", str(timeout), "--body-timeout", "0")
+    s = socket.create_connection(("127.0.0.1", srv.port), timeout=30)
+    s.sendall(HEAD + b"Content-Length: 1000\r\n\r\n{")
+    stop = threading.Event()
+
+    def trickle():
+        while not stop.is_set():
+            try:
+                s.sendall(b" ")
+            except OSError:
+                return
+            stop.wait(1.0)
+    th = threading.Thread(target=trickle, daemon=True)
+    th.start()
+    time.sleep(1.5)
+    t0 = time.time()
+    rc = srv.stop(signal.SIGTERM, timeout=60)
+    dt = time.time() - t0
+    stop.set()
+    th.join()
+    s.close()
+    stopped = [json.loads(l) for l in srv.logtext().splitlines() if '"event":"stopped"' in l]
+    check(rc == 0 and dt < timeout + 2.5, "shutdown with a 1 byte/s uploader: exit %s after %.1fs (--timeout %d, not twice)" % (rc, dt, timeout))
+    check(stopped and stopped[0].get("dropped", 0) >= 1, "the stopped line counts the dropped upload: %s" % stopped)
+
+
+# ---------------------------------------------------------------- issue 19, server side
+
+def test_ids_and_log(srv):
+    st, hd, _ = request(srv.port, "GET", "/health", headers={"X-Request-Id": "client-id-42"})
+    check(hd.get("x-request-id") == "client-id-42", "a sane X-Request-Id is honoured (%r)" % hd.get("x-request-id"))
+    st, hd, _ = request(srv.port, "GET", "/health", headers={"X-Request-Id": "bad id\"x"})
+    rid = hd.get("x-request-id", "")
+    check(re.fullmatch(r"[0-9a-f]{32}", rid) is not None, "an insane X-Request-Id is replaced by a random one (%r)" % rid)
+    _, hd2, _ = request(srv.port, "GET", "/health")
+    check(hd2.get("x-request-id") != rid, "ids differ")
+    time.sleep(0.2)
+    recs = [json.loads(l) for l in srv.logtext().splitlines() if '"event":"request"' in l and "client-id-42" in l]
+    rec = recs[-1] if recs else {}
+    for k in ["level", "client", "bytes_in", "bytes_out", "backend", "id"]:
+        check(k in rec, "request log line has %s (%s)" % (k, rec))
+
+
+def test_api_key():
+    srv = Server("--api-key", "s3cret")
+    try:
+        st, hd, data = request(srv.port, "POST", "/v1/systemone", BODY, {"Content-Type": "application/json"})
+        check(st == 401 and json.loads(data)["error"]["type"] == "Unauthorized" and "bearer" in hd.get("www-authenticate", "").lower(),
+              "--api-key: no key -> 401 JSON + WWW-Authenticate (%s %r)" % (st, data[:80]))
+        st, _, _ = request(srv.port, "POST", "/v1/systemone", BODY, {"Content-Type": "application/json", "Authorization": "Bearer nope"})
+        check(st == 401, "--api-key: wrong key -> 401")
+        st, _, _ = request(srv.port, "POST", "/v1/systemone", BODY, {"Content-Type": "application/json", "Authorization": "Bearer s3cret"})
+        check(st == 200, "--api-key: right key -> 200 (%s)" % st)
+        st, _, _ = request(srv.port, "GET", "/health")
+        check(st == 200, "--api-key: /health open by default")
+        st, _, _ = request(srv.port, "GET", "/v1/models")
+        check(st == 401, "--api-key: /v1/models needs the key (%s)" % st)
+    finally:
+        srv.stop(signal.SIGKILL)
+    srv = Server("--api-key", "s3cret", "--auth-all", wait=False)
+    try:
+        time.sleep(1.5)
+        st, _, _ = request(srv.port, "GET", "/metrics")
+        check(st == 401, "--auth-all: /metrics needs the key (%s)" % st)
+    finally:
+        srv.stop(signal.SIGKILL)
+
+
+def test_cors_gzip():
+    srv = Server("--cors-origin", "http://ui.example")
+    try:
+        pre = {"Origin": "http://ui.example", "Access-Control-Request-Method": "POST",
+               "Access-Control-Request-Headers": "content-type"}
+        st, hd, _ = request(srv.port, "OPTIONS", "/v1/systemone", headers=pre)
+        check(st == 204 and hd.get("access-control-allow-origin") == "http://ui.example" and "POST" in hd.get("access-control-allow-methods", ""),
+              "CORS preflight from the allowed origin: 204 (%s %s)" % (st, hd))
+        st, hd, _ = request(srv.port, "OPTIONS", "/v1/systemone", headers=dict(pre, Origin="http://evil.example"))
+        check(st == 403 and "access-control-allow-origin" not in hd, "CORS preflight from another origin: 403 (%s)" % st)
+        st, hd, _ = request(srv.port, "POST", "/v1/systemone", BODY, {"Content-Type": "application/json", "Origin": "http://ui.example"})
+        check(st == 200 and hd.get("access-control-allow-origin") == "http://ui.example", "CORS header on the answer")
+        st, hd, plain = request(srv.port, "GET", "/openapi.json")
+        st, hd, data = request(srv.port, "GET", "/openapi.json", headers={"Accept-Encoding": "gzip"})
+        check(st == 200 and hd.get("content-encoding") == "gzip" and gzip.decompress(data) == plain,
+              "gzip when asked, same bytes decompressed (%s)" % hd.get("content-encoding"))
+        st, hd, data = request(srv.port, "GET", "/openapi.json", headers={"Accept-Encoding": "gzip;q=0"})
+        check("content-encoding" not in hd and data == plain, "no gzip at q=0")
+    finally:
+        srv.stop(signal.SIGKILL)
+
+
+def main():
+    if not os.access(CLEF, os.X_OK):
+        skip("skip: no %s (build first)" % CLEF)
+    if not os.path.exists(os.path.join(MODEL, "config.json")):
+        skip("skip: no models/tiny (make tiny)")
+    t_start = time.time()
+    test_bad_model_folder()
+    test_signal_while_loading()
+    max_body = 256 * 1024
+    srv = Server("--max-body", str(max_body), "--timeout", "30", "--header-timeout", "3", "--client-share", "64")
+    try:
+        test_log_forgery(srv)
+        test_framing(srv)
+        test_slowloris(srv)
+        test_header_deadline(srv, 3)
+        test_client_share(srv, 64)
+        test_image_cost(srv)
+        test_chunked_over_cap(srv, max_body)
+        test_ids_and_log(srv)
+        st, _, _ = request(srv.port, "GET", "/health")
+        check(st == 200 and srv.p.poll() is None, "alive after the hostile clients")
+        log_lines_valid(srv, "after everything")
+        rc = srv.stop(signal.SIGTERM)
+        check(rc == 0, "exit 0 after SIGTERM (%s)" % rc)
+        check("Sanitizer" not in srv.logtext(), "no sanitizer report")
+    finally:
+        if srv.p.poll() is None:
+            srv.stop(signal.SIGKILL)
+    test_health_not_starved()
+    test_shutdown_accounting()
+    test_api_key()
+    test_cors_gzip()
+    print("%d checks, %d failed (%.1fs)" % (checks, len(failures), time.time() - t_start))
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()
