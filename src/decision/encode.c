@@ -339,6 +339,247 @@ done:
     return rc;
 }
 
+/* The schema, question by question: each question's header, instructions (its span), then
+ * question_options() (the criteria's error, if any), then each option (its span). b is scratch. */
+static int encode_schema(const clef_tokenizer *tok, const clef_request *req, clef_record *out, clef_ids *schema,
+                         clef_buf *b, clef_err *err) {
+    if (piece_str(tok, "\n\nSCHEMA FIELDS:\n", schema, err)) return -1;
+    for (size_t i = 0; i < req->n_questions; i++) {
+        const clef_question *q = &req->questions[i];
+        clef_enc_question *eq = &out->questions[i];
+        eq->id = q->id;
+        eq->id_len = q->id_len;
+        eq->type = (int)q->type;
+        clef_buf_reset(b);
+        clef_buf_printf(b, "\nFIELD %zu\nID: ", i + 1);
+        clef_buf_put(b, q->id, q->id_len);
+        clef_buf_printf(b, "\nTYPE: %s\nINSTRUCTION: ", q->type_name);
+        if (piece_buf(tok, b, schema, err)) return -1;
+        eq->span.start = schema->n;
+        clef_buf_reset(b);
+        if (json_render_py(b, q->instructions)) return clef_err_set(err, CLEF_E_OOM, "out of memory");
+        if (piece_buf(tok, b, schema, err)) return -1;
+        eq->span.end = schema->n;
+        if (piece_str(tok, "\nALLOWED OPTIONS:\n", schema, err)) return -1;
+        /* question_options(question) runs here in the reference */
+        if (q->crit_err_type) return clef_err_set(err, q->crit_err_type, "%s", q->crit_err_msg);
+        eq->n_options = q->n_options;
+        eq->options = q->options;
+        eq->option_spans = calloc(q->n_options ? q->n_options : 1, sizeof *eq->option_spans);
+        if (!eq->option_spans) return clef_err_set(err, CLEF_E_OOM, "out of memory");
+        for (size_t j = 0; j < q->n_options; j++) {
+            const clef_option *o = &q->options[j];
+            char lab[48];
+            snprintf(lab, sizeof lab, "OPTION %zu: ", j + 1);
+            if (piece_str(tok, lab, schema, err)) return -1;
+            eq->option_spans[j].start = schema->n;
+            /* render({"option_id": id[, "description": d]}): sorted keys, description first */
+            clef_buf_reset(b);
+            clef_buf_putc(b, '{');
+            if (o->description) {
+                clef_buf_puts(b, "\"description\":");
+                if (json_render(b, o->description, 1)) b->oom = 1;
+                clef_buf_putc(b, ',');
+            }
+            clef_buf_puts(b, "\"option_id\":");
+            json_render_string(b, o->id, o->id_len);
+            clef_buf_putc(b, '}');
+            if (piece_buf(tok, b, schema, err)) return -1;
+            eq->option_spans[j].end = schema->n;
+            if (piece_str(tok, "\n", schema, err)) return -1;
+        }
+        if (piece_str(tok, "END FIELD\n", schema, err)) return -1;
+    }
+    return 0;
+}
+
+/* What the image entries add up to, for the checks after encoding. */
+typedef struct {
+    size_t features; /* image features of every processor image: what the forward compares */
+    int several;     /* an entry is several processor images (an animated GIF's frames) */
+} image_count;
+
+/* The image entries (n_entries > 0; out->images allocated): media_kwargs, every entry through the
+ * media function first (the processor decodes all of them, then resizes, then patchifies), the
+ * placeholders' token counts, then each entry's <|vision_start|> pads <|vision_end|> appended to the
+ * prefix. `fixed` holds the schema's and suffix's lengths (for the budget message). */
+static int encode_images(const clef_tokenizer *tok, const clef_request *req, const clef_encode_opts *opts,
+                         const json_value **entries, size_t n_entries, size_t max_length, size_t fixed,
+                         clef_record *out, clef_ids *prefix, image_count *ic, clef_err *err) {
+    size_t *placeholder = NULL; /* tokens of each entry's placeholder when the first entry is several images */
+    int rc = -1;
+    clef_image_opts io;
+    if (opts && opts->image) io = *opts->image;
+    else clef_image_opts_default(&io);
+    const json_value *kw = req->media_kwargs;
+    if (json_truthy(kw)) {
+        if (kw->kind != JSON_OBJECT) {
+            clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA, "media_kwargs must be an object, not %s",
+                         clef_py_type_name(kw));
+            goto done;
+        }
+        const json_value *mn = json_object_get(kw, "min_pixels"), *mx = json_object_get(kw, "max_pixels");
+        if (mn && mx) { /* one alone has no effect in the processor */
+            int64_t a, c;
+            if (kw_int(mn, "min_pixels", &a, err) || kw_int(mx, "max_pixels", &c, err)) goto done;
+            io.min_pixels = a;
+            io.max_pixels = c;
+        }
+    }
+    io.all_images = 2; /* an animated GIF: every frame's grid (no pixels: such a request is refused) */
+    int merge = io.merge_size > 0 ? io.merge_size : 2;
+    int32_t vs = clef_tokenizer_added_id(tok, "<|vision_start|>");
+    int32_t pad = clef_tokenizer_added_id(tok, "<|image_pad|>");
+    int32_t ve = clef_tokenizer_added_id(tok, "<|vision_end|>");
+    if (vs < 0 || pad < 0 || ve < 0) {
+        clef_err_set(err, CLEF_E_BAD_MODEL, "the tokenizer has no <|vision_start|>/<|image_pad|>/<|vision_end|>");
+        goto done;
+    }
+    clef_media_fn fn = opts && opts->media ? opts->media : default_media;
+    void *ctx = opts && opts->media ? opts->media_ctx : NULL;
+    /* every entry first: the processor decodes all of them, then resizes, then patchifies */
+    for (size_t k = 0; k < n_entries; k++) {
+        clef_enc_image *im = &out->images[k];
+        /* The most tokens this entry's target grid may take before it is resized: the whole budget,
+         * and never less than the processor's default max_pixels gives (16384 tokens), so that
+         * requests within the processor's defaults take the reference's path and its exact error
+         * (its later-entry errors, its count) unchanged; a grid over it can never fit. Off after a
+         * several-image entry, whose frames then take the placeholders. fixed_now: a lower bound
+         * of the prompt's fixed part without this entry, for the message. */
+        size_t fixed_now = prefix->n + fixed + 2 * n_entries + 1;
+        for (size_t j = 0; j < k; j++) fixed_now += out->images[j].n_pad;
+        size_t over = 0;
+        io.max_tokens = ic->several ? 0 : max_length > CLEF_IMAGE_TOKENS_ALWAYS ? max_length : CLEF_IMAGE_TOKENS_ALWAYS;
+        io.over_tokens = &over;
+        if (fn(ctx, k, entries[k], &io, &im->image, err)) {
+            if (fn == default_media && over && err && err->type && !strcmp(err->type, CLEF_E_SCHEMA_TOO_LONG))
+                over_budget(entries, k, n_entries, &io, fixed_now + over, max_length, err);
+            else if (fn == default_media) first_decoder_failure(entries, k, n_entries, &io, err);
+            goto done;
+        }
+        out->n_images = k + 1;
+        int t = im->image.grid_t, h = im->image.grid_h, w = im->image.grid_w;
+        if (t <= 0 || h <= 0 || w <= 0 || h % merge || w % merge) {
+            clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA, "images[%zu]: bad grid %dx%dx%d", k, t, h, w);
+            goto done;
+        }
+        im->n_pad = (size_t)t * (size_t)(h / merge) * (size_t)(w / merge);
+        if (im->image.n_images > 1) ic->several = 1;
+    }
+    if (out->images[0].image.n_images > 1) {
+        /* The first entry is several images (an animated GIF's frames, [F, 3, H, W]): the processor's
+         * make_flat_list_of_images then splits the first axis of every entry, so a later single
+         * image gives its 3 channel planes as 3 grey images of its grid (measured: index.json
+         * "requests"). The prompt's placeholder k gets the tokens of processor image k; the features
+         * are every processor image's. */
+        placeholder = malloc(n_entries * sizeof *placeholder);
+        if (!placeholder) {
+            clef_err_set(err, CLEF_E_OOM, "out of memory");
+            goto done;
+        }
+        size_t k = 0;
+        for (size_t j = 0; j < n_entries; j++) {
+            const clef_enc_image *e = &out->images[j];
+            size_t m = e->image.n_images > 1 ? (size_t)e->image.n_images : CLEF_DECODED_CHANNELS;
+            ic->features += m * e->n_pad;
+            for (size_t r = 0; r < m && k < n_entries; r++) placeholder[k++] = e->n_pad;
+        }
+        for (size_t j = 0; j < n_entries; j++) out->images[j].n_pad = placeholder[j];
+    } else {
+        for (size_t k = 0; k < n_entries; k++) {
+            if (out->images[k].image.n_images > 1) {
+                /* a [F, 3, H, W] entry after a single image reaches the processor's patchify as one
+                 * 5-D batch (measured: index.json "requests") */
+                clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA, "too many values to unpack (expected 4)");
+                goto done;
+            }
+            ic->features += out->images[k].n_pad;
+        }
+    }
+    for (size_t k = 0; k < n_entries; k++) {
+        clef_enc_image *im = &out->images[k];
+        clef_ids_push(prefix, vs);
+        im->pad_start = prefix->n;
+        for (size_t p = 0; p < im->n_pad; p++) clef_ids_push(prefix, pad);
+        clef_ids_push(prefix, ve);
+    }
+    rc = 0;
+done:
+    free(placeholder);
+    return rc;
+}
+
+/* The length check (SchemaTooLong), the state's truncation, the spans moved to their place after
+ * the state, and the ids: prefix + kept state + schema + suffix. */
+static int assemble_ids(const clef_ids *prefix, const clef_ids *state, const clef_ids *schema, const clef_ids *suffix,
+                        size_t max_length, clef_record *out, clef_err *err) {
+    size_t fixed = prefix->n + schema->n + suffix->n;
+    if (fixed > max_length)
+        return clef_err_set(err, CLEF_E_SCHEMA_TOO_LONG, "schema requires %zu tokens before state; maximum is %zu",
+                            fixed, max_length);
+    size_t kept = state->n < max_length - fixed ? state->n : max_length - fixed;
+    out->state_kept = kept;
+    out->schema_offset = prefix->n + kept;
+    for (size_t i = 0; i < out->n_questions; i++) {
+        clef_enc_question *eq = &out->questions[i];
+        eq->span.start += out->schema_offset;
+        eq->span.end += out->schema_offset;
+        for (size_t j = 0; j < eq->n_options; j++) {
+            eq->option_spans[j].start += out->schema_offset;
+            eq->option_spans[j].end += out->schema_offset;
+        }
+    }
+    out->n_ids = fixed + kept;
+    out->input_ids = malloc(out->n_ids * sizeof *out->input_ids);
+    if (!out->input_ids) return clef_err_set(err, CLEF_E_OOM, "out of memory");
+    int32_t *p = out->input_ids;
+    memcpy(p, prefix->v, prefix->n * sizeof *p), p += prefix->n;
+    if (kept) memcpy(p, state->v, kept * sizeof *p), p += kept;
+    memcpy(p, schema->v, schema->n * sizeof *p), p += schema->n;
+    memcpy(p, suffix->v, suffix->n * sizeof *p);
+    return 0;
+}
+
+/* Ours, after every check of the reference: the media token counts (the reference's model forward
+ * raises these), the model name (encoding the reference's response fails), an animated GIF whose
+ * count literal <|image_pad|> tokens make up. */
+static int check_after_reference(const clef_tokenizer *tok, const clef_request *req, const clef_record *out,
+                                 const image_count *ic, size_t video_features, clef_err *err) {
+    if (out->n_real_images) {
+        int32_t pad = clef_tokenizer_added_id(tok, "<|image_pad|>");
+        size_t have = 0;
+        for (size_t k = 0; k < out->n_ids; k++) have += out->input_ids[k] == pad;
+        if (have != ic->features)
+            /* the reference's model forward raises this ValueError (measured: tests/fixtures/tiny e045,
+             * tests/fixtures/images/index.json "requests") */
+            return clef_err_set(err, CLEF_E_MEDIA_TOKEN_MISMATCH,
+                                "Image features and image tokens do not match, tokens: %zu, features: %zu", have,
+                                ic->features);
+    }
+    if (out->n_videos) {
+        int32_t pad = clef_tokenizer_added_id(tok, "<|video_pad|>");
+        size_t have = 0;
+        for (size_t k = 0; k < out->n_ids; k++) have += out->input_ids[k] == pad;
+        if (have != video_features)
+            /* the reference's forward, after the image check (measured: tests/fixtures/video "requests",
+             * video_pads_in_state) */
+            return clef_err_set(err, CLEF_E_MEDIA_TOKEN_MISMATCH,
+                                "Video features and video tokens do not match, tokens: %zu, features: %zu", have,
+                                video_features);
+    }
+    /* the reference answers, and encoding its response fails */
+    if (clef_check_surrogates(req->model, req->model_len, err)) return -1;
+    if (ic->several)
+        /* Literal <|image_pad|> tokens in the text make up the count: the reference's forward scatters
+         * the frames' features over them and answers (measured: index.json "requests",
+         * gif_alone_pads_balanced). We place each image at its own placeholder only. */
+        return clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA,
+                            "literal <|image_pad|> tokens in the text stand in for image features of an animated "
+                            "GIF (%zu image tokens); this engine places image features only at their own placeholders",
+                            ic->features);
+    return 0;
+}
+
 int clef_encode_record(const clef_tokenizer *tok, const clef_request *req, const clef_encode_opts *opts,
                        clef_record *out, clef_err *err) {
     memset(out, 0, sizeof *out);
@@ -353,9 +594,7 @@ int clef_encode_record(const clef_tokenizer *tok, const clef_request *req, const
     const json_value **entries = NULL, **ventries = NULL;
     size_t n_entries = 0, n_ventries = 0;
     size_t video_features = 0; /* <|video_pad|> ids the media block holds: what the forward compares */
-    size_t *placeholder = NULL; /* tokens of each entry's placeholder when the first entry is several images */
-    size_t features = 0;        /* image features of every processor image: what the forward compares */
-    int several = 0;            /* an entry is several processor images (an animated GIF's frames) */
+    image_count ic = {0, 0};
     int rc = -1;
 
     out->n_questions = req->n_questions;
@@ -366,62 +605,7 @@ int clef_encode_record(const clef_tokenizer *tok, const clef_request *req, const
     }
 
     /* ---- schema, question by question ---- */
-    if (piece_str(tok, "\n\nSCHEMA FIELDS:\n", &schema, err)) goto done;
-    for (size_t i = 0; i < req->n_questions; i++) {
-        const clef_question *q = &req->questions[i];
-        clef_enc_question *eq = &out->questions[i];
-        eq->id = q->id;
-        eq->id_len = q->id_len;
-        eq->type = (int)q->type;
-        clef_buf_reset(&b);
-        clef_buf_printf(&b, "\nFIELD %zu\nID: ", i + 1);
-        clef_buf_put(&b, q->id, q->id_len);
-        clef_buf_printf(&b, "\nTYPE: %s\nINSTRUCTION: ", q->type_name);
-        if (piece_buf(tok, &b, &schema, err)) goto done;
-        eq->span.start = schema.n;
-        clef_buf_reset(&b);
-        if (json_render_py(&b, q->instructions)) {
-            clef_err_set(err, CLEF_E_OOM, "out of memory");
-            goto done;
-        }
-        if (piece_buf(tok, &b, &schema, err)) goto done;
-        eq->span.end = schema.n;
-        if (piece_str(tok, "\nALLOWED OPTIONS:\n", &schema, err)) goto done;
-        /* question_options(question) runs here in the reference */
-        if (q->crit_err_type) {
-            clef_err_set(err, q->crit_err_type, "%s", q->crit_err_msg);
-            goto done;
-        }
-        eq->n_options = q->n_options;
-        eq->options = q->options;
-        eq->option_spans = calloc(q->n_options ? q->n_options : 1, sizeof *eq->option_spans);
-        if (!eq->option_spans) {
-            clef_err_set(err, CLEF_E_OOM, "out of memory");
-            goto done;
-        }
-        for (size_t j = 0; j < q->n_options; j++) {
-            const clef_option *o = &q->options[j];
-            char lab[48];
-            snprintf(lab, sizeof lab, "OPTION %zu: ", j + 1);
-            if (piece_str(tok, lab, &schema, err)) goto done;
-            eq->option_spans[j].start = schema.n;
-            /* render({"option_id": id[, "description": d]}): sorted keys, description first */
-            clef_buf_reset(&b);
-            clef_buf_putc(&b, '{');
-            if (o->description) {
-                clef_buf_puts(&b, "\"description\":");
-                if (json_render(&b, o->description, 1)) b.oom = 1;
-                clef_buf_putc(&b, ',');
-            }
-            clef_buf_puts(&b, "\"option_id\":");
-            json_render_string(&b, o->id, o->id_len);
-            clef_buf_putc(&b, '}');
-            if (piece_buf(tok, &b, &schema, err)) goto done;
-            eq->option_spans[j].end = schema.n;
-            if (piece_str(tok, "\n", &schema, err)) goto done;
-        }
-        if (piece_str(tok, "END FIELD\n", &schema, err)) goto done;
-    }
+    if (encode_schema(tok, req, out, &schema, &b, err)) goto done;
 
     /* ---- prefix and suffix ---- */
     clef_buf_reset(&b);
@@ -442,103 +626,9 @@ int clef_encode_record(const clef_tokenizer *tok, const clef_request *req, const
             goto done;
         }
     }
-    if (n_entries) {
-        clef_image_opts io;
-        if (opts && opts->image) io = *opts->image;
-        else clef_image_opts_default(&io);
-        const json_value *kw = req->media_kwargs;
-        if (json_truthy(kw)) {
-            if (kw->kind != JSON_OBJECT) {
-                clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA, "media_kwargs must be an object, not %s",
-                             clef_py_type_name(kw));
-                goto done;
-            }
-            const json_value *mn = json_object_get(kw, "min_pixels"), *mx = json_object_get(kw, "max_pixels");
-            if (mn && mx) { /* one alone has no effect in the processor */
-                int64_t a, c;
-                if (kw_int(mn, "min_pixels", &a, err) || kw_int(mx, "max_pixels", &c, err)) goto done;
-                io.min_pixels = a;
-                io.max_pixels = c;
-            }
-        }
-        io.all_images = 2; /* an animated GIF: every frame's grid (no pixels: such a request is refused) */
-        int merge = io.merge_size > 0 ? io.merge_size : 2;
-        int32_t vs = clef_tokenizer_added_id(tok, "<|vision_start|>");
-        int32_t pad = clef_tokenizer_added_id(tok, "<|image_pad|>");
-        int32_t ve = clef_tokenizer_added_id(tok, "<|vision_end|>");
-        if (vs < 0 || pad < 0 || ve < 0) {
-            clef_err_set(err, CLEF_E_BAD_MODEL, "the tokenizer has no <|vision_start|>/<|image_pad|>/<|vision_end|>");
-            goto done;
-        }
-        clef_media_fn fn = opts && opts->media ? opts->media : default_media;
-        void *ctx = opts && opts->media ? opts->media_ctx : NULL;
-        /* every entry first: the processor decodes all of them, then resizes, then patchifies */
-        for (size_t k = 0; k < n_entries; k++) {
-            clef_enc_image *im = &out->images[k];
-            /* The most tokens this entry's target grid may take before it is resized: the whole budget,
-             * and never less than the processor's default max_pixels gives (16384 tokens), so that
-             * requests within the processor's defaults take the reference's path and its exact error
-             * (its later-entry errors, its count) unchanged; a grid over it can never fit. Off after a
-             * several-image entry, whose frames then take the placeholders. fixed_now: a lower bound
-             * of the prompt's fixed part without this entry, for the message. */
-            size_t fixed_now = prefix.n + schema.n + suffix.n + 2 * n_entries + 1;
-            for (size_t j = 0; j < k; j++) fixed_now += out->images[j].n_pad;
-            size_t over = 0;
-            io.max_tokens = several ? 0 : max_length > CLEF_IMAGE_TOKENS_ALWAYS ? max_length : CLEF_IMAGE_TOKENS_ALWAYS;
-            io.over_tokens = &over;
-            if (fn(ctx, k, entries[k], &io, &im->image, err)) {
-                if (fn == default_media && over && err && err->type && !strcmp(err->type, CLEF_E_SCHEMA_TOO_LONG))
-                    over_budget(entries, k, n_entries, &io, fixed_now + over, max_length, err);
-                else if (fn == default_media) first_decoder_failure(entries, k, n_entries, &io, err);
-                goto done;
-            }
-            out->n_images = k + 1;
-            int t = im->image.grid_t, h = im->image.grid_h, w = im->image.grid_w;
-            if (t <= 0 || h <= 0 || w <= 0 || h % merge || w % merge) {
-                clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA, "images[%zu]: bad grid %dx%dx%d", k, t, h, w);
-                goto done;
-            }
-            im->n_pad = (size_t)t * (size_t)(h / merge) * (size_t)(w / merge);
-            if (im->image.n_images > 1) several = 1;
-        }
-        if (out->images[0].image.n_images > 1) {
-            /* The first entry is several images (an animated GIF's frames, [F, 3, H, W]): the processor's
-             * make_flat_list_of_images then splits the first axis of every entry, so a later single
-             * image gives its 3 channel planes as 3 grey images of its grid (measured: index.json
-             * "requests"). The prompt's placeholder k gets the tokens of processor image k; the features
-             * are every processor image's. */
-            placeholder = malloc(n_entries * sizeof *placeholder);
-            if (!placeholder) {
-                clef_err_set(err, CLEF_E_OOM, "out of memory");
-                goto done;
-            }
-            size_t k = 0;
-            for (size_t j = 0; j < n_entries; j++) {
-                const clef_enc_image *e = &out->images[j];
-                size_t m = e->image.n_images > 1 ? (size_t)e->image.n_images : CLEF_DECODED_CHANNELS;
-                features += m * e->n_pad;
-                for (size_t r = 0; r < m && k < n_entries; r++) placeholder[k++] = e->n_pad;
-            }
-            for (size_t j = 0; j < n_entries; j++) out->images[j].n_pad = placeholder[j];
-        } else {
-            for (size_t k = 0; k < n_entries; k++) {
-                if (out->images[k].image.n_images > 1) {
-                    /* a [F, 3, H, W] entry after a single image reaches the processor's patchify as one
-                     * 5-D batch (measured: index.json "requests") */
-                    clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA, "too many values to unpack (expected 4)");
-                    goto done;
-                }
-                features += out->images[k].n_pad;
-            }
-        }
-        for (size_t k = 0; k < n_entries; k++) {
-            clef_enc_image *im = &out->images[k];
-            clef_ids_push(&prefix, vs);
-            im->pad_start = prefix.n;
-            for (size_t p = 0; p < im->n_pad; p++) clef_ids_push(&prefix, pad);
-            clef_ids_push(&prefix, ve);
-        }
-    }
+    if (n_entries && encode_images(tok, req, opts, entries, n_entries, max_length, schema.n + suffix.n, out, &prefix,
+                                   &ic, err))
+        goto done;
     out->n_real_images = out->n_images;
     if (n_ventries && encode_videos(tok, ventries, n_ventries, opts, out, &prefix, &video_features, err)) goto done;
     if (n_entries || n_ventries) {
@@ -559,79 +649,13 @@ int clef_encode_record(const clef_tokenizer *tok, const clef_request *req, const
     if (piece_buf(tok, &b, &state, err)) goto done;
     out->state_total = state.n;
 
-    /* ---- length check and truncation ---- */
-    size_t fixed = prefix.n + schema.n + suffix.n;
-    if (fixed > max_length) {
-        clef_err_set(err, CLEF_E_SCHEMA_TOO_LONG, "schema requires %zu tokens before state; maximum is %zu", fixed,
-                     max_length);
-        goto done;
-    }
-    size_t kept = state.n < max_length - fixed ? state.n : max_length - fixed;
-    out->state_kept = kept;
-    out->schema_offset = prefix.n + kept;
-    for (size_t i = 0; i < out->n_questions; i++) {
-        clef_enc_question *eq = &out->questions[i];
-        eq->span.start += out->schema_offset;
-        eq->span.end += out->schema_offset;
-        for (size_t j = 0; j < eq->n_options; j++) {
-            eq->option_spans[j].start += out->schema_offset;
-            eq->option_spans[j].end += out->schema_offset;
-        }
-    }
-    out->n_ids = fixed + kept;
-    out->input_ids = malloc(out->n_ids * sizeof *out->input_ids);
-    if (!out->input_ids) {
-        clef_err_set(err, CLEF_E_OOM, "out of memory");
-        goto done;
-    }
-    int32_t *p = out->input_ids;
-    memcpy(p, prefix.v, prefix.n * sizeof *p), p += prefix.n;
-    if (kept) memcpy(p, state.v, kept * sizeof *p), p += kept;
-    memcpy(p, schema.v, schema.n * sizeof *p), p += schema.n;
-    memcpy(p, suffix.v, suffix.n * sizeof *p);
+    /* ---- length check and truncation, the ids ---- */
+    if (assemble_ids(&prefix, &state, &schema, &suffix, max_length, out, err)) goto done;
 
     /* ---- ours, after the reference's checks ---- */
-    if (out->n_real_images) {
-        int32_t pad = clef_tokenizer_added_id(tok, "<|image_pad|>");
-        size_t have = 0;
-        for (size_t k = 0; k < out->n_ids; k++) have += out->input_ids[k] == pad;
-        if (have != features) {
-            /* the reference's model forward raises this ValueError (measured: tests/fixtures/tiny e045,
-             * tests/fixtures/images/index.json "requests") */
-            clef_err_set(err, CLEF_E_MEDIA_TOKEN_MISMATCH,
-                         "Image features and image tokens do not match, tokens: %zu, features: %zu", have,
-                         features);
-            goto done;
-        }
-    }
-    if (out->n_videos) {
-        int32_t pad = clef_tokenizer_added_id(tok, "<|video_pad|>");
-        size_t have = 0;
-        for (size_t k = 0; k < out->n_ids; k++) have += out->input_ids[k] == pad;
-        if (have != video_features) {
-            /* the reference's forward, after the image check (measured: tests/fixtures/video "requests",
-             * video_pads_in_state) */
-            clef_err_set(err, CLEF_E_MEDIA_TOKEN_MISMATCH,
-                         "Video features and video tokens do not match, tokens: %zu, features: %zu", have,
-                         video_features);
-            goto done;
-        }
-    }
-    /* the reference answers, and encoding its response fails */
-    if (clef_check_surrogates(req->model, req->model_len, err)) goto done;
-    if (several) {
-        /* Literal <|image_pad|> tokens in the text make up the count: the reference's forward scatters
-         * the frames' features over them and answers (measured: index.json "requests",
-         * gif_alone_pads_balanced). We place each image at its own placeholder only. */
-        clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA,
-                     "literal <|image_pad|> tokens in the text stand in for image features of an animated GIF "
-                     "(%zu image tokens); this engine places image features only at their own placeholders",
-                     features);
-        goto done;
-    }
+    if (check_after_reference(tok, req, out, &ic, video_features, err)) goto done;
     rc = 0;
 done:
-    free(placeholder);
     free(entries);
     free(ventries);
     clef_buf_free(&b);
