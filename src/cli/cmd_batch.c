@@ -282,107 +282,94 @@ static void fmt_eta(char *out, size_t cap, double s) {
     else snprintf(out, cap, "%ds", (int)s);
 }
 
-int cmd_batch(int argc, char **argv) {
-    clef_options o;
-    clef_options_default(&o);
-    size_t batch_tokens = 8192, max_batch = 32, max_line = (size_t)16 << 20; /* = serve's --max-body */
-    const char *paths[2] = {NULL, NULL};
-    int restart = 0, n_paths = 0;
-    const cli_opt opts[] = {
-        CLI_OPTS_ENGINE(&o),
-        {.name = "--batch-tokens", .kind = CLI_SIZE, .dst = &batch_tokens, .arg = "N", .lo = 1, .hi = 1073741824,
-         .def = "8192", .help = "token budget of one forward"},
-        {.name = "--max-batch", .kind = CLI_SIZE, .dst = &max_batch, .arg = "N", .lo = 1, .hi = 512, .def = "32",
-         .help = "most requests in one forward"},
-        CLI_OPT_STATE_CACHE(&o.state_cache_mb),
-        CLI_OPT_MAX_LENGTH(&o.max_length),
-        {.name = "--max-line", .kind = CLI_SIZE, .dst = &max_line, .arg = "BYTES", .lo = 1024, .hi = 1073741824,
-         .def = "16M", .help = "longest request line (as serve's --max-body); a longer one gets a RequestTooLong error line"},
-        CLI_OPT_SPLIT(&o.split_variant),
-        CLI_OPT_TILE(&o.image_tile),
-        CLI_OPT_ALLOW_PATHS(&o.allow_image_paths),
-        CLI_OPT_TEXT_ONLY(&o.text_only),
-        {.name = "--restart", .kind = CLI_FLAG, .dst = &restart,
-         .help = "discard OUT's contents (never IN's) and start over"},
-        CLI_OPT_END,
-    };
-    const cli_cmd cmd = {
-        .verb = "batch", .usage = "--model DIR [options] IN.jsonl|- OUT.jsonl", .opts = opts,
-        .args = paths, .n_args = &n_paths, .min_args = 2, .max_args = 2,
-        .about = "One answer line per request line, in order. Lines already complete in OUT are kept and their\n"
-                 "requests skipped (resume) when OUT.clef-batch records the same IN and settings; a partial last\n"
-                 "line is removed. IN = - reads stdin (no resume). OUT may not be IN.\n"};
-    int st = cli_parse(&cmd, argc, argv);
-    if (st != CLI_CONTINUE) return st;
-    const char *in_path = paths[0], *out_path = paths[1];
-    if (!strcmp(out_path, "-")) {
+/* IN and OUT of one run. */
+typedef struct {
+    const char *in_path, *out_path;
+    char rec_path[4200]; /* OUT.clef-batch */
+    int in_fd, out, from_stdin;
+    struct stat in_st, out_st;
+    uint64_t total; /* IN's lines (counted as read when IN is a pipe) */
+    uint64_t have;  /* complete answer lines OUT already holds (resume) */
+} batch_files;
+
+static void close_files(batch_files *f) {
+    if (!f->from_stdin || f->in_fd > 0) close(f->in_fd);
+    close(f->out);
+}
+
+/* Step 1: IN opened read-only, OUT opened, OUT (or its record) never IN under any name. Returns 0,
+ * or 2 with the reason printed and nothing left open. */
+static int open_files(batch_files *f) {
+    if (!strcmp(f->out_path, "-")) {
         fprintf(stderr, "clef batch: OUT must be a file (it is resumed and synced), not -\n");
         return 2;
     }
-    char rec_path[4200];
-    if (snprintf(rec_path, sizeof rec_path, "%s.clef-batch", out_path) >= (int)sizeof rec_path) {
-        fprintf(stderr, "clef batch: %s: the name is too long\n", out_path);
+    if (snprintf(f->rec_path, sizeof f->rec_path, "%s.clef-batch", f->out_path) >= (int)sizeof f->rec_path) {
+        fprintf(stderr, "clef batch: %s: the name is too long\n", f->out_path);
         return 2;
     }
-    int from_stdin = !strcmp(in_path, "-");
-    int in_fd = from_stdin ? 0 : open(in_path, O_RDONLY | O_CLOEXEC);
-    struct stat in_st, st2;
-    if (in_fd < 0 || fstat(in_fd, &in_st) != 0) {
+    const char *in_path = f->in_path, *out_path = f->out_path;
+    f->from_stdin = !strcmp(in_path, "-");
+    f->in_fd = f->from_stdin ? 0 : open(in_path, O_RDONLY | O_CLOEXEC);
+    struct stat st2;
+    if (f->in_fd < 0 || fstat(f->in_fd, &f->in_st) != 0) {
         fprintf(stderr, "clef batch: cannot read %s: %s\n", in_path, strerror(errno));
-        if (in_fd > 0) close(in_fd);
+        if (f->in_fd > 0) close(f->in_fd);
         return 2;
     }
-    if (S_ISDIR(in_st.st_mode)) {
+    if (S_ISDIR(f->in_st.st_mode)) {
         fprintf(stderr, "clef batch: %s is a folder, not a JSONL file\n", in_path);
-        close(in_fd);
+        close(f->in_fd);
         return 2;
     }
     /* OUT (or its record) being IN under any name: refused before OUT is opened, and again on the
      * opened file (a name can change in between) */
-    if ((stat(out_path, &st2) == 0 && st2.st_dev == in_st.st_dev && st2.st_ino == in_st.st_ino) ||
-        (stat(rec_path, &st2) == 0 && st2.st_dev == in_st.st_dev && st2.st_ino == in_st.st_ino)) {
+    if ((stat(out_path, &st2) == 0 && st2.st_dev == f->in_st.st_dev && st2.st_ino == f->in_st.st_ino) ||
+        (stat(f->rec_path, &st2) == 0 && st2.st_dev == f->in_st.st_dev && st2.st_ino == f->in_st.st_ino)) {
         fprintf(stderr, "clef batch: %s and %s are the same file: the answers would overwrite the requests\n", in_path,
                 out_path);
-        if (!from_stdin) close(in_fd);
+        if (!f->from_stdin) close(f->in_fd);
         return 2;
     }
-    int out = open(out_path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (out < 0 || fstat(out, &st2) != 0) {
+    f->out = open(out_path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (f->out < 0 || fstat(f->out, &f->out_st) != 0) {
         fprintf(stderr, "clef batch: cannot open %s: %s\n", out_path, strerror(errno));
-        if (!from_stdin) close(in_fd);
-        if (out >= 0) close(out);
+        if (!f->from_stdin) close(f->in_fd);
+        if (f->out >= 0) close(f->out);
         return 2;
     }
-    int rc = 2;
-    clef_engine *e = NULL;
-    clef_buf want, have_rec;
-    clef_buf_init(&want);
-    clef_buf_init(&have_rec);
-    if (st2.st_dev == in_st.st_dev && st2.st_ino == in_st.st_ino) {
+    if (f->out_st.st_dev == f->in_st.st_dev && f->out_st.st_ino == f->in_st.st_ino) {
         fprintf(stderr, "clef batch: %s and %s are the same file: the answers would overwrite the requests\n", in_path,
                 out_path);
-        goto early;
+        close_files(f);
+        return 2;
     }
-    uint64_t total = 0;
+    return 0;
+}
+
+/* Step 2: IN's lines and hash, the record of this run (want), then --restart empties OUT, a
+ * non-empty OUT is resumed only when its record matches and its lines are answers (f->have), and a
+ * fresh OUT gets its record first. Returns 0, or 2 with the reason printed. */
+static int check_out(batch_files *f, const clef_options *o, int restart, clef_buf *want, clef_buf *have_rec) {
+    const char *in_path = f->in_path, *out_path = f->out_path, *rec_path = f->rec_path;
     char in_hex[65];
-    if (!from_stdin && S_ISREG(in_st.st_mode)) {
-        if (count_lines(in_fd, &total, in_hex) != 0) {
+    if (!f->from_stdin && S_ISREG(f->in_st.st_mode)) {
+        if (count_lines(f->in_fd, &f->total, in_hex) != 0) {
             fprintf(stderr, "clef batch: cannot read %s: %s\n", in_path, strerror(errno));
-            goto early;
+            return 2;
         }
     } else {
-        from_stdin = 1; /* a pipe or device: read once, hashed as it goes, no resume */
+        f->from_stdin = 1; /* a pipe or device: read once, hashed as it goes, no resume */
     }
-    if (render_record(&want, from_stdin ? NULL : in_hex, &o)) {
+    if (render_record(want, f->from_stdin ? NULL : in_hex, o)) {
         fprintf(stderr, "clef batch: out of memory\n");
-        goto early;
+        return 2;
     }
-    uint64_t have = 0;
-    if (restart && ftruncate(out, 0) != 0) {
+    if (restart && ftruncate(f->out, 0) != 0) {
         fprintf(stderr, "clef batch: cannot empty %s: %s\n", out_path, strerror(errno));
-        goto early;
+        return 2;
     }
-    if (!restart && st2.st_size > 0) {
+    if (!restart && f->out_st.st_size > 0) {
         /* an OUT with something in it: resumed only when it is this IN's, with these settings */
         size_t rl = 0;
         char *rec = NULL;
@@ -392,53 +379,48 @@ int cmd_batch(int argc, char **argv) {
             ssize_t r = read(rfd, buf, sizeof buf);
             close(rfd);
             if (r > 0) {
-                clef_buf_put(&have_rec, buf, (size_t)r);
-                rec = have_rec.data;
-                rl = have_rec.len;
+                clef_buf_put(have_rec, buf, (size_t)r);
+                rec = have_rec->data;
+                rl = have_rec->len;
             }
         }
         const char *why = NULL;
         if (!rec) why = "it has no record " ;
-        else if (from_stdin) why = "IN is read from a pipe, which cannot be checked against the record ";
-        else if (rl != want.len || memcmp(rec, want.data, rl)) why = "its record differs (another IN, or other settings) ";
+        else if (f->from_stdin) why = "IN is read from a pipe, which cannot be checked against the record ";
+        else if (rl != want->len || memcmp(rec, want->data, rl)) why = "its record differs (another IN, or other settings) ";
         if (why) {
             fprintf(stderr,
                     "clef batch: %s holds %lld bytes that are not answers to %s: %s%s%s; nothing was changed. Use "
                     "--restart to overwrite it, or another OUT\n",
-                    out_path, (long long)st2.st_size, in_path, why, rec ? "in " : "", rec ? rec_path : rec_path);
-            goto early;
+                    out_path, (long long)f->out_st.st_size, in_path, why, rec ? "in " : "", rec ? rec_path : rec_path);
+            return 2;
         }
         char reason[200];
-        if (scan_out(out, &have, reason, sizeof reason) != 0) {
+        if (scan_out(f->out, &f->have, reason, sizeof reason) != 0) {
             fprintf(stderr, "clef batch: %s: %s; nothing was changed. Use --restart to overwrite it, or another OUT\n",
                     out_path, reason);
-            goto early;
+            return 2;
         }
-        if (have > total) {
+        if (f->have > f->total) {
             fprintf(stderr, "clef batch: %s has %llu lines but %s only %llu: not its output (use --restart)\n", out_path,
-                    (unsigned long long)have, in_path, (unsigned long long)total);
-            goto early;
+                    (unsigned long long)f->have, in_path, (unsigned long long)f->total);
+            return 2;
         }
-    } else if (write_record(rec_path, &want) != 0) { /* before OUT's first line */
+    } else if (write_record(rec_path, want) != 0) { /* before OUT's first line */
         fprintf(stderr, "clef batch: cannot write %s: %s\n", rec_path, strerror(errno));
-        goto early;
+        return 2;
     }
+    return 0;
+}
 
-    char err[1200];
-    cli_progress bar;
-    cli_progress_init(&bar, "loading weights");
-    o.progress = cli_progress_cb;
-    o.progress_ctx = &bar;
-    e = clef_open(&o, err, sizeof err);
-    cli_progress_end(&bar);
-    if (!e) {
-        fprintf(stderr, "clef batch: %s\n", err);
-        rc = 3;
-        goto early;
-    }
-    signal(SIGINT, on_stop);
-    signal(SIGTERM, on_stop);
-
+/* Step 3: the requests after the ones OUT holds, through a window of max_batch * 4 lines: read and
+ * prepare, write the answered prefix in order (synced), run one forward over the pending jobs as the
+ * server picks them; until IN ends or a signal. Prints the closing event line. Returns 0, 3 (a read,
+ * write or memory failure) or 130 (interrupted). */
+static int run_requests(clef_engine *e, batch_files *f, size_t batch_tokens, size_t max_batch, size_t max_line) {
+    const char *in_path = f->in_path, *out_path = f->out_path;
+    const int out = f->out, from_stdin = f->from_stdin;
+    const uint64_t have = f->have;
     size_t window = max_batch * 4;
     entry *win = calloc(window, sizeof *win);
     size_t *tok = malloc(window * sizeof *tok), *idx = malloc(window * sizeof *idx), *map = malloc(window * sizeof *map);
@@ -447,17 +429,16 @@ int cmd_batch(int argc, char **argv) {
     if (!win || !tok || !idx || !map || !jobs || !rd) {
         fprintf(stderr, "clef batch: out of memory\n");
         free(win), free(tok), free(idx), free(map), free(jobs), free(rd);
-        rc = 3;
-        goto early;
+        return 3;
     }
-    reader_init(rd, in_fd);
+    reader_init(rd, f->in_fd);
     size_t head = 0, n = 0; /* ring: win[(head + i) % window], i < n */
     char *line = NULL;
     size_t line_cap = 0, len = 0;
     uint64_t lineno = 0, written = have, errors = 0, tokens = 0;
-    int eof = 0, too_long = 0;
-    rc = 0;
+    int eof = 0, too_long = 0, rc = 0;
     double t0 = clef_now();
+    cli_progress bar;
     cli_progress_init(&bar, "requests");
     while (lineno < have) { /* skip what OUT already holds */
         int got = reader_next(rd, &line, &line_cap, 0, &len, &too_long);
@@ -477,7 +458,7 @@ int cmd_batch(int argc, char **argv) {
                 break;
             }
             lineno++;
-            if (from_stdin) total = lineno;
+            if (from_stdin) f->total = lineno;
             entry *en = &win[(head + n) % window];
             memset(en, 0, sizeof *en);
             if (too_long) {
@@ -517,10 +498,10 @@ int cmd_batch(int argc, char **argv) {
             double dt = clef_now() - t0;
             uint64_t run = written - have;
             char extra[160], eta[32];
-            fmt_eta(eta, sizeof eta, run ? (double)(total - written) * dt / (double)run : -1);
+            fmt_eta(eta, sizeof eta, run ? (double)(f->total - written) * dt / (double)run : -1);
             snprintf(extra, sizeof extra, "%llu/%llu  %.1f rec/s  %.0f tok/s  ETA %s", (unsigned long long)written,
-                     (unsigned long long)total, dt > 0 ? run / dt : 0, dt > 0 ? tokens / dt : 0, eta);
-            cli_progress_draw(&bar, written, total, extra, written == total);
+                     (unsigned long long)f->total, dt > 0 ? run / dt : 0, dt > 0 ? tokens / dt : 0, eta);
+            cli_progress_draw(&bar, written, f->total, extra, written == f->total);
         }
         if (stop_flag) break;
         if (n == 0 && eof) break;
@@ -557,7 +538,7 @@ done:
     fprintf(stderr,
             "{\"event\":\"batch\",\"written\":%llu,\"skipped\":%llu,\"total\":%llu,\"errors\":%llu,\"tokens\":%llu,"
             "\"seconds\":%.3f,\"interrupted\":%s}\n",
-            (unsigned long long)(written - have), (unsigned long long)have, (unsigned long long)total,
+            (unsigned long long)(written - have), (unsigned long long)have, (unsigned long long)f->total,
             (unsigned long long)errors, (unsigned long long)tokens, dt, stop_flag ? "true" : "false");
     if (!rc && stop_flag) rc = 130;
     free(line);
@@ -567,11 +548,73 @@ done:
     free(map);
     free(jobs);
     free(rd);
+    return rc;
+}
+
+int cmd_batch(int argc, char **argv) {
+    clef_options o;
+    clef_options_default(&o);
+    size_t batch_tokens = 8192, max_batch = 32, max_line = (size_t)16 << 20; /* = serve's --max-body */
+    const char *paths[2] = {NULL, NULL};
+    int restart = 0, n_paths = 0;
+    const cli_opt opts[] = {
+        CLI_OPTS_ENGINE(&o),
+        {.name = "--batch-tokens", .kind = CLI_SIZE, .dst = &batch_tokens, .arg = "N", .lo = 1, .hi = 1073741824,
+         .def = "8192", .help = "token budget of one forward"},
+        {.name = "--max-batch", .kind = CLI_SIZE, .dst = &max_batch, .arg = "N", .lo = 1, .hi = 512, .def = "32",
+         .help = "most requests in one forward"},
+        CLI_OPT_STATE_CACHE(&o.state_cache_mb),
+        CLI_OPT_MAX_LENGTH(&o.max_length),
+        {.name = "--max-line", .kind = CLI_SIZE, .dst = &max_line, .arg = "BYTES", .lo = 1024, .hi = 1073741824,
+         .def = "16M", .help = "longest request line (as serve's --max-body); a longer one gets a RequestTooLong error line"},
+        CLI_OPT_SPLIT(&o.split_variant),
+        CLI_OPT_TILE(&o.image_tile),
+        CLI_OPT_ALLOW_PATHS(&o.allow_image_paths),
+        CLI_OPT_TEXT_ONLY(&o.text_only),
+        {.name = "--restart", .kind = CLI_FLAG, .dst = &restart,
+         .help = "discard OUT's contents (never IN's) and start over"},
+        CLI_OPT_END,
+    };
+    const cli_cmd cmd = {
+        .verb = "batch", .usage = "--model DIR [options] IN.jsonl|- OUT.jsonl", .opts = opts,
+        .args = paths, .n_args = &n_paths, .min_args = 2, .max_args = 2,
+        .about = "One answer line per request line, in order. Lines already complete in OUT are kept and their\n"
+                 "requests skipped (resume) when OUT.clef-batch records the same IN and settings; a partial last\n"
+                 "line is removed. IN = - reads stdin (no resume). OUT may not be IN.\n"};
+    int st = cli_parse(&cmd, argc, argv);
+    if (st != CLI_CONTINUE) return st;
+
+    batch_files f;
+    memset(&f, 0, sizeof f);
+    f.in_path = paths[0];
+    f.out_path = paths[1];
+    if (open_files(&f)) return 2; /* 1 */
+    int rc = 2;
+    clef_engine *e = NULL;
+    clef_buf want, have_rec;
+    clef_buf_init(&want);
+    clef_buf_init(&have_rec);
+    if (check_out(&f, &o, restart, &want, &have_rec)) goto early; /* 2 */
+
+    char err[1200];
+    cli_progress bar;
+    cli_progress_init(&bar, "loading weights");
+    o.progress = cli_progress_cb;
+    o.progress_ctx = &bar;
+    e = clef_open(&o, err, sizeof err);
+    cli_progress_end(&bar);
+    if (!e) {
+        fprintf(stderr, "clef batch: %s\n", err);
+        rc = 3;
+        goto early;
+    }
+    signal(SIGINT, on_stop);
+    signal(SIGTERM, on_stop);
+    rc = run_requests(e, &f, batch_tokens, max_batch, max_line); /* 3 */
 early:
     if (e) clef_close(e);
     clef_buf_free(&want);
     clef_buf_free(&have_rec);
-    if (!from_stdin || in_fd > 0) close(in_fd);
-    close(out);
+    close_files(&f);
     return rc;
 }
