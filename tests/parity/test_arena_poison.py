@@ -49,8 +49,10 @@ def png(w, h, seed):
 
 def requests():
     lines = []
-    for name in sorted(os.listdir(CORPUS)):
+    for k, name in enumerate(sorted(os.listdir(CORPUS))):
         if not name.endswith(".json") or "16384" in name:
+            continue
+        if ASAN and k % 3:  # under ASan a third of the corpus (its allocator fills every block too)
             continue
         body = open(os.path.join(CORPUS, name), "rb").read().strip().replace(b"\n", b" ")
         if body.startswith(b"{") and not body[1:].lstrip().startswith(b"}"):

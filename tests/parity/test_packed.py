@@ -103,9 +103,9 @@ def main():
                 if d.returncode != 0:
                     print("FAIL: %s is refused: %s" % (os.path.basename(f), d.stdout.strip() or d.stderr.strip()))
                     return 1
-        runs = [("default", "2", {}, "2", "1024"), ("default", "2", {}, "1", "1")] if asan else [
-            ("default", "1", {}, "3", "1024"), ("default", "3", {}, "3", "1024"),
-            ("parity", "2", {"CLEF_LINEAR": "double"}, "2", "1024"), ("default", "2", {}, "2", "1")]
+        runs = [("default", "2", {}, "1", "1024"), ("default", "2", {}, "1", "1")] if asan else [
+            ("default", "1", {}, "2", "1024"), ("default", "3", {}, "2", "1024"),
+            ("parity", "2", {"CLEF_LINEAR": "double"}, "1", "1024"), ("default", "2", {}, "1", "1")]
         failed = 0
         for label, threads, env_extra, rounds, cache_mb in runs:
             env = dict(os.environ, **env_extra)

@@ -286,8 +286,8 @@ int main(void) {
                       (unsigned long long)ci.misses, (unsigned long long)ci.hits, (unsigned long long)ci.inserts);
         }
         if (s->allocs == 0) { CHECK_MSG(0, "%s: no allocation counted (is the test linked with ALLOC_WRAP?)", s->name); continue; }
-        /* every allocation in the optimized build; under ASan ~150 points per scenario */
-        long stride = stride_env > 0 ? stride_env : UNDER_ASAN ? (s->allocs + 149) / 150 : 1;
+        /* every allocation in the optimized build; under ASan ~60 points per scenario */
+        long stride = stride_env > 0 ? stride_env : UNDER_ASAN ? (s->allocs + 59) / 60 : 1;
         sweep(e, s, stride);
     }
     for (int k = 0; k < 4; k++)
