@@ -30,7 +30,10 @@ run_one() { # name, command...
   fi
   rm -f "$log"
 }
-for b in "$@"; do
+# One build's whole suite; the counts and failed names go to $2 for the summary.
+run_suite() { # build dir, counts file
+  local b=$1
+  pass=0; fail=0; skip=0; failed=()
   [ -d "$b/tests" ] || { echo "no $b/tests: build first" >&2; exit 2; }
   export CLEF_BUILD="$root/$b"
   for t in "$b"/tests/test_*; do
@@ -45,7 +48,34 @@ for b in "$@"; do
     [ -f "$t" ] || continue
     run_one "$b: $(basename "$t")" bash "$t"
   done
+  { echo "$pass $fail $skip"; printf '%s\n' "${failed[@]+"${failed[@]}"}"; } > "$2"
+}
+# Several builds' suites run side by side (each test is mostly one thread, and the ASan suite is the
+# longer one), their logs printed in order afterwards; CLEF_TEST_SERIAL=1 runs them one after another.
+tmpd=$(mktemp -d)
+serial=0
+[ "${CLEF_TEST_SERIAL:-0}" = 1 ] || [ $# -eq 1 ] && serial=1
+i=0
+for b in "$@"; do
+  i=$((i + 1))
+  if [ $serial = 1 ]; then
+    run_suite "$b" "$tmpd/counts.$i"
+  else
+    ( run_suite "$b" "$tmpd/counts.$i" ) > "$tmpd/log.$i" 2>&1 &
+  fi
 done
+wait
+pass=0; fail=0; skip=0; failed=()
+j=0
+for b in "$@"; do
+  j=$((j + 1))
+  [ $serial = 1 ] || cat "$tmpd/log.$j"
+  if [ ! -f "$tmpd/counts.$j" ]; then fail=$((fail + 1)); failed+=("$b: the suite did not finish"); continue; fi
+  read -r p f s < "$tmpd/counts.$j"
+  pass=$((pass + p)); fail=$((fail + f)); skip=$((skip + s))
+  while IFS= read -r name; do [ -n "$name" ] && failed+=("$name"); done < <(tail -n +2 "$tmpd/counts.$j")
+done
+rm -rf "$tmpd"
 if [ $fail -gt 0 ]; then printf 'failed: %s\n' "${failed[@]}"; fi
 echo "$pass passed, $fail failed, $skip skipped"
 [ $fail -eq 0 ]
