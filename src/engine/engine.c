@@ -30,8 +30,6 @@
 #include "base/json.h"
 #include "text/tokenizer.h"
 
-#define DEFAULT_MAX_IMAGE_BYTES ((size_t)16 << 20)
-#define DEFAULT_MAX_IMAGE_PIXELS ((int64_t)64 << 20)
 
 void clef_options_default(clef_options *o) {
     memset(o, 0, sizeof *o);
@@ -174,9 +172,9 @@ clef_engine *clef_open(const clef_options *o, char *errbuf, size_t err_len) {
     clef_image_opts_default(&e->image_opts);
     e->image_opts.tile = e->opts.image_tile;
     e->image_opts.allow_paths = e->opts.allow_image_paths;
-    e->image_opts.max_bytes = e->opts.max_image_bytes ? e->opts.max_image_bytes : DEFAULT_MAX_IMAGE_BYTES;
-    e->image_opts.max_source_pixels =
-        e->opts.max_image_pixels ? e->opts.max_image_pixels : DEFAULT_MAX_IMAGE_PIXELS;
+    /* the image module's defaults, unless the caller set its own: the same limits as `clef encode` */
+    if (e->opts.max_image_bytes) e->image_opts.max_bytes = e->opts.max_image_bytes;
+    if (e->opts.max_image_pixels) e->image_opts.max_source_pixels = e->opts.max_image_pixels;
     return e;
 
 fail:

@@ -51,6 +51,20 @@ static int read_path(const char *path, const clef_image_opts *o, uint8_t **bytes
     return 0;
 }
 
+/* An entry that is not base64 and reads like a path: no whitespace, and a '.' (never in base64: a
+ * leading '/' alone is not enough, JPEG's base64 starts with "/9j/") or a leading '~'. Only used to
+ * word the refusal. */
+static int looks_like_path(const char *s, size_t len) {
+    if (len == 0 || len >= 4096) return 0;
+    int dot = 0;
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c <= ' ' || c == 0x7f) return 0;
+        if (c == '.') dot = 1;
+    }
+    return dot || s[0] == '~';
+}
+
 int clef_image_entry_bytes(const char *entry, size_t len, const clef_image_opts *o, uint8_t **bytes, size_t *n,
                            clef_err *err) {
     *bytes = NULL;
@@ -85,6 +99,11 @@ int clef_image_entry_bytes(const char *entry, size_t len, const clef_image_opts 
     long got = clef_base64_decode(b64, blen, out, cap, err);
     if (got < 0) {
         free(out);
+        if (b64 == entry && looks_like_path(entry, len)) /* a clearer word than "invalid base64" */
+            return clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA,
+                                "'%.*s' looks like a file path, not base64: send the image as a data: URL or bare "
+                                "base64 (clef decide and clef batch read local files with --allow-image-paths; "
+                                "clef serve never does)", (int)(len < 120 ? len : 120), entry);
         return -1;
     }
     if (got == 0) {

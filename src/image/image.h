@@ -28,10 +28,11 @@
  * always processed (encode.c), larger ones only when they fit the token budget. */
 #define CLEF_IMAGE_TOKENS_ALWAYS ((size_t)16384)
 
-/* Our defaults: encoded bytes per image, and decoded pixels per image (Pillow's MAX_IMAGE_PIXELS, the
- * size above which Pillow itself warns of a decompression bomb). */
-#define CLEF_IMAGE_DEFAULT_MAX_BYTES ((size_t)32 << 20)
-#define CLEF_IMAGE_DEFAULT_MAX_SOURCE_PIXELS ((int64_t)89478485)
+/* Our defaults, for the engine and every verb alike: encoded bytes per image (as serve's body cap) and
+ * decoded pixels per image (64 Mpx: under Pillow's MAX_IMAGE_PIXELS of 89,478,485, above which Pillow
+ * itself warns of a decompression bomb). clef_options.max_image_bytes / max_image_pixels override. */
+#define CLEF_IMAGE_DEFAULT_MAX_BYTES ((size_t)16 << 20)
+#define CLEF_IMAGE_DEFAULT_MAX_SOURCE_PIXELS ((int64_t)64 << 20)
 
 typedef struct clef_image_opts {
     int64_t min_pixels, max_pixels; /* processor bounds; defaults 65536 / 16777216 */

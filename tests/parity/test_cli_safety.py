@@ -184,6 +184,9 @@ def main():
             body = {}
         check(p.returncode != 0 and "error" in body, "%s: an image path without --allow-image-paths is refused "
               "(rc %d, %r)" % (verb, p.returncode, p.stdout[:200]))
+        msg = body.get("error", {}).get("message", "") if isinstance(body, dict) else ""
+        check("looks like a file path" in msg and "--allow-image-paths" in msg,
+              "%s: the refusal says the entry looks like a path and names the flag (not 'invalid base64'): %r" % (verb, msg))
         p = subprocess.run([CLEF, verb] + args + ["--allow-image-paths"], capture_output=True, timeout=120)
         check(p.returncode == 0 and b'"error"' not in p.stdout,
               "%s --allow-image-paths reads the file (rc %d %r %r)" % (verb, p.returncode, p.stdout[:200], p.stderr[-200:]))
