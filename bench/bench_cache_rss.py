@@ -24,7 +24,9 @@ BUILD = os.environ.get("CLEF_BUILD", os.path.join(ROOT, "build"))
 
 def start(model, flags):
     log = open("/tmp/bench_cache_rss.%d.log" % os.getpid(), "w+")
-    p = subprocess.Popen([os.path.join(BUILD, "clef"), "serve", "--model", model, "--port", "0", "--quiet"] + flags,
+    # --deadline 0: 16 long states queue for minutes on a CPU; none may be dropped for waiting
+    p = subprocess.Popen([os.path.join(BUILD, "clef"), "serve", "--model", model, "--port", "0", "--quiet",
+                          "--deadline", "0"] + flags,
                          stderr=log, stdout=subprocess.DEVNULL)
     for _ in range(3000):
         log.seek(0)
