@@ -101,14 +101,27 @@ clef_cache_entry *clef_cache_lookup(clef_state_cache *c, const int32_t *ids, siz
     return e;
 }
 
+/* Floats per layer of a saved state: a DeltaNet layer's conv window and delta-rule state, an
+ * attention layer's key (or value) row. */
+typedef struct {
+    size_t conv, rec, kvd;
+} state_sizes;
+
+static state_sizes sizes_of(const clef_text_config *tc) {
+    size_t Kd = (size_t)tc->linear_num_key_heads * (size_t)tc->linear_key_head_dim;
+    size_t Vd = (size_t)tc->linear_num_value_heads * (size_t)tc->linear_value_head_dim;
+    state_sizes z;
+    z.conv = ((size_t)tc->linear_conv_kernel_dim - 1) * (2 * Kd + Vd);
+    z.rec = (size_t)tc->linear_num_value_heads * (size_t)tc->linear_key_head_dim * (size_t)tc->linear_value_head_dim;
+    z.kvd = (size_t)tc->num_key_value_heads * (size_t)tc->head_dim;
+    return z;
+}
+
 /* Device bytes of an entry of `rows` rows. */
 static size_t entry_bytes(const clef_state_cache *c, size_t rows) {
     const clef_text_config *tc = &c->cfg->text;
-    size_t Kd = (size_t)tc->linear_num_key_heads * (size_t)tc->linear_key_head_dim;
-    size_t Vd = (size_t)tc->linear_num_value_heads * (size_t)tc->linear_value_head_dim;
-    size_t conv = ((size_t)tc->linear_conv_kernel_dim - 1) * (2 * Kd + Vd);
-    size_t rec = (size_t)tc->linear_num_value_heads * (size_t)tc->linear_key_head_dim * (size_t)tc->linear_value_head_dim;
-    size_t kvd = (size_t)tc->num_key_value_heads * (size_t)tc->head_dim;
+    state_sizes z = sizes_of(tc);
+    size_t conv = z.conv, rec = z.rec, kvd = z.kvd;
     size_t floats = rows * c->head_width;
     for (int l = 0; l < tc->num_hidden_layers; l++)
         floats += tc->layer_types[l] == CLEF_LAYER_FULL ? 2 * rows * kvd : conv + rec;
@@ -149,11 +162,8 @@ clef_cache_entry *clef_cache_reserve(clef_state_cache *c, const int32_t *ids, si
     e->st.k = calloc((size_t)L, sizeof(float *));
     e->st.v = calloc((size_t)L, sizeof(float *));
     if (!e->ids || !e->img_hash || !e->st.conv || !e->st.rec || !e->st.k || !e->st.v) ok = 0;
-    size_t Kd = (size_t)tc->linear_num_key_heads * (size_t)tc->linear_key_head_dim;
-    size_t Vd = (size_t)tc->linear_num_value_heads * (size_t)tc->linear_value_head_dim;
-    size_t conv = ((size_t)tc->linear_conv_kernel_dim - 1) * (2 * Kd + Vd);
-    size_t rec = (size_t)tc->linear_num_value_heads * (size_t)tc->linear_key_head_dim * (size_t)tc->linear_value_head_dim;
-    size_t kvd = (size_t)tc->num_key_value_heads * (size_t)tc->head_dim;
+    state_sizes z = sizes_of(tc);
+    size_t conv = z.conv, rec = z.rec, kvd = z.kvd;
     for (int l = 0; ok && l < L; l++) {
         if (tc->layer_types[l] == CLEF_LAYER_FULL) {
             e->st.k[l] = c->ops->alloc(c->ops, rows * kvd);
