@@ -5,7 +5,8 @@
  *   2. the vision tower over every image of the jobs that start from position 0, packed;
  *   3. one text forward over the jobs' rows (each a segment: its own positions, its own conv and
  *      delta-rule state, attention within itself), saving or resuming states where asked;
- *   4. the joint head per job; then the new cache entries are published.
+ *   4. the joint head over every job at once (its Linears over all their rows, attention within
+ *      each); then the new cache entries are published.
  * Ops that mix rows never mix segments and every other op is per row, so a job's bits do not depend
  * on its company nor on whether its prefix came from the cache. When a packed run fails (out of
  * memory, a bad image), its jobs are run again one at a time, so one job's failure is its own. */
@@ -62,6 +63,66 @@ static void plan_cache(clef_engine *e, plan *p) {
     if (p->hit) p->past = P;
     else if ((p->pending = clef_cache_reserve(e->cache, r->input_ids, P, h, r->n_images)) != NULL) p->snap = P;
     free(h);
+}
+
+/* Step 4 for plans[0 .. m): the joint head over their rows of `hidden` as one call. Returns 0, or
+ * -1 with the error in every job. */
+static int run_heads(clef_engine *e, plan *ps, size_t m, const float *hidden) {
+    clef_ops *ops = e->ops;
+    const size_t H = (size_t)e->mf->cfg.text.hidden_size;
+    size_t nq = 0, no = 0;
+    for (size_t i = 0; i < m; i++) {
+        nq += ps[i].j->rec.n_questions;
+        no += ps[i].j->n_logits;
+    }
+    clef_head_in *hin = calloc(m, sizeof *hin);
+    clef_head_question *hq = calloc(nq ? nq : 1, sizeof *hq);
+    int32_t *spans = calloc(2 * (no ? no : 1), sizeof *spans);
+    float **logits = calloc(m, sizeof *logits);
+    clef_err err;
+    clef_err_clear(&err);
+    int rc = -1;
+    if (!hin || !hq || !spans || !logits) {
+        clef_err_set(&err, CLEF_E_OOM, "out of memory");
+        goto out;
+    }
+    size_t qi = 0, k = 0;
+    for (size_t i = 0; i < m; i++) {
+        const clef_record *r = &ps[i].j->rec;
+        hin[i].questions = hq + qi;
+        for (size_t q = 0; q < r->n_questions; q++, qi++) {
+            const clef_enc_question *eq = &r->questions[q];
+            hq[qi].type = (clef_qtype)eq->type;
+            hq[qi].q_start = (int32_t)eq->span.start;
+            hq[qi].q_end = (int32_t)eq->span.end;
+            hq[qi].n_options = (int)eq->n_options;
+            hq[qi].option_spans = spans + 2 * k;
+            for (size_t o = 0; o < eq->n_options; o++, k++) {
+                spans[2 * k] = (int32_t)eq->option_spans[o].start;
+                spans[2 * k + 1] = (int32_t)eq->option_spans[o].end;
+            }
+        }
+        hin[i].hidden = hidden + ps[i].row0 * H;
+        hin[i].T = r->n_ids;
+        hin[i].ids = r->input_ids;
+        hin[i].n_questions = (int)r->n_questions;
+        hin[i].past = ps[i].past;
+        hin[i].mem_past = ps[i].hit ? ps[i].hit->mem : NULL;
+        hin[i].mem_snap = ps[i].pending ? ps[i].pending->mem : NULL;
+        hin[i].snap_rows = ps[i].pending ? ps[i].snap : 0;
+        logits[i] = ps[i].j->logits;
+    }
+    rc = clef_head_forward_batch(ops, &e->mf->head_cfg, &e->mf->head, &e->mf->text.lm_head, hin, m, logits, &err);
+    if (rc == 0) rc = clef_ops_take(ops, "the head", &err);
+    clef_ops_clear(ops);
+out:
+    if (rc)
+        for (size_t i = 0; i < m; i++) ps[i].j->err = err;
+    free(hin);
+    free(hq);
+    free(spans);
+    free(logits);
+    return rc;
 }
 
 /* Steps 2-4 for plans[0 .. m). Returns 0, or -1 when the group as a whole failed (the error is in
@@ -195,51 +256,19 @@ static int run_group(clef_engine *e, plan *ps, size_t m) {
     if (dump.failed) { clef_err_set(&err, CLEF_E_IO, "could not write layer dumps to %s", e->dump_dir); goto fail; }
     if (clef_ops_take(ops, "the text forward", &err)) goto fail;
 
-    /* 4: the head, per job */
-    for (size_t i = 0; i < m; i++) {
-        clef_job *j = ps[i].j;
-        const clef_record *r = &j->rec;
-        clef_head_question *hq = calloc(r->n_questions ? r->n_questions : 1, sizeof *hq);
-        int32_t *spans = calloc(2 * (j->n_logits ? j->n_logits : 1), sizeof *spans);
-        int hrc = -1;
-        if (!hq || !spans) {
-            clef_err_set(&j->err, CLEF_E_OOM, "out of memory");
-        } else {
-            size_t k = 0;
-            for (size_t q = 0; q < r->n_questions; q++) {
-                const clef_enc_question *eq = &r->questions[q];
-                hq[q].type = (clef_qtype)eq->type;
-                hq[q].q_start = (int32_t)eq->span.start;
-                hq[q].q_end = (int32_t)eq->span.end;
-                hq[q].n_options = (int)eq->n_options;
-                hq[q].option_spans = spans + 2 * k;
-                for (size_t o = 0; o < eq->n_options; o++, k++) {
-                    spans[2 * k] = (int32_t)eq->option_spans[o].start;
-                    spans[2 * k + 1] = (int32_t)eq->option_spans[o].end;
-                }
-            }
-            clef_head_in hin = {0};
-            hin.hidden = hidden + ps[i].row0 * H;
-            hin.T = r->n_ids;
-            hin.ids = r->input_ids;
-            hin.n_questions = (int)r->n_questions;
-            hin.questions = hq;
-            hin.past = ps[i].past;
-            hin.mem_past = ps[i].hit ? ps[i].hit->mem : NULL;
-            hin.mem_snap = ps[i].pending ? ps[i].pending->mem : NULL;
-            hin.snap_rows = ps[i].pending ? ps[i].snap : 0;
-            hrc = clef_head_forward(ops, &e->mf->head_cfg, &e->mf->head, &e->mf->text.lm_head, &hin, j->logits, &j->err);
-            if (hrc == 0) hrc = clef_ops_take(ops, "the head", &j->err);
-            clef_ops_clear(ops); /* one job's failure is its own */
+    /* 4: the head over every job at once; when that fails, per job (one job's failure is its own) */
+    if (run_heads(e, ps, m, hidden) != 0 && m > 1) {
+        for (size_t i = 0; i < m; i++) {
+            clef_err_clear(&ps[i].j->err);
+            run_heads(e, &ps[i], 1, hidden);
         }
-        free(hq);
-        free(spans);
-        if (hrc == 0) {
-            j->cached_tokens = ps[i].past;
+    }
+    for (size_t i = 0; i < m; i++)
+        if (!ps[i].j->err.type) {
+            ps[i].j->cached_tokens = ps[i].past;
             if (ps[i].past) clef_cache_add_reused(e->cache, ps[i].past);
             if (ps[i].pending) clef_cache_publish(e->cache, ps[i].pending);
         }
-    }
     rc = 0;
     goto done;
 fail:

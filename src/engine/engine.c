@@ -370,7 +370,6 @@ int clef_bench_forward_batch(clef_engine *e, const int32_t *ids, size_t n, size_
         spans[0] = (int32_t)n - 2; spans[1] = (int32_t)n - 1;
         spans[2] = (int32_t)n - 1; spans[3] = (int32_t)n;
     }
-    float logits[11];
     int32_t *all = NULL;
     clef_forward_seg *segs = NULL;
     hidden = ops->alloc(ops, records * n * H);
@@ -394,14 +393,27 @@ int clef_bench_forward_batch(clef_engine *e, const int32_t *ids, size_t n, size_
     double t0 = mono_seconds();
     rc = clef_text_forward(ops, &e->mf->cfg, &e->mf->text, &in, hidden, &err);
     double t1 = mono_seconds();
-    for (size_t r = 0; rc == 0 && r < records; r++) { /* the head per record, as clef_run_batch runs it */
-        clef_head_in hin = {0};
-        hin.hidden = hidden + r * n * H;
-        hin.T = n;
-        hin.ids = ids;
-        hin.n_questions = nq;
-        hin.questions = hq;
-        rc = clef_head_forward(ops, &e->mf->head_cfg, &e->mf->head, &e->mf->text.lm_head, &hin, logits, &err);
+    if (rc == 0) { /* the head over every record at once, as clef_run_batch runs it */
+        clef_head_in *hin = calloc(records, sizeof *hin);
+        float *lg = malloc(records * 11 * sizeof *lg);
+        float **logits = malloc(records * sizeof *logits);
+        if (!hin || !lg || !logits) {
+            rc = clef_err_set(&err, CLEF_E_OOM, "out of memory for %zu records", records);
+        } else {
+            for (size_t r = 0; r < records; r++) {
+                hin[r].hidden = hidden + r * n * H;
+                hin[r].T = n;
+                hin[r].ids = ids;
+                hin[r].n_questions = nq;
+                hin[r].questions = hq;
+                logits[r] = lg + r * 11;
+            }
+            rc = clef_head_forward_batch(ops, &e->mf->head_cfg, &e->mf->head, &e->mf->text.lm_head, hin, records,
+                                         logits, &err);
+        }
+        free(hin);
+        free(lg);
+        free(logits);
     }
     free(all);
     free(segs);

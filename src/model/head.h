@@ -1,6 +1,7 @@
-/* The JointSchemaHead forward (contract.md §6.4) in fp32, one record at a time: final-norm hidden
- * rows + ids + question/option spans in, one logit per option out (question order, then head
- * option order). Records are independent (a batch is a loop over records for now). */
+/* The JointSchemaHead forward (contract.md §6.4) in fp32: final-norm hidden rows + ids +
+ * question/option spans in, one logit per option out (question order, then head option order).
+ * A batch of records runs as one call (each Linear over every record's rows at once, attention
+ * within each record), with the bits each record has alone. */
 #ifndef CLEF_MODEL_HEAD_H
 #define CLEF_MODEL_HEAD_H
 
@@ -23,5 +24,12 @@ size_t clef_head_total_options(const clef_head_in *in);
 int clef_head_forward(clef_ops *ops, const clef_head_config *hc, const clef_head_weights *hw,
                       const clef_tensor *lm_head, const clef_head_in *in, float *logits,
                       clef_err *err);
+
+/* The same for n records at once: logits[i] receives record i's. Fails as a whole (the first
+ * invalid record's error, or OutOfMemory); the caller that needs each record's own error runs
+ * them one at a time then. */
+int clef_head_forward_batch(clef_ops *ops, const clef_head_config *hc, const clef_head_weights *hw,
+                            const clef_tensor *lm_head, const clef_head_in *ins, size_t n, float *const *logits,
+                            clef_err *err);
 
 #endif
