@@ -21,30 +21,30 @@ static void render_twice(const json_value *root, int sort) {
     clef_buf a, b;
     clef_buf_init(&a);
     clef_buf_init(&b);
-    if (json_render(&a, root, sort)) abort();
-    if (json_has_lone_surrogate(root)) {
+    if (clef_json_render(&a, root, sort)) abort();
+    if (clef_json_has_lone_surrogate(root)) {
         /* the output holds WTF-8 surrogates, which are not UTF-8 (Python could not encode that str
          * either): it cannot be parsed back; check that rendering is deterministic instead */
-        if (json_render(&b, root, sort) || a.len != b.len || memcmp(a.data, b.data, a.len) != 0) abort();
+        if (clef_json_render(&b, root, sort) || a.len != b.len || memcmp(a.data, b.data, a.len) != 0) abort();
         clef_buf_free(&a);
         clef_buf_free(&b);
         return;
     }
     clef_err err;
-    json_doc *d2 = json_parse(a.data, a.len, NULL, &err);
+    json_doc *d2 = clef_json_parse(a.data, a.len, NULL, &err);
     if (!d2) {
         fprintf(stderr, "rendered output does not parse: %s\n%.*s\n", err.msg, (int)a.len, a.data);
         abort();
     }
-    if (json_render(&b, json_doc_root(d2), sort)) abort();
+    if (clef_json_render(&b, clef_json_doc_root(d2), sort)) abort();
     if (a.len != b.len || memcmp(a.data, b.data, a.len) != 0) {
         fprintf(stderr, "render not stable:\n%.*s\n%.*s\n", (int)a.len, a.data, (int)b.len, b.data);
         abort();
     }
-    /* json_has_lone_surrogate and truthiness must agree across the round trip */
-    if (json_has_lone_surrogate(root) != json_has_lone_surrogate(json_doc_root(d2))) abort();
-    if (json_truthy(root) != json_truthy(json_doc_root(d2))) abort();
-    json_doc_free(d2);
+    /* clef_json_has_lone_surrogate and truthiness must agree across the round trip */
+    if (clef_json_has_lone_surrogate(root) != clef_json_has_lone_surrogate(clef_json_doc_root(d2))) abort();
+    if (clef_json_truthy(root) != clef_json_truthy(clef_json_doc_root(d2))) abort();
+    clef_json_doc_free(d2);
     clef_buf_free(&a);
     clef_buf_free(&b);
 }
@@ -52,15 +52,15 @@ static void render_twice(const json_value *root, int sort) {
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     clef_err err;
     json_limits lim = {1 << 20, 64};
-    json_doc *d = json_parse((const char *)data, size, &lim, &err);
+    json_doc *d = clef_json_parse((const char *)data, size, &lim, &err);
     if (!d) {
         if (!err.type) abort(); /* a failure always names its type */
         if (strcmp(err.type, CLEF_E_INVALID_UTF8) == 0 && utf8_valid((const char *)data, size)) abort();
         return 0;
     }
     if (!utf8_valid((const char *)data, size)) abort(); /* accepted bytes are UTF-8 */
-    render_twice(json_doc_root(d), 1);
-    render_twice(json_doc_root(d), 0);
-    json_doc_free(d);
+    render_twice(clef_json_doc_root(d), 1);
+    render_twice(clef_json_doc_root(d), 0);
+    clef_json_doc_free(d);
     return 0;
 }

@@ -73,9 +73,9 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
 static void check_json(const clef_buf *b) {
     clef_err e;
     clef_err_clear(&e);
-    json_doc *d = json_parse(b->data ? b->data : "", b->len, NULL, &e);
+    json_doc *d = clef_json_parse(b->data ? b->data : "", b->len, NULL, &e);
     CHECK(d != NULL);
-    json_doc_free(d);
+    clef_json_doc_free(d);
 }
 
 static void check_record(const clef_record *r, size_t max_length) {
@@ -126,8 +126,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     clef_encode_opts eo = {.max_length = size % 2 ? 96 : 0, .image = &io};
     size_t max_length = size % 2 ? 96 : CLEF_MAX_LENGTH_DEFAULT;
 
-    json_doc *doc = json_parse((const char *)data, size, &lim, &err);
-    if (!doc || clef_request_parse(json_doc_root(doc), &req, &err) ||
+    json_doc *doc = clef_json_parse((const char *)data, size, &lim, &err);
+    if (!doc || clef_request_parse(clef_json_doc_root(doc), &req, &err) ||
         clef_encode_record(g_tok, &req, &eo, &rec, &err))
         goto refused;
 
@@ -155,6 +155,6 @@ done:
     clef_buf_free(&b);
     clef_record_free(&rec);
     clef_request_free(&req);
-    json_doc_free(doc);
+    clef_json_doc_free(doc);
     return 0;
 }

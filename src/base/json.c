@@ -63,13 +63,13 @@ static void *arena_alloc(json_doc *d, size_t n) {
     return nc->data;
 }
 
-json_doc *json_doc_new(void) {
+json_doc *clef_json_doc_new(void) {
     json_doc *d = calloc(1, sizeof *d);
     if (d) d->next_cap = ARENA_MIN_CHUNK;
     return d;
 }
 
-void json_doc_free(json_doc *d) {
+void clef_json_doc_free(json_doc *d) {
     if (!d) return;
     chunk *c = d->head;
     while (c) {
@@ -80,8 +80,8 @@ void json_doc_free(json_doc *d) {
     free(d);
 }
 
-json_value *json_doc_root(json_doc *d) { return d ? d->root : NULL; }
-void json_doc_set_root(json_doc *d, json_value *v) { if (d) d->root = v; }
+json_value *clef_json_doc_root(json_doc *d) { return d ? d->root : NULL; }
+void clef_json_doc_set_root(json_doc *d, json_value *v) { if (d) d->root = v; }
 
 static json_value *new_value(json_doc *d, json_kind k) {
     json_value *v = arena_alloc(d, sizeof *v);
@@ -103,10 +103,10 @@ static char *arena_strdup(json_doc *d, const char *s, size_t len) {
 
 /* ---- builders ---- */
 
-json_value *json_new_null(json_doc *d) { return new_value(d, JSON_NULL); }
-json_value *json_new_bool(json_doc *d, int b) { return new_value(d, b ? JSON_TRUE : JSON_FALSE); }
+json_value *clef_json_new_null(json_doc *d) { return new_value(d, JSON_NULL); }
+json_value *clef_json_new_bool(json_doc *d, int b) { return new_value(d, b ? JSON_TRUE : JSON_FALSE); }
 
-json_value *json_new_int(json_doc *d, long long x) {
+json_value *clef_json_new_int(json_doc *d, long long x) {
     char buf[32];
     int n = snprintf(buf, sizeof buf, "%lld", x);
     json_value *v = new_value(d, JSON_INT);
@@ -116,13 +116,13 @@ json_value *json_new_int(json_doc *d, long long x) {
     return v->u.integer.digits ? v : NULL;
 }
 
-json_value *json_new_float(json_doc *d, double x) {
+json_value *clef_json_new_float(json_doc *d, double x) {
     json_value *v = new_value(d, JSON_FLOAT);
     if (v) v->u.number = x;
     return v;
 }
 
-json_value *json_new_string(json_doc *d, const char *s, size_t len) {
+json_value *clef_json_new_string(json_doc *d, const char *s, size_t len) {
     json_value *v = new_value(d, JSON_STRING);
     if (!v) return NULL;
     v->u.string.s = arena_strdup(d, s, len);
@@ -130,10 +130,10 @@ json_value *json_new_string(json_doc *d, const char *s, size_t len) {
     return v->u.string.s ? v : NULL;
 }
 
-json_value *json_new_array(json_doc *d) { return new_value(d, JSON_ARRAY); }
-json_value *json_new_object(json_doc *d) { return new_value(d, JSON_OBJECT); }
+json_value *clef_json_new_array(json_doc *d) { return new_value(d, JSON_ARRAY); }
+json_value *clef_json_new_object(json_doc *d) { return new_value(d, JSON_OBJECT); }
 
-int json_array_push(json_doc *d, json_value *arr, json_value *item) {
+int clef_json_array_push(json_doc *d, json_value *arr, json_value *item) {
     if (!arr || arr->kind != JSON_ARRAY || !item) return -1;
     if (arr->u.array.n == arr->u.array.cap) {
         size_t cap = arr->u.array.cap ? arr->u.array.cap * 2 : 4;
@@ -147,7 +147,7 @@ int json_array_push(json_doc *d, json_value *arr, json_value *item) {
     return 0;
 }
 
-int json_object_set(json_doc *d, json_value *obj, const char *key, size_t key_len, json_value *val) {
+int clef_json_object_set(json_doc *d, json_value *obj, const char *key, size_t key_len, json_value *val) {
     if (!obj || obj->kind != JSON_OBJECT || !val || (!key && key_len)) return -1;
     for (size_t i = 0; i < obj->u.object.n; i++) {
         json_member *m = &obj->u.object.members[i];
@@ -175,7 +175,7 @@ int json_object_set(json_doc *d, json_value *obj, const char *key, size_t key_le
 
 /* ---- lookups ---- */
 
-json_value *json_object_getn(const json_value *obj, const char *key, size_t key_len) {
+json_value *clef_json_object_getn(const json_value *obj, const char *key, size_t key_len) {
     if (!obj || obj->kind != JSON_OBJECT || (!key && key_len)) return NULL;
     for (size_t i = 0; i < obj->u.object.n; i++) {
         const json_member *m = &obj->u.object.members[i];
@@ -184,8 +184,8 @@ json_value *json_object_getn(const json_value *obj, const char *key, size_t key_
     return NULL;
 }
 
-json_value *json_object_get(const json_value *obj, const char *key) {
-    return key ? json_object_getn(obj, key, strlen(key)) : NULL;
+json_value *clef_json_object_get(const json_value *obj, const char *key) {
+    return key ? clef_json_object_getn(obj, key, strlen(key)) : NULL;
 }
 
 static int bytes_have_surrogate(const char *s, size_t len) {
@@ -195,25 +195,25 @@ static int bytes_have_surrogate(const char *s, size_t len) {
     return 0;
 }
 
-int json_has_lone_surrogate(const json_value *v) {
+int clef_json_has_lone_surrogate(const json_value *v) {
     if (!v) return 0;
     switch (v->kind) {
     case JSON_STRING: return bytes_have_surrogate(v->u.string.s, v->u.string.len);
     case JSON_ARRAY:
         for (size_t i = 0; i < v->u.array.n; i++)
-            if (json_has_lone_surrogate(v->u.array.items[i])) return 1;
+            if (clef_json_has_lone_surrogate(v->u.array.items[i])) return 1;
         return 0;
     case JSON_OBJECT:
         for (size_t i = 0; i < v->u.object.n; i++) {
             const json_member *m = &v->u.object.members[i];
-            if (bytes_have_surrogate(m->key, m->key_len) || json_has_lone_surrogate(m->val)) return 1;
+            if (bytes_have_surrogate(m->key, m->key_len) || clef_json_has_lone_surrogate(m->val)) return 1;
         }
         return 0;
     default: return 0;
     }
 }
 
-int json_truthy(const json_value *v) {
+int clef_json_truthy(const json_value *v) {
     if (!v) return 0;
     switch (v->kind) {
     case JSON_NULL:
@@ -373,7 +373,7 @@ static int parse_string(parser *p, size_t *pos, const char **out, size_t *out_le
             }
         }
         char tmp[4];
-        int k = utf8_encode(cp, tmp);
+        int k = clef_utf8_encode(cp, tmp);
         if (n + (size_t)k > cap) { fail_at(p, "Unterminated string starting at", begin); return -1; }
         memcpy(d + n, tmp, (size_t)k);
         n += (size_t)k;
@@ -425,7 +425,7 @@ static json_value *parse_number(parser *p, size_t *pos) {
         if (!buf) { fail_oom(p); return NULL; }
         memcpy(buf, s + start, n);
         buf[n] = '\0';
-        double x = py_strtod(buf, NULL);
+        double x = clef_py_strtod(buf, NULL);
         if (buf != small) free(buf);
         json_value *v = new_value(p->doc, JSON_FLOAT);
         if (!v) { fail_oom(p); return NULL; }
@@ -644,7 +644,7 @@ static json_value *parse_value(parser *p, size_t *pos, int depth) {
         if (depth >= p->max_depth) {
             p->failed = 1;
             clef_err_set(p->err, CLEF_E_LIMIT, "JSON nesting is deeper than %d levels (at char %zu)",
-                         p->max_depth, utf8_count(p->s, idx));
+                         p->max_depth, clef_utf8_count(p->s, idx));
             return NULL;
         }
         idx++;
@@ -661,19 +661,19 @@ static json_value *parse_value(parser *p, size_t *pos, int depth) {
         if (match_lit(p, idx, "false", 5)) { *pos = idx + 5; v = new_value(p->doc, JSON_FALSE); goto done; }
         break;
     case 'N':
-        if (match_lit(p, idx, "NaN", 3)) { *pos = idx + 3; v = json_new_float(p->doc, NAN); goto done; }
+        if (match_lit(p, idx, "NaN", 3)) { *pos = idx + 3; v = clef_json_new_float(p->doc, NAN); goto done; }
         break;
     case 'I':
         if (match_lit(p, idx, "Infinity", 8)) {
             *pos = idx + 8;
-            v = json_new_float(p->doc, INFINITY);
+            v = clef_json_new_float(p->doc, INFINITY);
             goto done;
         }
         break;
     case '-':
         if (match_lit(p, idx, "-Infinity", 9)) {
             *pos = idx + 9;
-            v = json_new_float(p->doc, -INFINITY);
+            v = clef_json_new_float(p->doc, -INFINITY);
             goto done;
         }
         break;
@@ -685,17 +685,17 @@ done:
     return v;
 }
 
-json_doc *json_parse(const char *text, size_t len, const json_limits *lim, clef_err *err) {
+json_doc *clef_json_parse(const char *text, size_t len, const json_limits *lim, clef_err *err) {
     clef_err_clear(err);
-    if (!text && len) { clef_err_set(err, CLEF_E_INTERNAL, "json_parse: NULL text"); return NULL; }
+    if (!text && len) { clef_err_set(err, CLEF_E_INTERNAL, "clef_json_parse: NULL text"); return NULL; }
     if (lim && lim->max_bytes && len > lim->max_bytes) {
         clef_err_set(err, CLEF_E_LIMIT, "JSON body is %zu bytes; the limit is %zu bytes", len, lim->max_bytes);
         return NULL;
     }
-    size_t good = utf8_valid_prefix(text, len);
+    size_t good = clef_utf8_valid_prefix(text, len);
     if (good != len) {
         char why[200];
-        utf8_error_message(text, len, good, why, sizeof why);
+        clef_utf8_error_message(text, len, good, why, sizeof why);
         clef_err_set(err, CLEF_E_INVALID_UTF8, "%s", why);
         return NULL;
     }
@@ -705,7 +705,7 @@ json_doc *json_parse(const char *text, size_t len, const json_limits *lim, clef_
     p.len = len;
     p.err = err;
     p.max_depth = lim && lim->max_depth > 0 ? lim->max_depth : CLEF_JSON_DEFAULT_DEPTH;
-    p.doc = json_doc_new();
+    p.doc = clef_json_doc_new();
     if (!p.doc) { clef_err_set(err, CLEF_E_OOM, "out of memory while parsing JSON"); return NULL; }
 
     json_value *root = NULL;
@@ -727,7 +727,7 @@ json_doc *json_parse(const char *text, size_t len, const json_limits *lim, clef_
     free(p.mems);
     if (!root) {
         if (err && !err->type) clef_err_set(err, CLEF_E_INTERNAL, "JSON parse failed");
-        json_doc_free(p.doc);
+        clef_json_doc_free(p.doc);
         return NULL;
     }
     p.doc->root = root;
@@ -736,7 +736,7 @@ json_doc *json_parse(const char *text, size_t len, const json_limits *lim, clef_
 
 /* ---- render ---- */
 
-/* The bytes of s, escaped as json_render_string does, without the quotes. */
+/* The bytes of s, escaped as clef_json_render_string does, without the quotes. */
 static int render_escaped(clef_buf *out, const char *s, size_t len) {
     static const char hex[] = "0123456789abcdef";
     const unsigned char *u = (const unsigned char *)s;
@@ -767,26 +767,26 @@ static int render_escaped(clef_buf *out, const char *s, size_t len) {
     return out->oom ? -1 : 0;
 }
 
-int json_render_string(clef_buf *out, const char *s, size_t len) {
+int clef_json_render_string(clef_buf *out, const char *s, size_t len) {
     clef_buf_putc(out, '"');
     render_escaped(out, s, len);
     return clef_buf_putc(out, '"');
 }
 
-int json_render_string_utf8(clef_buf *out, const char *s, size_t len) {
+int clef_json_render_string_utf8(clef_buf *out, const char *s, size_t len) {
     static const char hex[] = "0123456789abcdef";
     size_t i = 0;
     if (clef_buf_putc(out, '"')) return -1;
     while (i < len) {
-        /* the longest valid run, escaped as json_render_string does */
-        size_t run = utf8_valid_prefix(s + i, len - i);
+        /* the longest valid run, escaped as clef_json_render_string does */
+        size_t run = clef_utf8_valid_prefix(s + i, len - i);
         if (run) {
             if (render_escaped(out, s + i, run)) return -1;
             i += run;
             continue;
         }
         uint32_t cp;
-        int k = utf8_decode_wtf8(s + i, len - i, &cp);
+        int k = clef_utf8_decode_wtf8(s + i, len - i, &cp);
         if (k == 3 && utf8_is_surrogate(cp)) {
             char e[6] = {'\\', 'u', hex[cp >> 12], hex[(cp >> 8) & 15], hex[(cp >> 4) & 15], hex[cp & 15]};
             clef_buf_put(out, e, sizeof e);
@@ -814,11 +814,11 @@ static int render_float(clef_buf *out, double x) {
     if (isnan(x)) return clef_buf_put(out, "NaN", 3);
     if (isinf(x)) return x < 0 ? clef_buf_put(out, "-Infinity", 9) : clef_buf_put(out, "Infinity", 8);
     char buf[40];
-    int n = py_repr_double(x, buf);
+    int n = clef_py_repr_double(x, buf);
     return clef_buf_put(out, buf, (size_t)n);
 }
 
-int json_render(clef_buf *out, const json_value *v, int sort_keys) {
+int clef_json_render(clef_buf *out, const json_value *v, int sort_keys) {
     if (!v) return clef_buf_put(out, "null", 4);
     switch (v->kind) {
     case JSON_NULL: return clef_buf_put(out, "null", 4);
@@ -826,12 +826,12 @@ int json_render(clef_buf *out, const json_value *v, int sort_keys) {
     case JSON_TRUE: return clef_buf_put(out, "true", 4);
     case JSON_INT: return clef_buf_put(out, v->u.integer.digits, v->u.integer.len);
     case JSON_FLOAT: return render_float(out, v->u.number);
-    case JSON_STRING: return json_render_string(out, v->u.string.s, v->u.string.len);
+    case JSON_STRING: return clef_json_render_string(out, v->u.string.s, v->u.string.len);
     case JSON_ARRAY:
         clef_buf_putc(out, '[');
         for (size_t i = 0; i < v->u.array.n; i++) {
             if (i) clef_buf_putc(out, ',');
-            if (json_render(out, v->u.array.items[i], sort_keys)) return -1;
+            if (clef_json_render(out, v->u.array.items[i], sort_keys)) return -1;
         }
         return clef_buf_putc(out, ']');
     case JSON_OBJECT: {
@@ -848,9 +848,9 @@ int json_render(clef_buf *out, const json_value *v, int sort_keys) {
         for (size_t i = 0; i < n && rc == 0; i++) {
             const json_member *m = order ? order[i] : &v->u.object.members[i];
             if (i) clef_buf_putc(out, ',');
-            json_render_string(out, m->key, m->key_len);
+            clef_json_render_string(out, m->key, m->key_len);
             clef_buf_putc(out, ':');
-            rc = json_render(out, m->val, sort_keys);
+            rc = clef_json_render(out, m->val, sort_keys);
         }
         if (order && order != small) free(order);
         if (rc) return -1;
@@ -860,7 +860,7 @@ int json_render(clef_buf *out, const json_value *v, int sort_keys) {
     return -1;
 }
 
-int json_render_py(clef_buf *out, const json_value *v) {
+int clef_json_render_py(clef_buf *out, const json_value *v) {
     if (v && v->kind == JSON_STRING) return clef_buf_put(out, v->u.string.s, v->u.string.len);
-    return json_render(out, v, 1);
+    return clef_json_render(out, v, 1);
 }

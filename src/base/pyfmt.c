@@ -19,7 +19,7 @@ static locale_t c_locale;
 static pthread_once_t c_locale_once = PTHREAD_ONCE_INIT;
 static void c_locale_init(void) { c_locale = newlocale(LC_ALL_MASK, "C", (locale_t)0); }
 
-double py_strtod(const char *s, char **end) {
+double clef_py_strtod(const char *s, char **end) {
     pthread_once(&c_locale_once, c_locale_init);
     if (c_locale) return strtod_l(s, end, c_locale);
     return strtod(s, end); /* newlocale failed (out of memory): fall back to the process locale */
@@ -45,7 +45,7 @@ static int round_trips(double x, const char *digits, int p, int e) {
     char buf[64];
     memcpy(buf, digits, (size_t)p);
     snprintf(buf + p, sizeof buf - (size_t)p, "e%d", e - p + 1);
-    return py_strtod(buf, NULL) == x;
+    return clef_py_strtod(buf, NULL) == x;
 }
 
 /* Adds delta (+1 or -1) to the p-digit mantissa; keeps p digits, adjusting *e on carry/borrow.
@@ -113,7 +113,7 @@ static int shortest_at(double x, const char *d17, int e17, int p, char *digits, 
     return 0;
 }
 
-int py_repr_double(double x, char *out) {
+int clef_py_repr_double(double x, char *out) {
     if (isnan(x)) { strcpy(out, "nan"); return 3; }
     if (isinf(x)) { strcpy(out, x < 0 ? "-inf" : "inf"); return x < 0 ? 4 : 3; }
     int n = 0;
@@ -183,10 +183,10 @@ int py_repr_double(double x, char *out) {
 static double read_back(char *buf) {
     for (char *q = buf; *q; q++)
         if (!(*q >= '0' && *q <= '9') && *q != '-' && *q != 'e' && *q != '+') *q = '.';
-    return py_strtod(buf, NULL);
+    return clef_py_strtod(buf, NULL);
 }
 
-double py_round(double x, int ndigits) {
+double clef_py_round(double x, int ndigits) {
     if (!isfinite(x)) return x;
     if (ndigits > PY_NDIGITS_MAX) return x;
     if (ndigits < PY_NDIGITS_MIN) return 0.0 * x;
@@ -234,12 +234,12 @@ double py_round(double x, int ndigits) {
     }
     n += snprintf(out + n, sizeof out - (size_t)n, "e%d", k);
     /* CPython raises OverflowError when this overflows (e.g. round(1.7e308, -308)); we give inf. */
-    return py_strtod(out, NULL);
+    return clef_py_strtod(out, NULL);
 }
 
 /* ---- sum ---- */
 
-double py_sum(const double *xs, size_t n) {
+double clef_py_sum(const double *xs, size_t n) {
     /* sum() starts from the int 0; the first float item is added as int + float (0 + x, which turns
      * -0.0 into 0.0), then the float loop runs Neumaier compensation over the rest. */
     if (n == 0) return 0.0;

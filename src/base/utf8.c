@@ -31,15 +31,15 @@ static int decode_impl(const unsigned char *s, size_t len, uint32_t *cp, int all
     return 0;
 }
 
-int utf8_decode(const char *s, size_t len, uint32_t *cp) {
+int clef_utf8_decode(const char *s, size_t len, uint32_t *cp) {
     return len ? decode_impl((const unsigned char *)s, len, cp, 0) : (*cp = 0xFFFD, 0);
 }
 
-int utf8_decode_wtf8(const char *s, size_t len, uint32_t *cp) {
+int clef_utf8_decode_wtf8(const char *s, size_t len, uint32_t *cp) {
     return len ? decode_impl((const unsigned char *)s, len, cp, 1) : (*cp = 0xFFFD, 0);
 }
 
-size_t utf8_valid_prefix(const char *s, size_t len) {
+size_t clef_utf8_valid_prefix(const char *s, size_t len) {
     const unsigned char *p = (const unsigned char *)s;
     size_t i = 0;
     while (i < len) {
@@ -60,7 +60,7 @@ size_t utf8_valid_prefix(const char *s, size_t len) {
     return len;
 }
 
-int utf8_encode(uint32_t cp, char *out) {
+int clef_utf8_encode(uint32_t cp, char *out) {
     unsigned char *o = (unsigned char *)out;
     if (cp < 0x80) { o[0] = (unsigned char)cp; return 1; }
     if (cp < 0x800) {
@@ -84,14 +84,14 @@ int utf8_encode(uint32_t cp, char *out) {
     return 0;
 }
 
-size_t utf8_count(const char *s, size_t len) {
+size_t clef_utf8_count(const char *s, size_t len) {
     const unsigned char *p = (const unsigned char *)s;
     size_t n = 0;
     for (size_t i = 0; i < len; i++) n += (p[i] & 0xC0) != 0x80;
     return n;
 }
 
-void utf8_error_message(const char *s, size_t len, size_t pos, char *msg, size_t cap) {
+void clef_utf8_error_message(const char *s, size_t len, size_t pos, char *msg, size_t cap) {
     const unsigned char *p = (const unsigned char *)s + pos;
     size_t avail = len - pos;
     unsigned c = p[0];

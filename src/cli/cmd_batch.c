@@ -122,12 +122,12 @@ static int reader_next(line_reader *r, char **line, size_t *cap, size_t max, siz
 static int is_answer(const char *line, size_t len) {
     clef_err e;
     clef_err_clear(&e);
-    json_doc *d = json_parse(line, len, NULL, &e);
+    json_doc *d = clef_json_parse(line, len, NULL, &e);
     if (!d) return 0;
-    const json_value *root = json_doc_root(d);
+    const json_value *root = clef_json_doc_root(d);
     int ok = root && root->kind == JSON_OBJECT &&
-             ((json_object_get(root, "answers") && json_object_get(root, "model")) || json_object_get(root, "error"));
-    json_doc_free(d);
+             ((clef_json_object_get(root, "answers") && clef_json_object_get(root, "model")) || clef_json_object_get(root, "error"));
+    clef_json_doc_free(d);
     return ok;
 }
 
@@ -262,7 +262,7 @@ static int too_long_result(clef_result *res, uint64_t lineno, size_t len, size_t
     clef_buf b;
     clef_buf_init(&b);
     clef_buf_puts(&b, "{\"error\":{\"type\":\"RequestTooLong\",\"message\":");
-    json_render_string_utf8(&b, msg, strlen(msg));
+    clef_json_render_string_utf8(&b, msg, strlen(msg));
     clef_buf_puts(&b, "}}");
     if (b.oom) {
         clef_buf_free(&b);

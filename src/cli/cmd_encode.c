@@ -59,9 +59,9 @@ int cmd_encode(int argc, char **argv) {
     memset(&req, 0, sizeof req);
     clef_record rec;
     memset(&rec, 0, sizeof rec);
-    doc = json_parse(text, len, NULL, &err);
+    doc = clef_json_parse(text, len, NULL, &err);
     if (!doc) goto out;
-    if (clef_request_parse(json_doc_root(doc), &req, &err)) goto out;
+    if (clef_request_parse(clef_json_doc_root(doc), &req, &err)) goto out;
     tok = clef_tokenizer_load(path, CLEF_SPLIT_FROM_FILE, &err);
     if (!tok) goto out;
     clef_image_opts io;
@@ -85,7 +85,7 @@ out:
     clef_record_free(&rec);
     clef_request_free(&req);
     if (tok) clef_tokenizer_free(tok);
-    if (doc) json_doc_free(doc);
+    if (doc) clef_json_doc_free(doc);
     free(text);
     return rc ? fail(&err) : 0;
 }

@@ -7,7 +7,7 @@
  *
  * Each run is the record's request with "raw": true (every answer then ends with a "raw" object of
  * unrounded probabilities in head order, clef.h); the response compared for bytes is ours with that
- * last key removed, rendered again (json_render: json.dumps(..., ensure_ascii=False,
+ * last key removed, rendered again (clef_json_render: json.dumps(..., ensure_ascii=False,
  * separators=(",", ":")), what the engine itself writes), against the fixture's systemone_response
  * rendered the same way. Image arms need the images: --images DIR holding the files the fixture
  * names, each checked against its png_sha256 before use; g256 / g448 open the engine with the fixed
@@ -121,7 +121,7 @@ typedef struct gate {
 static const json_value *find_record(const gate *g, const char *id) {
     for (size_t i = 0; i < g->records->u.array.n; i++) {
         const json_value *r = g->records->u.array.items[i];
-        const char *rid = str_of(json_object_get(r, "id"));
+        const char *rid = str_of(clef_json_object_get(r, "id"));
         if (rid && !strcmp(rid, id)) return r;
     }
     return NULL;
@@ -145,8 +145,8 @@ static int image_path(const gate *g, const char *file, char *out, size_t cap, ch
     const char *want = NULL;
     for (size_t i = 0; g->images && i < g->images->u.array.n; i++) {
         const json_value *im = g->images->u.array.items[i];
-        const char *f = str_of(json_object_get(im, "file"));
-        if (f && !strcmp(f, file)) want = str_of(json_object_get(im, "png_sha256"));
+        const char *f = str_of(clef_json_object_get(im, "file"));
+        if (f && !strcmp(f, file)) want = str_of(clef_json_object_get(im, "png_sha256"));
     }
     if (!want) {
         snprintf(why, wcap, "%s: the fixture gives no png_sha256 for it", file);
@@ -178,11 +178,11 @@ static int image_path(const gate *g, const char *file, char *out, size_t cap, ch
 /* One run: request with "raw": true (and its images), compare. */
 static void run_one(gate *g, clef_engine *e, const json_value *run, const char *arm, arm_stats *st) {
     char tag[160];
-    const char *id = str_of(json_object_get(run, "id"));
+    const char *id = str_of(clef_json_object_get(run, "id"));
     snprintf(tag, sizeof tag, "%s/%s", id ? id : "?", arm);
     const json_value *rec = id ? find_record(g, id) : NULL;
-    const json_value *req = rec ? json_object_get(rec, "request") : NULL;
-    const json_value *qs = json_object_get(run, "questions"), *want = json_object_get(run, "systemone_response");
+    const json_value *req = rec ? clef_json_object_get(rec, "request") : NULL;
+    const json_value *qs = clef_json_object_get(run, "questions"), *want = clef_json_object_get(run, "systemone_response");
     if (!req || req->kind != JSON_OBJECT || !qs || qs->kind != JSON_ARRAY || !want) {
         report(g, tag, "the fixture lacks its record, questions or response", NULL);
         st->errors++;
@@ -190,21 +190,21 @@ static void run_one(gate *g, clef_engine *e, const json_value *run, const char *
         return;
     }
     /* a request of our own: {request's members..., "images"?, "raw": true} */
-    json_doc *d = json_doc_new();
+    json_doc *d = clef_json_doc_new();
     clef_buf body, a, b;
     clef_buf_init(&body);
     clef_buf_init(&a);
     clef_buf_init(&b);
     json_doc *resp = NULL;
-    json_value *obj = d ? json_new_object(d) : NULL;
+    json_value *obj = d ? clef_json_new_object(d) : NULL;
     int oom = !obj;
     for (size_t i = 0; !oom && i < req->u.object.n; i++) {
         const json_member *m = &req->u.object.members[i];
-        if (json_object_set(d, obj, m->key, m->key_len, m->val)) oom = 1;
+        if (clef_json_object_set(d, obj, m->key, m->key_len, m->val)) oom = 1;
     }
     if (!oom && strcmp(arm, "text")) {
-        const json_value *files = json_object_get(run, "image_files");
-        json_value *arr = json_new_array(d);
+        const json_value *files = clef_json_object_get(run, "image_files");
+        json_value *arr = clef_json_new_array(d);
         oom = !arr;
         for (size_t i = 0; !oom && files && files->kind == JSON_ARRAY && i < files->u.array.n; i++) {
             char path[4096], why[300];
@@ -214,13 +214,13 @@ static void run_one(gate *g, clef_engine *e, const json_value *run, const char *
                 st->runs_skipped++;
                 goto out;
             }
-            json_value *s = json_new_string(d, path, strlen(path));
-            oom = !s || json_array_push(d, arr, s);
+            json_value *s = clef_json_new_string(d, path, strlen(path));
+            oom = !s || clef_json_array_push(d, arr, s);
         }
-        if (!oom) oom = json_object_set(d, obj, "images", 6, arr);
+        if (!oom) oom = clef_json_object_set(d, obj, "images", 6, arr);
     }
-    json_value *t = oom ? NULL : json_new_bool(d, 1);
-    if (!t || json_object_set(d, obj, "raw", 3, t) || json_render(&body, obj, 0)) oom = 1;
+    json_value *t = oom ? NULL : clef_json_new_bool(d, 1);
+    if (!t || clef_json_object_set(d, obj, "raw", 3, t) || clef_json_render(&body, obj, 0)) oom = 1;
     if (oom) {
         report(g, tag, "out of memory", NULL);
         st->errors++;
@@ -238,9 +238,9 @@ static void run_one(gate *g, clef_engine *e, const json_value *run, const char *
         goto out;
     }
     clef_err jerr = {0};
-    resp = json_parse(r.body, r.body_len, NULL, &jerr);
+    resp = clef_json_parse(r.body, r.body_len, NULL, &jerr);
     clef_result_free(&r);
-    json_value *answers = resp ? json_object_get(json_doc_root(resp), "answers") : NULL;
+    json_value *answers = resp ? clef_json_object_get(clef_json_doc_root(resp), "answers") : NULL;
     if (!answers || answers->kind != JSON_OBJECT) {
         report(g, tag, "our response has no answers", NULL);
         st->errors++;
@@ -250,9 +250,9 @@ static void run_one(gate *g, clef_engine *e, const json_value *run, const char *
     /* probabilities: each answer's "raw" against the fixture's probs, then drop "raw" */
     for (size_t qi = 0; qi < qs->u.array.n; qi++) {
         const json_value *q = qs->u.array.items[qi];
-        const char *qid = str_of(json_object_get(q, "question_id"));
-        const json_value *oids = json_object_get(q, "option_ids"), *probs = json_object_get(q, "probs");
-        json_value *ans = qid ? json_object_get(answers, qid) : NULL;
+        const char *qid = str_of(clef_json_object_get(q, "question_id"));
+        const json_value *oids = clef_json_object_get(q, "option_ids"), *probs = clef_json_object_get(q, "probs");
+        json_value *ans = qid ? clef_json_object_get(answers, qid) : NULL;
         size_t na = ans && ans->kind == JSON_OBJECT ? ans->u.object.n : 0;
         const json_value *raw = na ? ans->u.object.members[na - 1].val : NULL;
         if (!raw || strcmp(ans->u.object.members[na - 1].key, "raw") || raw->kind != JSON_OBJECT || !oids ||
@@ -289,7 +289,7 @@ static void run_one(gate *g, clef_engine *e, const json_value *run, const char *
         else report(g, tag, "argmax differs in question ", qid);
         ans->u.object.n--; /* "raw" is the last member (clef.h); the rest is the reference's response */
     }
-    if (json_render(&a, json_doc_root(resp), 0) || json_render(&b, want, 0)) {
+    if (clef_json_render(&a, clef_json_doc_root(resp), 0) || clef_json_render(&b, want, 0)) {
         report(g, tag, "out of memory", NULL);
         st->failed = 1;
         goto out;
@@ -297,7 +297,7 @@ static void run_one(gate *g, clef_engine *e, const json_value *run, const char *
     if (a.len == b.len && !memcmp(a.data, b.data, a.len)) {
         st->bytes_equal++;
     } else {
-        int c = compare_values(json_doc_root(resp), want);
+        int c = compare_values(clef_json_doc_root(resp), want);
         if (c == 1) {
             st->bytes_rounding++;
             if (g->verbose) fprintf(stderr, "gate: %s: a 4th-decimal rounding difference\n  ours %s\n  ref  %s\n", tag, a.data, b.data);
@@ -308,8 +308,8 @@ static void run_one(gate *g, clef_engine *e, const json_value *run, const char *
         }
     }
 out:
-    json_doc_free(resp);
-    json_doc_free(d);
+    clef_json_doc_free(resp);
+    clef_json_doc_free(d);
     clef_buf_free(&body);
     clef_buf_free(&a);
     clef_buf_free(&b);
@@ -388,19 +388,19 @@ int cmd_gate(int argc, char **argv) {
     }
     const char *fname = fixture ? fixture : "the author's fixture (built in)";
     clef_err jerr = {0};
-    g.doc = json_parse(text, len, NULL, &jerr);
+    g.doc = clef_json_parse(text, len, NULL, &jerr);
     free(owned);
-    const json_value *root = g.doc ? json_doc_root(g.doc) : NULL;
-    const char *schema = root ? str_of(json_object_get(root, "schema")) : NULL;
-    g.records = root ? json_object_get(root, "records") : NULL;
-    g.runs = root ? json_object_get(root, "runs") : NULL;
-    g.images = root ? json_object_get(root, "images") : NULL;
+    const json_value *root = g.doc ? clef_json_doc_root(g.doc) : NULL;
+    const char *schema = root ? str_of(clef_json_object_get(root, "schema")) : NULL;
+    g.records = root ? clef_json_object_get(root, "records") : NULL;
+    g.runs = root ? clef_json_object_get(root, "runs") : NULL;
+    g.images = root ? clef_json_object_get(root, "images") : NULL;
     if (g.images && g.images->kind != JSON_ARRAY) g.images = NULL;
     if (!g.doc || !schema || strcmp(schema, GATE_FIXTURE_SCHEMA) || !g.records || g.records->kind != JSON_ARRAY ||
         !g.runs || g.runs->kind != JSON_ARRAY) {
         fprintf(stderr, "clef gate: %s: %s\n", fname,
                 !g.doc ? jerr.msg : "not a fixture of schema " GATE_FIXTURE_SCHEMA " with records and runs");
-        json_doc_free(g.doc);
+        clef_json_doc_free(g.doc);
         return 2;
     }
     fprintf(stderr, "gate: %s: %zu records, %zu runs; model %s\n", fname, g.records->u.array.n, g.runs->u.array.n,
@@ -409,11 +409,11 @@ int cmd_gate(int argc, char **argv) {
     arm_stats st[N_ARMS];
     memset(st, 0, sizeof st);
     for (size_t i = 0; i < g.runs->u.array.n; i++) {
-        const char *arm = str_of(json_object_get(g.runs->u.array.items[i], "arm"));
+        const char *arm = str_of(clef_json_object_get(g.runs->u.array.items[i], "arm"));
         int ai = arm ? arm_index(arm) : -1;
         if (ai < 0) {
             fprintf(stderr, "clef gate: run %zu has no known arm\n", i);
-            json_doc_free(g.doc);
+            clef_json_doc_free(g.doc);
             return 2;
         }
         st[ai].runs_total++;
@@ -432,7 +432,7 @@ int cmd_gate(int argc, char **argv) {
         clef_engine *e = clef_open(&o, err, sizeof err);
         if (!e) {
             fprintf(stderr, "clef gate: %s\n", err);
-            json_doc_free(g.doc);
+            clef_json_doc_free(g.doc);
             return 3;
         }
         char label[64];
@@ -442,7 +442,7 @@ int cmd_gate(int argc, char **argv) {
         int done = 0;
         for (size_t i = 0; i < g.runs->u.array.n; i++) {
             const json_value *run = g.runs->u.array.items[i];
-            if (strcmp(str_of(json_object_get(run, "arm")), ARMS[ai])) continue;
+            if (strcmp(str_of(clef_json_object_get(run, "arm")), ARMS[ai])) continue;
             run_one(&g, e, run, ARMS[ai], &st[ai]);
             cli_progress_draw(&bar, (uint64_t)++done, (uint64_t)st[ai].runs_total, NULL, 0);
             if (!bar.tty && st[ai].runs_total >= 20 && done % (st[ai].runs_total / 10) == 0 && done < st[ai].runs_total)
@@ -483,6 +483,6 @@ int cmd_gate(int argc, char **argv) {
     printf("gate: %s (thresholds, docs/fidelity.md \"The gate\": max |dp| <= %.0e; every response byte-equal "
            "or one 4th-decimal unit apart; argmax equal where the fixture's top-2 margin >= %.0e)\n",
            !any ? "FAIL: no run compared" : rc ? "FAIL" : "pass", GATE_MAX_DP, 2 * GATE_MAX_DP);
-    json_doc_free(g.doc);
+    clef_json_doc_free(g.doc);
     return rc;
 }

@@ -31,7 +31,7 @@
 #include "base/json.h"
 
 static int get_int(const json_value *obj, const char *key, int64_t lo, int64_t hi, int64_t *out) {
-    const json_value *v = json_object_get(obj, key);
+    const json_value *v = clef_json_object_get(obj, key);
     if (!v || v->kind != JSON_INT || v->u.integer.len > 18) return 0;
     char *end;
     long long x = strtoll(v->u.integer.digits, &end, 10);
@@ -54,17 +54,17 @@ static int read_config(const char *dir, clef_image_opts *o) {
         if (!text) return -1;
         clef_err e = {0};
         json_limits lim = {(size_t)1 << 20, 64};
-        json_doc *d = json_parse(text, len, &lim, &e);
+        json_doc *d = clef_json_parse(text, len, &lim, &e);
         free(text);
         if (!d) {
             fprintf(stderr, "clef preprocess: %s: %s\n", path, e.msg);
             return -1;
         }
-        const json_value *root = json_doc_root(d);
-        const json_value *ip = json_object_get(root, "image_processor");
+        const json_value *root = clef_json_doc_root(d);
+        const json_value *ip = clef_json_object_get(root, "image_processor");
         if (ip && ip->kind == JSON_OBJECT) root = ip;
         int64_t v;
-        const json_value *size = json_object_get(root, "size");
+        const json_value *size = clef_json_object_get(root, "size");
         if (size && size->kind == JSON_OBJECT) {
             if (get_int(size, "shortest_edge", 0, (int64_t)1 << 40, &v)) o->min_pixels = v;
             if (get_int(size, "longest_edge", 1, (int64_t)1 << 40, &v)) o->max_pixels = v;
@@ -75,7 +75,7 @@ static int read_config(const char *dir, clef_image_opts *o) {
         if (get_int(root, "patch_size", 1, 1024, &v)) o->patch_size = (int)v;
         if (get_int(root, "merge_size", 1, 64, &v)) o->merge_size = (int)v;
         if (get_int(root, "temporal_patch_size", 1, 64, &v)) o->temporal_patch_size = (int)v;
-        json_doc_free(d);
+        clef_json_doc_free(d);
         return 0;
     }
     return 0;
@@ -85,9 +85,9 @@ static void put_error(const char *type, const char *msg) {
     clef_buf o;
     clef_buf_init(&o);
     clef_buf_puts(&o, "{\"error\":{\"type\":");
-    json_render_string_utf8(&o, type, strlen(type));
+    clef_json_render_string_utf8(&o, type, strlen(type));
     clef_buf_puts(&o, ",\"message\":");
-    json_render_string_utf8(&o, msg, strlen(msg));
+    clef_json_render_string_utf8(&o, msg, strlen(msg));
     clef_buf_puts(&o, "}}\n");
     if (!o.oom) fwrite(o.data, 1, o.len, stdout);
     clef_buf_free(&o);

@@ -53,7 +53,7 @@ static float *read_logits(const json_value *v, const clef_request *req, size_t *
         for (size_t j = 0; j < a->u.array.n; j++) {
             const json_value *x = a->u.array.items[j];
             if (x->kind == JSON_FLOAT) out[k++] = (float)x->u.number;
-            else if (x->kind == JSON_INT) out[k++] = (float)py_strtod(x->u.integer.digits, NULL);
+            else if (x->kind == JSON_INT) out[k++] = (float)clef_py_strtod(x->u.integer.digits, NULL);
             else {
                 clef_err_set(err, CLEF_E_BAD_JSON, "logits[%zu][%zu]: not a number", i, j);
                 free(out);
@@ -112,8 +112,8 @@ int cmd_respond(int argc, char **argv) {
         clef_err_set(&err, CLEF_E_IO, "cannot read %s", request);
         goto out;
     }
-    rdoc = json_parse(rtext, rlen, NULL, &err);
-    if (!rdoc || clef_request_parse(json_doc_root(rdoc), &req, &err)) goto out;
+    rdoc = clef_json_parse(rtext, rlen, NULL, &err);
+    if (!rdoc || clef_request_parse(clef_json_doc_root(rdoc), &req, &err)) goto out;
     if (model) {
         char path[4096];
         snprintf(path, sizeof path, "%s/tokenizer.json", model);
@@ -134,9 +134,9 @@ int cmd_respond(int argc, char **argv) {
         clef_err_set(&err, CLEF_E_IO, "cannot read %s", logits);
         goto out;
     }
-    ldoc = json_parse(ltext, llen, NULL, &err);
+    ldoc = clef_json_parse(ltext, llen, NULL, &err);
     if (!ldoc) goto out;
-    lv = read_logits(json_doc_root(ldoc), &req, &nl, &err);
+    lv = read_logits(clef_json_doc_root(ldoc), &req, &nl, &err);
     if (!lv) goto out;
     clef_buf b;
     clef_buf_init(&b);
@@ -153,8 +153,8 @@ out:
     clef_record_free(&rec);
     clef_request_free(&req);
     if (tok) clef_tokenizer_free(tok);
-    if (ldoc) json_doc_free(ldoc);
-    if (rdoc) json_doc_free(rdoc);
+    if (ldoc) clef_json_doc_free(ldoc);
+    if (rdoc) clef_json_doc_free(rdoc);
     free(ltext);
     free(rtext);
     return rc ? fail(&err) : 0;

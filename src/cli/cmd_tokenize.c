@@ -60,9 +60,9 @@ static void put_ids(clef_buf *o, const clef_ids *ids) {
 
 static void put_error(clef_buf *o, const char *type, const char *msg) {
     clef_buf_puts(o, "{\"error\":{\"type\":");
-    json_render_string_utf8(o, type, strlen(type));
+    clef_json_render_string_utf8(o, type, strlen(type));
     clef_buf_puts(o, ",\"message\":");
-    json_render_string_utf8(o, msg, strlen(msg));
+    clef_json_render_string_utf8(o, msg, strlen(msg));
     clef_buf_puts(o, "}}\n");
 }
 
@@ -90,13 +90,13 @@ static int run_jsonl(const clef_tokenizer *t, const char *path, unsigned flags) 
         ids.n = 0;
         clef_err err;
         clef_err_clear(&err);
-        json_doc *doc = json_parse(line, len, NULL, &err);
+        json_doc *doc = clef_json_parse(line, len, NULL, &err);
         if (!doc) {
             char msg[1100];
             snprintf(msg, sizeof msg, "line %zu: %s", lineno, err.msg);
             put_error(&o, err.type ? err.type : CLEF_E_BAD_JSON, msg);
         } else {
-            const json_value *v = json_doc_root(doc);
+            const json_value *v = clef_json_doc_root(doc);
             if (!v || v->kind != JSON_STRING) {
                 char msg[64];
                 snprintf(msg, sizeof msg, "line %zu: expected a JSON string", lineno);
@@ -106,7 +106,7 @@ static int run_jsonl(const clef_tokenizer *t, const char *path, unsigned flags) 
             } else {
                 put_ids(&o, &ids);
             }
-            json_doc_free(doc);
+            clef_json_doc_free(doc);
         }
         if (o.oom || fwrite(o.data, 1, o.len, stdout) != o.len) {
             rc = 1;

@@ -46,16 +46,16 @@ int pull_manifest_parse(const char *text, size_t len, pull_manifest *m, clef_err
     memset(m, 0, sizeof *m);
     clef_err jerr = {0};
     json_limits lim = {.max_bytes = (size_t)64 << 20, .max_depth = 16};
-    json_doc *d = json_parse(text, len, &lim, &jerr);
+    json_doc *d = clef_json_parse(text, len, &lim, &jerr);
     if (!d) return clef_err_set(err, PULL_E_MANIFEST, "manifest is not JSON: %s", jerr.msg);
-    const json_value *root = json_doc_root(d), *files = json_object_get(root, "files");
+    const json_value *root = clef_json_doc_root(d), *files = clef_json_object_get(root, "files");
     int rc = -1;
     if (!root || root->kind != JSON_OBJECT) {
         clef_err_set(err, PULL_E_MANIFEST, "manifest: the top level must be an object");
         goto done;
     }
-    if (copy_str(m->repository, sizeof m->repository, json_object_get(root, "repository"), "repository", err) ||
-        copy_str(m->revision, sizeof m->revision, json_object_get(root, "revision"), "revision", err))
+    if (copy_str(m->repository, sizeof m->repository, clef_json_object_get(root, "repository"), "repository", err) ||
+        copy_str(m->revision, sizeof m->revision, clef_json_object_get(root, "revision"), "revision", err))
         goto done;
     if (!files || files->kind != JSON_OBJECT || files->u.object.n == 0 || files->u.object.n > PULL_MAX_FILES) {
         clef_err_set(err, PULL_E_MANIFEST, "manifest: \"files\" must be an object of 1 to %d entries", PULL_MAX_FILES);
@@ -76,7 +76,7 @@ int pull_manifest_parse(const char *text, size_t len, pull_manifest *m, clef_err
             goto done;
         }
         memcpy(f->name, mem->key, mem->key_len + 1);
-        const json_value *b = json_object_get(mem->val, "bytes"), *h = json_object_get(mem->val, "sha256");
+        const json_value *b = clef_json_object_get(mem->val, "bytes"), *h = clef_json_object_get(mem->val, "sha256");
         char *end = NULL;
         errno = 0;
         unsigned long long nb = b && b->kind == JSON_INT && b->u.integer.digits[0] != '-'
@@ -105,7 +105,7 @@ int pull_manifest_parse(const char *text, size_t len, pull_manifest *m, clef_err
     }
     rc = 0;
 done:
-    json_doc_free(d);
+    clef_json_doc_free(d);
     if (rc) pull_manifest_free(m);
     return rc;
 }

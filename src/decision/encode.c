@@ -21,7 +21,7 @@ int clef_check_surrogates(const char *s, size_t len, clef_err *err) {
     size_t pos = 0, i = 0;
     while (i < len) {
         uint32_t cp;
-        int k = utf8_decode_wtf8(s + i, len - i, &cp);
+        int k = clef_utf8_decode_wtf8(s + i, len - i, &cp);
         if (k <= 0) k = 1;
         if (utf8_is_surrogate(cp)) {
             /* Python reports the run of consecutive surrogates */
@@ -30,7 +30,7 @@ int clef_check_surrogates(const char *s, size_t len, clef_err *err) {
             size_t j = i + (size_t)k;
             while (j < len) {
                 uint32_t c2;
-                int k2 = utf8_decode_wtf8(s + j, len - j, &c2);
+                int k2 = clef_utf8_decode_wtf8(s + j, len - j, &c2);
                 if (k2 <= 0 || !utf8_is_surrogate(c2)) break;
                 last++;
                 j += (size_t)k2;
@@ -184,7 +184,7 @@ static int media_list(const json_value *v, const char *name, json_doc *own, cons
                       clef_err *err) {
     *items = NULL;
     *n = 0;
-    if (!json_truthy(v)) return 0;
+    if (!clef_json_truthy(v)) return 0;
     if (v->kind == JSON_ARRAY) {
         *n = v->u.array.n;
         *items = malloc(*n * sizeof **items);
@@ -357,7 +357,7 @@ static int encode_schema(const clef_tokenizer *tok, const clef_request *req, cle
         if (piece_buf(tok, b, schema, err)) return -1;
         eq->span.start = schema->n;
         clef_buf_reset(b);
-        if (json_render_py(b, q->instructions)) return clef_err_set(err, CLEF_E_OOM, "out of memory");
+        if (clef_json_render_py(b, q->instructions)) return clef_err_set(err, CLEF_E_OOM, "out of memory");
         if (piece_buf(tok, b, schema, err)) return -1;
         eq->span.end = schema->n;
         if (piece_str(tok, "\nALLOWED OPTIONS:\n", schema, err)) return -1;
@@ -378,11 +378,11 @@ static int encode_schema(const clef_tokenizer *tok, const clef_request *req, cle
             clef_buf_putc(b, '{');
             if (o->description) {
                 clef_buf_puts(b, "\"description\":");
-                if (json_render(b, o->description, 1)) b->oom = 1;
+                if (clef_json_render(b, o->description, 1)) b->oom = 1;
                 clef_buf_putc(b, ',');
             }
             clef_buf_puts(b, "\"option_id\":");
-            json_render_string(b, o->id, o->id_len);
+            clef_json_render_string(b, o->id, o->id_len);
             clef_buf_putc(b, '}');
             if (piece_buf(tok, b, schema, err)) return -1;
             eq->option_spans[j].end = schema->n;
@@ -412,13 +412,13 @@ static int encode_images(const clef_tokenizer *tok, const clef_request *req, con
     if (opts && opts->image) io = *opts->image;
     else clef_image_opts_default(&io);
     const json_value *kw = req->media_kwargs;
-    if (json_truthy(kw)) {
+    if (clef_json_truthy(kw)) {
         if (kw->kind != JSON_OBJECT) {
             clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA, "media_kwargs must be an object, not %s",
                          clef_py_type_name(kw));
             goto done;
         }
-        const json_value *mn = json_object_get(kw, "min_pixels"), *mx = json_object_get(kw, "max_pixels");
+        const json_value *mn = clef_json_object_get(kw, "min_pixels"), *mx = clef_json_object_get(kw, "max_pixels");
         if (mn && mx) { /* one alone has no effect in the processor */
             int64_t a, c;
             if (kw_int(mn, "min_pixels", &a, err) || kw_int(mx, "max_pixels", &c, err)) goto done;
@@ -642,7 +642,7 @@ int clef_encode_record(const clef_tokenizer *tok, const clef_request *req, const
 
     /* ---- state ---- */
     clef_buf_reset(&b);
-    if (json_render_py(&b, req->state) || b.oom) {
+    if (clef_json_render_py(&b, req->state) || b.oom) {
         clef_err_set(err, CLEF_E_OOM, "out of memory");
         goto done;
     }
@@ -675,7 +675,7 @@ int clef_record_render(clef_buf *o, const clef_record *r) {
         const clef_enc_question *q = &r->questions[i];
         if (i) clef_buf_putc(o, ',');
         clef_buf_puts(o, "{\"question_id\":");
-        json_render_string(o, q->id, q->id_len);
+        clef_json_render_string(o, q->id, q->id_len);
         clef_buf_printf(o, ",\"question_type\":%d,\"question_span\":[%zu,%zu],\"option_spans\":[", q->type,
                         q->span.start, q->span.end);
         for (size_t j = 0; j < q->n_options; j++)
@@ -683,7 +683,7 @@ int clef_record_render(clef_buf *o, const clef_record *r) {
         clef_buf_puts(o, "],\"option_ids\":[");
         for (size_t j = 0; j < q->n_options; j++) {
             if (j) clef_buf_putc(o, ',');
-            json_render_string(o, q->options[j].id, q->options[j].id_len);
+            clef_json_render_string(o, q->options[j].id, q->options[j].id_len);
         }
         clef_buf_puts(o, "]}");
     }

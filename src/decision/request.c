@@ -73,10 +73,10 @@ static int alloc_options(clef_question *q, size_t n) {
 
 /* noul: {"true": T, "false": F}.update(criteria or {}), as dict.update does it. */
 static int resolve_noul(json_doc *own, clef_question *q, const json_value *crit) {
-    const json_value *dt = json_new_string(own, DEFAULT_T, sizeof DEFAULT_T - 1);
-    const json_value *df = json_new_string(own, DEFAULT_F, sizeof DEFAULT_F - 1);
+    const json_value *dt = clef_json_new_string(own, DEFAULT_T, sizeof DEFAULT_T - 1);
+    const json_value *df = clef_json_new_string(own, DEFAULT_F, sizeof DEFAULT_F - 1);
     if (!dt || !df) return -1;
-    if (json_truthy(crit)) {
+    if (clef_json_truthy(crit)) {
         switch (crit->kind) {
         case JSON_OBJECT:
             for (size_t i = 0; i < crit->u.object.n; i++) {
@@ -93,7 +93,7 @@ static int resolve_noul(json_doc *own, clef_question *q, const json_value *crit)
                 size_t klen = 0;
                 const json_value *val = NULL;
                 if (e->kind == JSON_STRING) {
-                    len = utf8_count(e->u.string.s, e->u.string.len);
+                    len = clef_utf8_count(e->u.string.s, e->u.string.len);
                 } else if (e->kind == JSON_ARRAY) {
                     len = e->u.array.n;
                     if (len == 2) {
@@ -107,7 +107,7 @@ static int resolve_noul(json_doc *own, clef_question *q, const json_value *crit)
                     len = e->u.object.n; /* iterating a dict gives its keys */
                     if (len == 2) {
                         k = e->u.object.members[0].key, klen = e->u.object.members[0].key_len;
-                        val = json_new_string(own, e->u.object.members[1].key, e->u.object.members[1].key_len);
+                        val = clef_json_new_string(own, e->u.object.members[1].key, e->u.object.members[1].key_len);
                         if (!val) return -1;
                     }
                 } else {
@@ -175,7 +175,7 @@ static int resolve_score(json_doc *own, clef_question *q, const json_value *crit
     switch (crit->kind) {
     case JSON_ARRAY: n = crit->u.array.n; break;
     case JSON_OBJECT: n = crit->u.object.n; break;
-    case JSON_STRING: n = utf8_count(crit->u.string.s, crit->u.string.len); break;
+    case JSON_STRING: n = clef_utf8_count(crit->u.string.s, crit->u.string.len); break;
     default: return crit_fail(q, "'%s' object is not iterable", clef_py_type_name(crit));
     }
     if (alloc_options(q, n)) return -1;
@@ -188,18 +188,18 @@ static int resolve_score(json_doc *own, clef_question *q, const json_value *crit
         if (crit->kind == JSON_ARRAY) {
             item = crit->u.array.items[i];
         } else if (crit->kind == JSON_OBJECT) {
-            item = json_new_string(own, crit->u.object.members[i].key, crit->u.object.members[i].key_len);
+            item = clef_json_new_string(own, crit->u.object.members[i].key, crit->u.object.members[i].key_len);
         } else {
             uint32_t cp;
-            int k = utf8_decode_wtf8(s + off, crit->u.string.len - off, &cp);
+            int k = clef_utf8_decode_wtf8(s + off, crit->u.string.len - off, &cp);
             if (k <= 0) k = 1; /* cannot happen on parser output */
-            item = json_new_string(own, s + off, (size_t)k);
+            item = clef_json_new_string(own, s + off, (size_t)k);
             off += (size_t)k;
         }
         if (!item) return -1;
         char num[32];
         int nl = snprintf(num, sizeof num, "%zu", i);
-        const json_value *idv = json_new_string(own, num, (size_t)nl);
+        const json_value *idv = clef_json_new_string(own, num, (size_t)nl);
         if (!idv) return -1;
         q->legend[i] = item;
         q->options[i] = (clef_option){idv->u.string.s, idv->u.string.len, desc_of(item)};
@@ -219,7 +219,7 @@ void clef_request_free(clef_request *req) {
         }
         free(req->questions);
     }
-    if (req->own) json_doc_free(req->own);
+    if (req->own) clef_json_doc_free(req->own);
     memset(req, 0, sizeof *req);
 }
 
@@ -229,9 +229,9 @@ int clef_request_parse(const json_value *root, clef_request *req, clef_err *err)
     /* 0: request.get(...) on a non-dict */
     if (!root || root->kind != JSON_OBJECT)
         return clef_err_set(err, CLEF_E_BAD_JSON, "'%s' object has no attribute 'get'", clef_py_type_name(root));
-    const json_value *questions = json_object_get(root, "questions");
-    const json_value *model = json_object_get(root, "model");
-    const json_value *state = json_object_get(root, "state");
+    const json_value *questions = clef_json_object_get(root, "questions");
+    const json_value *model = clef_json_object_get(root, "model");
+    const json_value *state = clef_json_object_get(root, "state");
     /* 1 */
     if (!model || model->kind != JSON_STRING || !state)
         return clef_err_set(err, CLEF_E_MISSING_MODEL_OR_STATE, "model and state are required");
@@ -245,26 +245,26 @@ int clef_request_parse(const json_value *root, clef_request *req, clef_err *err)
         const json_value *q = m->val;
         if (q->kind != JSON_OBJECT)
             return clef_err_set(err, CLEF_E_BAD_QUESTION, "'%s' object has no attribute 'get'", clef_py_type_name(q));
-        const json_value *t = json_object_get(q, "type");
+        const json_value *t = clef_json_object_get(q, "type");
         if (t && (t->kind == JSON_ARRAY || t->kind == JSON_OBJECT))
             return clef_err_set(err, CLEF_E_BAD_QUESTION_TYPE, "unhashable type: '%s'", clef_py_type_name(t));
         if (!t || t->kind != JSON_STRING ||
             !(key_is(t->u.string.s, t->u.string.len, "noul") || key_is(t->u.string.s, t->u.string.len, "choice") ||
               key_is(t->u.string.s, t->u.string.len, "score")))
             return err_id(err, CLEF_E_BAD_QUESTION_TYPE, m->key, m->key_len, ": type must be noul, choice, or score");
-        if (!key_is(t->u.string.s, t->u.string.len, "noul") && !json_truthy(json_object_get(q, "criteria")))
+        if (!key_is(t->u.string.s, t->u.string.len, "noul") && !clef_json_truthy(clef_json_object_get(q, "criteria")))
             return err_id(err, CLEF_E_EMPTY_CRITERIA, m->key, m->key_len, ": criteria must not be empty");
     }
 
     req->model = model->u.string.s;
     req->model_len = model->u.string.len;
     req->state = state;
-    req->images = json_object_get(root, "images");
-    req->videos = json_object_get(root, "videos");
-    req->media_kwargs = json_object_get(root, "media_kwargs");
-    const json_value *raw = json_object_get(root, "raw");
+    req->images = clef_json_object_get(root, "images");
+    req->videos = clef_json_object_get(root, "videos");
+    req->media_kwargs = clef_json_object_get(root, "media_kwargs");
+    const json_value *raw = clef_json_object_get(root, "raw");
     req->raw = raw && raw->kind == JSON_TRUE;
-    req->own = json_doc_new();
+    req->own = clef_json_doc_new();
     req->questions = calloc(nq, sizeof *req->questions);
     if (!req->own || !req->questions) {
         clef_request_free(req);
@@ -277,17 +277,17 @@ int clef_request_parse(const json_value *root, clef_request *req, clef_err *err)
         clef_question *q = &req->questions[i];
         q->id = m->key;
         q->id_len = m->key_len;
-        const json_value *t = json_object_get(qv, "type");
+        const json_value *t = clef_json_object_get(qv, "type");
         if (key_is(t->u.string.s, t->u.string.len, "noul")) q->type = CLEF_Q_NOUL, q->type_name = "noul";
         else if (key_is(t->u.string.s, t->u.string.len, "choice")) q->type = CLEF_Q_CHOICE, q->type_name = "choice";
         else q->type = CLEF_Q_SCORE, q->type_name = "score";
-        const json_value *ins = json_object_get(qv, "instructions");
+        const json_value *ins = clef_json_object_get(qv, "instructions");
         if (!ins || ins->kind == JSON_NULL || (ins->kind == JSON_STRING && ins->u.string.len == 0)) {
-            ins = json_new_string(req->own, m->key, m->key_len);
+            ins = clef_json_new_string(req->own, m->key, m->key_len);
             if (!ins) goto fail_oom;
         }
         q->instructions = ins;
-        const json_value *crit = json_object_get(qv, "criteria");
+        const json_value *crit = clef_json_object_get(qv, "criteria");
         int rc = q->type == CLEF_Q_NOUL     ? resolve_noul(req->own, q, crit)
                  : q->type == CLEF_Q_CHOICE ? resolve_choice(q, crit)
                                             : resolve_score(req->own, q, crit);

@@ -36,14 +36,14 @@ static void put_float(clef_buf *o, double x) {
         return;
     }
     char tmp[40];
-    int n = py_repr_double(x, tmp);
+    int n = clef_py_repr_double(x, tmp);
     clef_buf_put(o, tmp, (size_t)n);
 }
 
-static void put_round(clef_buf *o, float p) { put_float(o, py_round((double)p, 4)); }
+static void put_round(clef_buf *o, float p) { put_float(o, clef_py_round((double)p, 4)); }
 
 static void put_key(clef_buf *o, const char *k, size_t n) {
-    json_render_string(o, k, n);
+    clef_json_render_string(o, k, n);
     clef_buf_putc(o, ':');
 }
 
@@ -65,7 +65,7 @@ static void answer(clef_buf *o, const clef_question *q, const float *p, int raw)
     case CLEF_Q_CHOICE: {
         size_t c = py_argmax(p, q->listing, n);
         clef_buf_puts(o, "{\"type\":\"choice\",\"choice\":");
-        json_render_string(o, q->options[c].id, q->options[c].id_len);
+        clef_json_render_string(o, q->options[c].id, q->options[c].id_len);
         clef_buf_puts(o, ",\"confidence\":");
         put_round(o, p[c]);
         clef_buf_puts(o, ",\"probabilities\":{");
@@ -86,17 +86,17 @@ static void answer(clef_buf *o, const clef_question *q, const float *p, int raw)
             return;
         }
         for (size_t k = 0; k < n; k++) terms[k] = (double)k * (double)p[k];
-        double s = py_sum(terms, n);
+        double s = clef_py_sum(terms, n);
         free(terms);
         clef_buf_puts(o, "{\"type\":\"score\",\"score\":");
-        put_float(o, py_round(s, 4));
+        put_float(o, clef_py_round(s, 4));
         clef_buf_puts(o, ",\"confidence\":");
         put_round(o, p[py_argmax(p, q->listing, n)]);
         clef_buf_puts(o, ",\"legend\":{");
         for (size_t k = 0; k < n; k++) {
             if (k) clef_buf_putc(o, ',');
             put_key(o, q->options[k].id, q->options[k].id_len);
-            if (json_render(o, q->legend[k], 0)) o->oom = 1;
+            if (clef_json_render(o, q->legend[k], 0)) o->oom = 1;
         }
         clef_buf_puts(o, "},\"probabilities\":{");
         for (size_t k = 0; k < n; k++) {
@@ -134,7 +134,7 @@ static int render(clef_buf *o, const clef_request *req, const float *v, size_t n
     float *p = malloc(widest * sizeof *p);
     if (!p) return clef_err_set(err, CLEF_E_OOM, "out of memory");
     clef_buf_puts(o, "{\"model\":");
-    json_render_string(o, req->model, req->model_len);
+    clef_json_render_string(o, req->model, req->model_len);
     clef_buf_puts(o, ",\"answers\":{");
     size_t off = 0;
     for (size_t i = 0; i < req->n_questions; i++) {
@@ -166,9 +166,9 @@ int clef_error_render(clef_buf *o, const clef_err *e) {
     const char *type = e && e->type ? e->type : CLEF_E_INTERNAL;
     const char *msg = e && e->type ? e->msg : "unknown error";
     clef_buf_puts(o, "{\"error\":{\"type\":");
-    json_render_string_utf8(o, type, strlen(type));
+    clef_json_render_string_utf8(o, type, strlen(type));
     clef_buf_puts(o, ",\"message\":");
-    json_render_string_utf8(o, msg, strlen(msg)); /* may quote a request's ids: lone surrogates too */
+    clef_json_render_string_utf8(o, msg, strlen(msg)); /* may quote a request's ids: lone surrogates too */
     clef_buf_puts(o, "}}");
     return o->oom ? -1 : 0;
 }

@@ -228,7 +228,7 @@ void clef_job_free(clef_job *j) {
     if (!j) return;
     clef_record_free(&j->rec);
     clef_request_free(&j->req);
-    json_doc_free(j->doc);
+    clef_json_doc_free(j->doc);
     free(j->logits);
     free(j);
 }
@@ -244,9 +244,9 @@ clef_job *clef_job_prepare(clef_engine *e, const char *body, size_t len, clef_re
     }
     j->e = e;
     json_limits lim = {0};
-    j->doc = json_parse(body, len, &lim, &err);
+    j->doc = clef_json_parse(body, len, &lim, &err);
     if (!j->doc) goto fail;
-    if (clef_request_parse(json_doc_root(j->doc), &j->req, &err)) goto fail;
+    if (clef_request_parse(clef_json_doc_root(j->doc), &j->req, &err)) goto fail;
 
     clef_encode_opts eo = {0};
     eo.max_length = (size_t)e->opts.max_length;

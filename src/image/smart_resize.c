@@ -13,7 +13,7 @@ int clef_smart_resize(int64_t h, int64_t w, int64_t factor, int64_t min_pixels, 
     double ratio = (double)mx / (double)mn;
     if (ratio > 200.0) {
         char r[40];
-        py_repr_double(ratio, r);
+        clef_py_repr_double(ratio, r);
         return clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA, "absolute aspect ratio must be smaller than 200, got %s",
                             r);
     }

@@ -26,7 +26,7 @@ static int bad(cctx *c, const char *fmt, const char *key, const char *what) {
 /* An integer key in [lo, hi]. Absent: -1 when required (error set), else *out = def. */
 static int get_int(cctx *c, const json_value *obj, const char *key, int required, int def, long long lo,
                    long long hi, int *out) {
-    const json_value *v = json_object_get(obj, key);
+    const json_value *v = clef_json_object_get(obj, key);
     if (!v || v->kind == JSON_NULL) {
         if (required)
             return clef_err_set(c->err, CLEF_E_BAD_MODEL, "%s: %s%s is missing (a config this build cannot run)",
@@ -49,7 +49,7 @@ static int get_int(cctx *c, const json_value *obj, const char *key, int required
 
 /* A number key (int or float literal), finite. */
 static int get_num(cctx *c, const json_value *obj, const char *key, int required, double def, double *out) {
-    const json_value *v = json_object_get(obj, key);
+    const json_value *v = clef_json_object_get(obj, key);
     if (!v || v->kind == JSON_NULL) {
         if (required)
             return clef_err_set(c->err, CLEF_E_BAD_MODEL, "%s: %s%s is missing (a config this build cannot run)",
@@ -72,7 +72,7 @@ static int str_is(const json_value *v, const char *s) {
 
 /* If present, the key must be the string `want`. */
 static int check_str(cctx *c, const json_value *obj, const char *key, const char *want) {
-    const json_value *v = json_object_get(obj, key);
+    const json_value *v = clef_json_object_get(obj, key);
     if (!v || v->kind == JSON_NULL || str_is(v, want)) return 0;
     return clef_err_set(c->err, CLEF_E_BAD_MODEL, "%s: %s%s must be \"%s\" (a config this build cannot run)", c->label,
                         c->section, key, want);
@@ -80,7 +80,7 @@ static int check_str(cctx *c, const json_value *obj, const char *key, const char
 
 /* If present, the key must be a boolean equal to `want`. */
 static int check_bool(cctx *c, const json_value *obj, const char *key, int want) {
-    const json_value *v = json_object_get(obj, key);
+    const json_value *v = clef_json_object_get(obj, key);
     if (!v || v->kind == JSON_NULL) return 0;
     if ((v->kind == JSON_TRUE && want) || (v->kind == JSON_FALSE && !want)) return 0;
     return clef_err_set(c->err, CLEF_E_BAD_MODEL, "%s: %s%s must be %s (a config this build cannot run)", c->label,
@@ -109,13 +109,13 @@ static int parse_text(cctx *c, const json_value *t, clef_text_config *x) {
     TRY(check_str(c, t, "hidden_act", "silu"));
     TRY(check_bool(c, t, "attention_bias", 0));
     TRY(check_bool(c, t, "tie_word_embeddings", 0));
-    const json_value *eos = json_object_get(t, "eos_token_id");
+    const json_value *eos = clef_json_object_get(t, "eos_token_id");
     x->eos_token_id = -1;
     if (eos && eos->kind == JSON_INT) TRY(get_int(c, t, "eos_token_id", 0, -1, 0, x->vocab_size - 1, &x->eos_token_id));
 
     /* layer types */
     int L = x->num_hidden_layers;
-    const json_value *lt = json_object_get(t, "layer_types");
+    const json_value *lt = clef_json_object_get(t, "layer_types");
     if (lt && lt->kind != JSON_NULL) {
         if (lt->kind != JSON_ARRAY || lt->u.array.n != (size_t)L)
             FAIL("%s: %slayer_types must be a list of num_hidden_layers (%d) strings", c->label, c->section, L);
@@ -138,7 +138,7 @@ static int parse_text(cctx *c, const json_value *t, clef_text_config *x) {
     }
 
     /* rope: rope_parameters (transformers 5) or rope_scaling + top-level keys (older files) */
-    const json_value *rp = json_object_get(t, "rope_parameters");
+    const json_value *rp = clef_json_object_get(t, "rope_parameters");
     const char *saved = c->section;
     const json_value *rsrc = t;
     if (rp && rp->kind == JSON_OBJECT) {
@@ -147,15 +147,15 @@ static int parse_text(cctx *c, const json_value *t, clef_text_config *x) {
     } else if (rp && rp->kind != JSON_NULL) {
         FAIL("%s: %srope_parameters must be an object", c->label, c->section);
     }
-    const json_value *rs = json_object_get(t, "rope_scaling");
+    const json_value *rs = clef_json_object_get(t, "rope_scaling");
     if (rs && rs->kind != JSON_OBJECT) rs = NULL;
     TRY(check_str(c, rsrc, "rope_type", "default"));
     /* a key missing from rope_parameters may sit at the text_config level (older files) */
-    TRY(get_num(c, json_object_get(rsrc, "rope_theta") ? rsrc : t, "rope_theta", 1, 0, &x->rope_theta));
-    TRY(get_num(c, json_object_get(rsrc, "partial_rotary_factor") ? rsrc : t, "partial_rotary_factor", 1, 0,
+    TRY(get_num(c, clef_json_object_get(rsrc, "rope_theta") ? rsrc : t, "rope_theta", 1, 0, &x->rope_theta));
+    TRY(get_num(c, clef_json_object_get(rsrc, "partial_rotary_factor") ? rsrc : t, "partial_rotary_factor", 1, 0,
                 &x->partial_rotary_factor));
-    const json_value *ms = json_object_get(rsrc, "mrope_section");
-    if ((!ms || ms->kind == JSON_NULL) && rs) ms = json_object_get(rs, "mrope_section");
+    const json_value *ms = clef_json_object_get(rsrc, "mrope_section");
+    if ((!ms || ms->kind == JSON_NULL) && rs) ms = clef_json_object_get(rs, "mrope_section");
     if (!(x->rope_theta > 0)) FAIL("%s: %srope_theta must be positive", c->label, c->section);
     if (!(x->partial_rotary_factor > 0 && x->partial_rotary_factor <= 1))
         FAIL("%s: %spartial_rotary_factor must be in (0, 1]", c->label, c->section);
@@ -211,7 +211,7 @@ static int parse_vision(cctx *c, const json_value *v, clef_vision_config *x, int
     TRY(get_int(c, v, "num_position_embeddings", 1, 0, 1, 1 << 22, &x->num_position_embeddings));
     TRY(get_int(c, v, "in_channels", 1, 0, 1, 64, &x->in_channels));
     TRY(check_str(c, v, "hidden_act", "gelu_pytorch_tanh"));
-    const json_value *ds = json_object_get(v, "deepstack_visual_indexes");
+    const json_value *ds = clef_json_object_get(v, "deepstack_visual_indexes");
     if (ds && ds->kind == JSON_ARRAY && ds->u.array.n)
         FAIL("%s: %sdeepstack_visual_indexes must be empty (Qwen3.5 has no DeepStack)", c->label, c->section);
     if (x->hidden_size % x->num_heads)
@@ -236,7 +236,7 @@ static int parse_vision(cctx *c, const json_value *v, clef_vision_config *x, int
     x->merged_dim = (int)md;
     x->layer_norm_eps = 1e-6;
     x->rope_theta = 10000.0;
-    const json_value *rp = json_object_get(v, "rope_parameters");
+    const json_value *rp = clef_json_object_get(v, "rope_parameters");
     if (rp && rp->kind == JSON_OBJECT) {
         const char *saved = c->section;
         c->section = "vision_config.rope_parameters.";
@@ -256,7 +256,7 @@ static json_doc *parse_doc(cctx *c, const char *text, size_t len, int max_depth)
     }
     json_limits lim = {.max_bytes = CFG_MAX_FILE, .max_depth = max_depth};
     clef_err jerr = {0};
-    json_doc *doc = json_parse(text, len, &lim, &jerr);
+    json_doc *doc = clef_json_parse(text, len, &lim, &jerr);
     if (!doc) {
         if (jerr.type && strcmp(jerr.type, CLEF_E_OOM) == 0) clef_err_set(c->err, CLEF_E_OOM, "%s", jerr.msg);
         else clef_err_set(c->err, CLEF_E_BAD_MODEL, "%s: not valid JSON: %s", c->label, jerr.msg);
@@ -270,26 +270,26 @@ int clef_config_parse(clef_config *cfg, const char *text, size_t len, const char
     json_doc *doc = parse_doc(c, text, len, 32);
     if (!doc) return -1;
     int rc = -1;
-    const json_value *root = json_doc_root(doc);
+    const json_value *root = clef_json_doc_root(doc);
     if (!root || root->kind != JSON_OBJECT) {
         clef_err_set(err, CLEF_E_BAD_MODEL, "%s: not a JSON object", c->label);
         goto out;
     }
-    const json_value *tc = json_object_get(root, "text_config");
-    const json_value *vc = json_object_get(root, "vision_config");
+    const json_value *tc = clef_json_object_get(root, "text_config");
+    const json_value *vc = clef_json_object_get(root, "vision_config");
     if (tc && tc->kind != JSON_NULL) {
         if (tc->kind != JSON_OBJECT) {
             clef_err_set(err, CLEF_E_BAD_MODEL, "%s: text_config is not an object", c->label);
             goto out;
         }
-        const json_value *mt = json_object_get(root, "model_type");
+        const json_value *mt = clef_json_object_get(root, "model_type");
         if (mt && !str_is(mt, "qwen3_5")) {
             clef_err_set(err, CLEF_E_BAD_MODEL,
                          "%s: model_type \"%.60s\" is not \"qwen3_5\" (this build runs Qwen3.5 dense models only)",
                          c->label, mt->kind == JSON_STRING ? mt->u.string.s : "(not a string)");
             goto out;
         }
-        const json_value *ar = json_object_get(root, "architectures");
+        const json_value *ar = clef_json_object_get(root, "architectures");
         if (ar && ar->kind != JSON_NULL) {
             int ok = 0;
             if (ar->kind == JSON_ARRAY)
@@ -305,7 +305,7 @@ int clef_config_parse(clef_config *cfg, const char *text, size_t len, const char
         if (parse_text(c, tc, &cfg->text)) goto out;
     } else {
         /* a bare text config (model_type qwen3_5_text at the top level) */
-        if (!str_is(json_object_get(root, "model_type"), "qwen3_5_text")) {
+        if (!str_is(clef_json_object_get(root, "model_type"), "qwen3_5_text")) {
             clef_err_set(err, CLEF_E_BAD_MODEL,
                          "%s: no text_config and model_type is not \"qwen3_5_text\" (this build runs Qwen3.5 only)",
                          c->label);
@@ -337,7 +337,7 @@ int clef_config_parse(clef_config *cfg, const char *text, size_t len, const char
     }
     rc = 0;
 out:
-    json_doc_free(doc);
+    clef_json_doc_free(doc);
     return rc;
 }
 
@@ -371,7 +371,7 @@ int clef_head_config_parse(clef_head_config *h, const char *text, size_t len, co
     json_doc *doc = parse_doc(c, text, len, 8);
     if (!doc) return -1;
     int rc = -1;
-    const json_value *r = json_doc_root(doc);
+    const json_value *r = clef_json_doc_root(doc);
     static const char *const keys[] = {"hidden_size", "width", "routing_layers", "layers", "heads", "feedforward",
                                        "dropout"};
     if (!r || r->kind != JSON_OBJECT) {
@@ -411,7 +411,7 @@ int clef_head_config_parse(clef_head_config *h, const char *text, size_t len, co
     h->head_dim = h->width / h->heads;
     rc = 0;
 out:
-    json_doc_free(doc);
+    clef_json_doc_free(doc);
     return rc;
 }
 

@@ -107,9 +107,9 @@ static int parse_tensor(clef_st_file *f, clef_tensor *t, const char *name, const
     const char *label = f->label;
     if (!v || v->kind != JSON_OBJECT)
         return clef_err_set(err, CLEF_E_BAD_MODEL, "%s: tensor '%.200s': entry is not a JSON object", label, name);
-    const json_value *dt = json_object_get(v, "dtype");
-    const json_value *sh = json_object_get(v, "shape");
-    const json_value *of = json_object_get(v, "data_offsets");
+    const json_value *dt = clef_json_object_get(v, "dtype");
+    const json_value *sh = clef_json_object_get(v, "shape");
+    const json_value *of = clef_json_object_get(v, "data_offsets");
     if (!dt || dt->kind != JSON_STRING)
         return clef_err_set(err, CLEF_E_BAD_MODEL, "%s: tensor '%.200s': missing or non-string \"dtype\"", label, name);
     t->dtype = clef_dtype_from_name(dt->u.string.s, dt->u.string.len);
@@ -191,12 +191,12 @@ clef_st_file *clef_st_parse(const void *bytes, size_t len, const char *label_in,
     if (hlen < 2 || p[8] != '{') BAD("%s: header is not a JSON object", label);
     json_limits lim = {.max_bytes = (size_t)hlen, .max_depth = 16};
     clef_err jerr = {0};
-    doc = json_parse((const char *)p + 8, (size_t)hlen, &lim, &jerr);
+    doc = clef_json_parse((const char *)p + 8, (size_t)hlen, &lim, &jerr);
     if (!doc) {
         if (jerr.type && strcmp(jerr.type, CLEF_E_OOM) == 0) OOM();
         BAD("%s: header is not valid JSON: %s", label, jerr.msg);
     }
-    const json_value *root = json_doc_root(doc);
+    const json_value *root = clef_json_doc_root(doc);
     if (!root || root->kind != JSON_OBJECT) BAD("%s: header is not a JSON object", label);
     const unsigned char *data = p + 8 + hlen;
     uint64_t data_len = (uint64_t)len - 8 - hlen;
@@ -231,7 +231,7 @@ clef_st_file *clef_st_parse(const void *bytes, size_t len, const char *label_in,
         if (parse_tensor(f, t, t->name, m->val, data, data_len, &ex[f->n - 1], err)) goto fail;
         ex[f->n - 1].idx = f->n - 1;
     }
-    json_doc_free(doc);
+    clef_json_doc_free(doc);
     doc = NULL;
 
     /* No two tensors may share a byte (empty tensors occupy none). */
@@ -258,7 +258,7 @@ clef_st_file *clef_st_parse(const void *bytes, size_t len, const char *label_in,
             BAD("%s: tensor '%.200s' appears twice", label, f->by_name[i]->name);
     return f;
 fail:
-    json_doc_free(doc);
+    clef_json_doc_free(doc);
     free(ex);
     clef_st_close(f);
     return NULL;

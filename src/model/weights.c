@@ -405,12 +405,12 @@ static int read_index(clef_model_files_priv *p, const char *index_path, clef_err
     }
     json_limits lim = {.max_bytes = INDEX_MAX_BYTES, .max_depth = 16};
     clef_err jerr = {0};
-    doc = json_parse(mf.data ? (const char *)mf.data : "", mf.size, &lim, &jerr);
+    doc = clef_json_parse(mf.data ? (const char *)mf.data : "", mf.size, &lim, &jerr);
     if (!doc) {
         clef_err_set(err, CLEF_E_BAD_MODEL, "%s: not valid JSON: %s", index_path, jerr.msg);
         goto out;
     }
-    const json_value *wm = json_object_get(json_doc_root(doc), "weight_map");
+    const json_value *wm = clef_json_object_get(clef_json_doc_root(doc), "weight_map");
     if (!wm || wm->kind != JSON_OBJECT) {
         clef_err_set(err, CLEF_E_BAD_MODEL, "%s: no \"weight_map\" object", index_path);
         goto out;
@@ -480,7 +480,7 @@ static int read_index(clef_model_files_priv *p, const char *index_path, clef_err
 out:
     for (size_t k = 0; k < n_names; k++) free(names[k]);
     free(names);
-    json_doc_free(doc);
+    clef_json_doc_free(doc);
     clef_mapfile_close(&mf);
     return rc;
 }

@@ -250,9 +250,9 @@ static void answer(clef_guard *g, size_t i, int status, const char *type, const 
     clef_buf_init(&body);
     clef_buf_init(&out);
     clef_buf_puts(&body, "{\"error\":{\"type\":");
-    json_render_string_utf8(&body, type, strlen(type));
+    clef_json_render_string_utf8(&body, type, strlen(type));
     clef_buf_puts(&body, ",\"message\":");
-    json_render_string_utf8(&body, message, strlen(message));
+    clef_json_render_string_utf8(&body, message, strlen(message));
     clef_buf_puts(&body, "}}");
     clef_buf_printf(&out,
                     "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nX-Request-Id: %s\r\nConnection: close\r\n"

@@ -129,7 +129,7 @@ void clef_log_linel(const char *level, const char *fmt, ...) {
 void clef_log_fatal(const char *msg) {
     clef_buf b;
     clef_buf_init(&b);
-    json_render_string_utf8(&b, msg, strlen(msg));
+    clef_json_render_string_utf8(&b, msg, strlen(msg));
     clef_log_linel("fatal", "\"event\":\"fatal\",\"message\":%s", b.oom ? "\"out of memory\"" : b.data);
     clef_buf_free(&b);
 }
@@ -142,7 +142,7 @@ static void mhd_logger(void *cls, const char *fmt, va_list ap) {
     while (n && (msg[n - 1] == '\n' || msg[n - 1] == '\r')) n--;
     clef_buf b;
     clef_buf_init(&b);
-    json_render_string_utf8(&b, msg, n);
+    clef_json_render_string_utf8(&b, msg, n);
     if (!b.oom) clef_log_linel("warn", "\"event\":\"http\",\"message\":%s", b.data);
     clef_buf_free(&b);
 }
@@ -207,7 +207,7 @@ static enum MHD_Result send_bytes(req *r, int status, const char *ctype, const c
 }
 
 /* The message may quote what the client sent (a path, a Content-Type), which need not be UTF-8:
- * json_render_string_utf8 keeps the body valid UTF-8 JSON all the same. */
+ * clef_json_render_string_utf8 keeps the body valid UTF-8 JSON all the same. */
 static enum MHD_Result send_error(req *r, int status, const char *type, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 static enum MHD_Result send_error(req *r, int status, const char *type, const char *fmt, ...) {
@@ -219,9 +219,9 @@ static enum MHD_Result send_error(req *r, int status, const char *type, const ch
     clef_buf b;
     clef_buf_init(&b);
     clef_buf_puts(&b, "{\"error\":{\"type\":");
-    json_render_string_utf8(&b, type, strlen(type));
+    clef_json_render_string_utf8(&b, type, strlen(type));
     clef_buf_puts(&b, ",\"message\":");
-    json_render_string_utf8(&b, msg, strlen(msg));
+    clef_json_render_string_utf8(&b, msg, strlen(msg));
     clef_buf_puts(&b, "}}");
     snprintf(r->outcome, sizeof r->outcome, "%s", type);
     enum MHD_Result rc = b.oom ? MHD_NO : send_bytes(r, status, "application/json", b.data, b.len);
@@ -351,7 +351,7 @@ static enum MHD_Result answer_get(clef_server *s, req *r, const char *url) {
         rc = b.oom ? MHD_NO : send_bytes(r, 200, "text/plain; version=0.0.4; charset=utf-8", b.data, b.len);
     } else if (!strcmp(url, "/v1/models")) {
         clef_buf_puts(&b, "{\"object\":\"list\",\"data\":[{\"id\":");
-        json_render_string_utf8(&b, s->cfg.model_id, strlen(s->cfg.model_id));
+        clef_json_render_string_utf8(&b, s->cfg.model_id, strlen(s->cfg.model_id));
         clef_buf_printf(&b, ",\"object\":\"model\",\"owned_by\":\"cloudflare\",\"ready\":%s}]}",
                         atomic_load(&s->ready) ? "true" : "false");
         snprintf(r->outcome, sizeof r->outcome, "ok");
@@ -668,8 +668,8 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         clef_buf_init(&m);
         clef_buf_init(&o);
         const char *meth = r->method ? r->method : "?";
-        json_render_string_utf8(&m, meth, strlen(meth));
-        json_render_string_utf8(&o, outcome, strlen(outcome));
+        clef_json_render_string_utf8(&m, meth, strlen(meth));
+        clef_json_render_string_utf8(&o, outcome, strlen(outcome));
         const char *level = r->status == 0 || r->status >= 500 ? "warn" : "info";
         if (!m.oom && !o.oom)
             clef_log_linel(level,
@@ -752,10 +752,10 @@ static void guard_refused(void *ctx, const clef_guard_refusal *g) {
     clef_buf_init(&m);
     clef_buf_init(&t);
     clef_buf_init(&msg);
-    if (g->method) json_render_string_utf8(&m, g->method, g->method_len);
+    if (g->method) clef_json_render_string_utf8(&m, g->method, g->method_len);
     else clef_buf_puts(&m, "null");
-    json_render_string_utf8(&t, g->type, strlen(g->type));
-    json_render_string_utf8(&msg, g->message ? g->message : "", g->message ? strlen(g->message) : 0);
+    clef_json_render_string_utf8(&t, g->type, strlen(g->type));
+    clef_json_render_string_utf8(&msg, g->message ? g->message : "", g->message ? strlen(g->message) : 0);
     if (!m.oom && !t.oom && !msg.oom)
         clef_log_linel("warn",
                        "\"event\":\"request\",\"id\":\"%s\",\"client\":\"%s\",\"method\":%s,\"path\":\"other\","

@@ -59,7 +59,7 @@ void clef_server_shutdown(clef_server *s);
 extern const char clef_openapi_json[];
 
 /* Writes one JSON log line ({"ts":..,"level":"info", then the preformatted fields}) to stderr
- * under the log lock. Fields that carry outside text must be rendered with json_render_string_utf8. */
+ * under the log lock. Fields that carry outside text must be rendered with clef_json_render_string_utf8. */
 void clef_log_line(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* The same with a level: "debug", "info", "warn", "error" or "fatal". */
 void clef_log_linel(const char *level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-int bpe_pairs_init(bpe_pairs *p, size_t expected) {
+int clef_bpe_pairs_init(bpe_pairs *p, size_t expected) {
     memset(p, 0, sizeof *p);
     size_t cap = 16;
     while (cap < 2 * expected + 2) {
@@ -17,12 +17,12 @@ int bpe_pairs_init(bpe_pairs *p, size_t expected) {
     return 0;
 }
 
-void bpe_pairs_free(bpe_pairs *p) {
+void clef_bpe_pairs_free(bpe_pairs *p) {
     free(p->slots);
     memset(p, 0, sizeof *p);
 }
 
-void bpe_pairs_put(bpe_pairs *p, uint32_t a, uint32_t b, uint32_t rank, int32_t merged) {
+void clef_bpe_pairs_put(bpe_pairs *p, uint32_t a, uint32_t b, uint32_t rank, int32_t merged) {
     size_t i = (size_t)bpe_hash_(a, b) & p->mask;
     for (;;) {
         bpe_slot *s = &p->slots[i];
@@ -44,7 +44,7 @@ void bpe_pairs_put(bpe_pairs *p, uint32_t a, uint32_t b, uint32_t rank, int32_t 
     }
 }
 
-void bpe_work_free(bpe_work *w) {
+void clef_bpe_work_free(bpe_work *w) {
     free(w->memo);
     free(w->rm);
     free(w->prev);
@@ -123,7 +123,7 @@ static inline uint64_t pair_rm(const bpe_pairs *p, bpe_work *w, int32_t a, int32
     return rank == BPE_NO_RANK ? UINT64_MAX : ((uint64_t)rank << 32) | (uint32_t)merged;
 }
 
-size_t bpe_merge_scan(const bpe_pairs *p, int32_t *ids, size_t n, bpe_work *w) {
+size_t clef_bpe_merge_scan(const bpe_pairs *p, int32_t *ids, size_t n, bpe_work *w) {
     if (n < 2) return n;
     if (work_reserve(w, n)) return (size_t)-1;
     memo_prepare(p, w);
@@ -178,7 +178,7 @@ static uint64_t heap_pop(uint64_t *h, size_t *len) {
     return top;
 }
 
-size_t bpe_merge_heap(const bpe_pairs *p, int32_t *ids, size_t n, bpe_work *w) {
+size_t clef_bpe_merge_heap(const bpe_pairs *p, int32_t *ids, size_t n, bpe_work *w) {
     if (n < 2) return n;
     if (n > UINT32_MAX / 4) return (size_t)-1;
     if (work_reserve(w, n)) return (size_t)-1;
@@ -234,6 +234,6 @@ size_t bpe_merge_heap(const bpe_pairs *p, int32_t *ids, size_t n, bpe_work *w) {
     return m;
 }
 
-size_t bpe_merge(const bpe_pairs *p, int32_t *ids, size_t n, bpe_work *w) {
-    return n <= BPE_SCAN_MAX ? bpe_merge_scan(p, ids, n, w) : bpe_merge_heap(p, ids, n, w);
+size_t clef_bpe_merge(const bpe_pairs *p, int32_t *ids, size_t n, bpe_work *w) {
+    return n <= BPE_SCAN_MAX ? clef_bpe_merge_scan(p, ids, n, w) : clef_bpe_merge_heap(p, ids, n, w);
 }

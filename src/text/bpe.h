@@ -4,7 +4,7 @@
  * in tokenizer.json's merge list. Merging applies the lowest rank first and, among equal ranks (the
  * same pair at several places), the leftmost first: HF tokenizers' Word::merge_all orders its
  * queue by (rank, position). Two implementations give identical results: a scan (small words) and
- * a heap over a linked list (long words); bpe_merge picks one by length. */
+ * a heap over a linked list (long words); clef_bpe_merge picks one by length. */
 #ifndef CLEF_TEXT_BPE_H
 #define CLEF_TEXT_BPE_H
 
@@ -27,11 +27,11 @@ typedef struct bpe_pairs {
 } bpe_pairs;
 
 /* Room for `expected` pairs (load factor <= 1/2). Returns -1 when out of memory. */
-int bpe_pairs_init(bpe_pairs *p, size_t expected);
-void bpe_pairs_free(bpe_pairs *p);
+int clef_bpe_pairs_init(bpe_pairs *p, size_t expected);
+void clef_bpe_pairs_free(bpe_pairs *p);
 /* Stores the pair; a pair already present is overwritten (HF collects the merge list into a
  * HashMap, so a later duplicate wins) and counted in `replaced`. */
-void bpe_pairs_put(bpe_pairs *p, uint32_t a, uint32_t b, uint32_t rank, int32_t merged);
+void clef_bpe_pairs_put(bpe_pairs *p, uint32_t a, uint32_t b, uint32_t rank, int32_t merged);
 
 static inline uint64_t bpe_hash_(uint32_t a, uint32_t b) {
     uint64_t k = ((uint64_t)a << 32) | b;
@@ -70,14 +70,14 @@ typedef struct bpe_work {
     size_t cap, heap_cap;
 } bpe_work;
 
-void bpe_work_free(bpe_work *w);
+void clef_bpe_work_free(bpe_work *w);
 
 /* Words of at most this many initial symbols use the scan; longer ones the heap. */
 #define BPE_SCAN_MAX 64
 
 /* Merges ids[0..n) in place; returns the new count, or (size_t)-1 when out of memory. */
-size_t bpe_merge(const bpe_pairs *p, int32_t *ids, size_t n, bpe_work *w);
-size_t bpe_merge_scan(const bpe_pairs *p, int32_t *ids, size_t n, bpe_work *w);
-size_t bpe_merge_heap(const bpe_pairs *p, int32_t *ids, size_t n, bpe_work *w);
+size_t clef_bpe_merge(const bpe_pairs *p, int32_t *ids, size_t n, bpe_work *w);
+size_t clef_bpe_merge_scan(const bpe_pairs *p, int32_t *ids, size_t n, bpe_work *w);
+size_t clef_bpe_merge_heap(const bpe_pairs *p, int32_t *ids, size_t n, bpe_work *w);
 
 #endif

@@ -137,7 +137,7 @@ static int json_is_null(const json_value *v) { return !v || v->kind == JSON_NULL
 
 /* 1 true, 0 false or absent (HF's serde default for these flags), -1 not a boolean */
 static int json_flag(const json_value *obj, const char *key) {
-    const json_value *v = json_object_get(obj, key);
+    const json_value *v = clef_json_object_get(obj, key);
     if (!v || v->kind == JSON_FALSE) return 0;
     if (v->kind == JSON_TRUE) return 1;
     return -1;
@@ -196,7 +196,7 @@ static char *pattern_with_user_props(const char *re) {
 void clef_tokenizer_free(clef_tokenizer *t) {
     if (!t) return;
     tls_release_current();
-    bpe_pairs_free(&t->pairs);
+    clef_bpe_pairs_free(&t->pairs);
     for (size_t i = 0; i < t->n_added; i++) free(t->added[i].s);
     free(t->added);
     free(t->by_first);
@@ -214,8 +214,8 @@ static int load_added(clef_tokenizer *t, const json_value *arr, clef_err *err) {
     if (!t->added || !t->by_first) return clef_err_set(err, CLEF_E_OOM, "out of memory loading added tokens");
     for (size_t i = 0; i < n; i++) {
         const json_value *a = arr->u.array.items[i];
-        const json_value *content = json_object_get(a, "content");
-        int32_t id = json_id(json_object_get(a, "id"));
+        const json_value *content = clef_json_object_get(a, "content");
+        int32_t id = json_id(clef_json_object_get(a, "id"));
         if (a->kind != JSON_OBJECT || !content || content->kind != JSON_STRING || id < 0)
             return clef_err_set(err, CLEF_E_BAD_MODEL, "tokenizer.json: added_tokens[%zu] lacks a string content or an id", i);
         if (content->u.string.len == 0)
@@ -275,8 +275,8 @@ static int load_added(clef_tokenizer *t, const json_value *arr, clef_err *err) {
 
 static int load_normalizer(clef_tokenizer *t, const json_value *n, clef_err *err) {
     if (json_is_null(n)) { t->nfc = 0; return 0; }
-    if (n->kind == JSON_OBJECT && json_is_str(json_object_get(n, "type"), "NFC")) { t->nfc = 1; return 0; }
-    const json_value *ty = json_object_get(n, "type");
+    if (n->kind == JSON_OBJECT && json_is_str(clef_json_object_get(n, "type"), "NFC")) { t->nfc = 1; return 0; }
+    const json_value *ty = clef_json_object_get(n, "type");
     return clef_err_set(err, CLEF_E_BAD_MODEL, "tokenizer.json: normalizer %.*s is not supported (only NFC or none)",
                         ty && ty->kind == JSON_STRING ? (int)(ty->u.string.len > 64 ? 64 : ty->u.string.len) : 9,
                         ty && ty->kind == JSON_STRING ? ty->u.string.s : "(no type)");
@@ -285,21 +285,21 @@ static int load_normalizer(clef_tokenizer *t, const json_value *n, clef_err *err
 static int load_pre_tokenizer(clef_tokenizer *t, const json_value *p, clef_split_variant v, clef_err *err) {
     const char *bad = NULL;
     const json_value *pattern = NULL;
-    if (!p || p->kind != JSON_OBJECT || !json_is_str(json_object_get(p, "type"), "Sequence")) {
+    if (!p || p->kind != JSON_OBJECT || !json_is_str(clef_json_object_get(p, "type"), "Sequence")) {
         bad = "it is not a Sequence";
     } else {
-        const json_value *seq = json_object_get(p, "pretokenizers");
+        const json_value *seq = clef_json_object_get(p, "pretokenizers");
         if (!seq || seq->kind != JSON_ARRAY || seq->u.array.n != 2) {
             bad = "it is not a Sequence of [Split, ByteLevel]";
         } else {
             const json_value *sp = seq->u.array.items[0], *bl = seq->u.array.items[1];
-            const json_value *pat = json_object_get(sp, "pattern");
-            if (!json_is_str(json_object_get(sp, "type"), "Split")) bad = "its first step is not Split";
-            else if (!json_is_str(json_object_get(sp, "behavior"), "Isolated")) bad = "its Split behavior is not Isolated";
+            const json_value *pat = clef_json_object_get(sp, "pattern");
+            if (!json_is_str(clef_json_object_get(sp, "type"), "Split")) bad = "its first step is not Split";
+            else if (!json_is_str(clef_json_object_get(sp, "behavior"), "Isolated")) bad = "its Split behavior is not Isolated";
             else if (json_flag(sp, "invert") != 0) bad = "its Split has invert=true";
-            else if (!pat || !(pattern = json_object_get(pat, "Regex")) || pattern->kind != JSON_STRING)
+            else if (!pat || !(pattern = clef_json_object_get(pat, "Regex")) || pattern->kind != JSON_STRING)
                 bad = "its Split pattern is not a Regex";
-            else if (!json_is_str(json_object_get(bl, "type"), "ByteLevel")) bad = "its second step is not ByteLevel";
+            else if (!json_is_str(clef_json_object_get(bl, "type"), "ByteLevel")) bad = "its second step is not ByteLevel";
             else if (json_flag(bl, "add_prefix_space") != 0) bad = "its ByteLevel has add_prefix_space=true";
             else if (json_flag(bl, "use_regex") != 0) bad = "its ByteLevel has use_regex=true";
         }
@@ -343,15 +343,15 @@ static int load_pre_tokenizer(clef_tokenizer *t, const json_value *p, clef_split
 
 static int load_model(clef_tokenizer *t, const json_value *m, clef_err *err) {
     if (!m || m->kind != JSON_OBJECT) return clef_err_set(err, CLEF_E_BAD_MODEL, "tokenizer.json: no model");
-    const json_value *ty = json_object_get(m, "type");
+    const json_value *ty = clef_json_object_get(m, "type");
     if (ty && !json_is_str(ty, "BPE")) return clef_err_set(err, CLEF_E_BAD_MODEL, "tokenizer.json: the model is not BPE");
-    if (!json_is_null(json_object_get(m, "dropout")))
+    if (!json_is_null(clef_json_object_get(m, "dropout")))
         return clef_err_set(err, CLEF_E_BAD_MODEL, "tokenizer.json: BPE dropout is not supported");
-    if (!json_is_null(json_object_get(m, "unk_token")))
+    if (!json_is_null(clef_json_object_get(m, "unk_token")))
         return clef_err_set(err, CLEF_E_BAD_MODEL, "tokenizer.json: a BPE unk_token is not supported");
     static const char *const empty_keys[] = {"continuing_subword_prefix", "end_of_word_suffix"};
     for (int k = 0; k < 2; k++) {
-        const json_value *x = json_object_get(m, empty_keys[k]);
+        const json_value *x = clef_json_object_get(m, empty_keys[k]);
         if (!json_is_null(x) && !json_is_str(x, ""))
             return clef_err_set(err, CLEF_E_BAD_MODEL, "tokenizer.json: BPE %s is not supported", empty_keys[k]);
     }
@@ -359,7 +359,7 @@ static int load_model(clef_tokenizer *t, const json_value *m, clef_err *err) {
         return clef_err_set(err, CLEF_E_BAD_MODEL, "tokenizer.json: BPE byte_fallback is not supported");
     if (json_flag(m, "ignore_merges") != 0)
         return clef_err_set(err, CLEF_E_BAD_MODEL, "tokenizer.json: BPE ignore_merges is not supported");
-    const json_value *vocab = json_object_get(m, "vocab"), *merges = json_object_get(m, "merges");
+    const json_value *vocab = clef_json_object_get(m, "vocab"), *merges = clef_json_object_get(m, "merges");
     if (!vocab || vocab->kind != JSON_OBJECT || !merges || merges->kind != JSON_ARRAY)
         return clef_err_set(err, CLEF_E_BAD_MODEL, "tokenizer.json: the BPE model lacks a vocab object or a merges list");
 
@@ -381,7 +381,7 @@ static int load_model(clef_tokenizer *t, const json_value *m, clef_err *err) {
     }
     for (unsigned b = 0; b < 256; b++) {
         char u[4];
-        int n = utf8_encode(byte_char(b), u);
+        int n = clef_utf8_encode(byte_char(b), u);
         t->byte_id[b] = str_map_get(&map, u, (size_t)n);
         if (t->byte_id[b] < 0) {
             clef_err_set(err, CLEF_E_BAD_MODEL, "tokenizer.json: the vocab lacks the byte-level symbol of byte 0x%02X", b);
@@ -393,7 +393,7 @@ static int load_model(clef_tokenizer *t, const json_value *m, clef_err *err) {
         clef_err_set(err, CLEF_E_BAD_MODEL, "tokenizer.json: too many merges");
         goto done;
     }
-    if (bpe_pairs_init(&t->pairs, nm)) {
+    if (clef_bpe_pairs_init(&t->pairs, nm)) {
         clef_err_set(err, CLEF_E_OOM, "out of memory loading merges");
         goto done;
     }
@@ -440,7 +440,7 @@ static int load_model(clef_tokenizer *t, const json_value *m, clef_err *err) {
                          (int)(al > 64 ? 64 : al), a, (int)(bl > 64 ? 64 : bl), b);
             goto done;
         }
-        bpe_pairs_put(&t->pairs, (uint32_t)ia, (uint32_t)ib, (uint32_t)i, ic);
+        clef_bpe_pairs_put(&t->pairs, (uint32_t)ia, (uint32_t)ib, (uint32_t)i, ic);
     }
     rc = 0;
 done:
@@ -493,7 +493,7 @@ clef_tokenizer *clef_tokenizer_load(const char *path, clef_split_variant v, clef
     json_limits lim = {0, 0};
     clef_err jerr;
     clef_err_clear(&jerr);
-    json_doc *doc = json_parse(data, len, &lim, &jerr);
+    json_doc *doc = clef_json_parse(data, len, &lim, &jerr);
     free(data);
     if (!doc) {
         clef_err_set(err, (jerr.type && !strcmp(jerr.type, CLEF_E_OOM)) ? CLEF_E_OOM : CLEF_E_BAD_MODEL, "%s: %s", path, jerr.msg);
@@ -501,29 +501,29 @@ clef_tokenizer *clef_tokenizer_load(const char *path, clef_split_variant v, clef
     }
     clef_tokenizer *t = calloc(1, sizeof *t);
     if (!t) {
-        json_doc_free(doc);
+        clef_json_doc_free(doc);
         clef_err_set(err, CLEF_E_OOM, "out of memory loading %s", path);
         return NULL;
     }
-    const json_value *root = json_doc_root(doc);
+    const json_value *root = clef_json_doc_root(doc);
     int rc = -1;
     if (!root || root->kind != JSON_OBJECT) {
         clef_err_set(err, CLEF_E_BAD_MODEL, "%s: not a JSON object", path);
         goto out;
     }
-    if (!json_is_null(json_object_get(root, "truncation")) || !json_is_null(json_object_get(root, "padding"))) {
+    if (!json_is_null(clef_json_object_get(root, "truncation")) || !json_is_null(clef_json_object_get(root, "padding"))) {
         clef_err_set(err, CLEF_E_BAD_MODEL, "%s: truncation/padding settings are not supported (they would change the ids)", path);
         goto out;
     }
     t->gen = atomic_fetch_add(&gen_counter, 1) + 1;
     if (t->gen == 0) t->gen = atomic_fetch_add(&gen_counter, 1) + 1;
-    if (load_model(t, json_object_get(root, "model"), err)) goto out;
-    if (load_added(t, json_object_get(root, "added_tokens"), err)) goto out;
-    if (load_normalizer(t, json_object_get(root, "normalizer"), err)) goto out;
-    if (load_pre_tokenizer(t, json_object_get(root, "pre_tokenizer"), v, err)) goto out;
+    if (load_model(t, clef_json_object_get(root, "model"), err)) goto out;
+    if (load_added(t, clef_json_object_get(root, "added_tokens"), err)) goto out;
+    if (load_normalizer(t, clef_json_object_get(root, "normalizer"), err)) goto out;
+    if (load_pre_tokenizer(t, clef_json_object_get(root, "pre_tokenizer"), v, err)) goto out;
     rc = 0;
 out:
-    json_doc_free(doc);
+    clef_json_doc_free(doc);
     if (rc) {
         clef_tokenizer_free(t);
         return NULL;
@@ -556,7 +556,7 @@ typedef struct tok_work {
 } tok_work;
 
 static void work_free(tok_work *w) {
-    bpe_work_free(&w->bpe);
+    clef_bpe_work_free(&w->bpe);
     free(w->syms);
     free(w->cps);
     free(w->norm);
@@ -652,7 +652,7 @@ static int nfc_may_change(const char *s, size_t n) {
         unsigned char c = (unsigned char)s[i];
         if (c < 0x80) { i++; continue; }
         uint32_t cp;
-        int k = utf8_decode(s + i, n - i, &cp);
+        int k = clef_utf8_decode(s + i, n - i, &cp);
         if (k <= 0) return 1;
         i += (size_t)k;
         if (cp < 0x300 || (cp >= 0x400 && cp <= 0x482) || (cp >= 0x48A && cp <= 0x52F) || (cp >= 0x3041 && cp <= 0x3096) ||
@@ -693,7 +693,7 @@ static int nfc_piece(tok_work *w, const char *s, size_t n, size_t *o, clef_err *
             if (r < 0) return clef_err_set(err, CLEF_E_INTERNAL, "NFC failed: %s", utf8proc_errmsg(r));
             if (grow((void **)&w->norm, &w->norm_cap, *o + (size_t)r * 4 + 1, 1))
                 return clef_err_set(err, CLEF_E_OOM, "out of memory normalizing text");
-            for (utf8proc_ssize_t i = 0; i < r; i++) *o += (size_t)utf8_encode((uint32_t)w->cps[i], w->norm + *o);
+            for (utf8proc_ssize_t i = 0; i < r; i++) *o += (size_t)clef_utf8_encode((uint32_t)w->cps[i], w->norm + *o);
             return 0;
         }
         need = (size_t)r;
@@ -712,7 +712,7 @@ static int nfc(tok_work *w, const char *s, size_t n, const char **out, size_t *o
             continue;
         }
         uint32_t cp;
-        int k = utf8_decode(s + i, n - i, &cp);
+        int k = clef_utf8_decode(s + i, n - i, &cp);
         if (k <= 0) return clef_err_set(err, CLEF_E_INVALID_UTF8, "text is not valid UTF-8");
         if (nfc_inert(cp)) {
             if (i > start && nfc_piece(w, s + start, i - start, &o, err)) return -1;
@@ -746,7 +746,7 @@ static int encode_pretoken(const clef_tokenizer *t, tok_work *w, cache_slot *cac
     }
     if (grow((void **)&w->syms, &w->syms_cap, n, sizeof *w->syms)) return clef_err_set(err, CLEF_E_OOM, "out of memory");
     for (size_t i = 0; i < n; i++) w->syms[i] = t->byte_id[p[i]];
-    size_t m = bpe_merge(&t->pairs, w->syms, n, &w->bpe);
+    size_t m = clef_bpe_merge(&t->pairs, w->syms, n, &w->bpe);
     if (m == (size_t)-1) return clef_err_set(err, CLEF_E_OOM, "out of memory in BPE");
     if (clef_ids_append(out, w->syms, m)) return clef_err_set(err, CLEF_E_OOM, "out of memory");
     if (slot && m <= CACHE_IDS) {
@@ -915,7 +915,7 @@ static size_t find_added(const clef_tokenizer *t, const char *s, size_t len, siz
 }
 
 static int check_text(const char *text, size_t len, clef_err *err) {
-    size_t ok = utf8_valid_prefix(text, len);
+    size_t ok = clef_utf8_valid_prefix(text, len);
     if (ok == len) return 0;
     const unsigned char *p = (const unsigned char *)text + ok;
     if (len - ok >= 3 && p[0] == 0xED && p[1] >= 0xA0 && p[1] <= 0xBF && (p[2] & 0xC0) == 0x80) {

@@ -444,7 +444,7 @@ def main():
     lines = [" ".join(bits(x) for x in l).encode() for l in lists]
     for l, got in zip(lists, run_bridge("sum", lines)):
         total += 1
-        exp = repr(float(sum(l))).encode()  # sum([]) is the int 0; py_sum returns 0.0
+        exp = repr(float(sum(l))).encode()  # sum([]) is the int 0; clef_py_sum returns 0.0
         if got == exp:
             equal += 1
         else:

@@ -59,7 +59,7 @@ static int hexv(int c) {
 static void one(const clef_tokenizer *tok, const char *line, size_t len, clef_buf *o) {
     clef_err err;
     clef_err_clear(&err);
-    json_doc *doc = json_parse(line, len, NULL, &err);
+    json_doc *doc = clef_json_parse(line, len, NULL, &err);
     clef_buf_putc(o, '{');
     if (!doc) {
         clef_buf_puts(o, "\"encode\":");
@@ -67,30 +67,30 @@ static void one(const clef_tokenizer *tok, const char *line, size_t len, clef_bu
         clef_buf_putc(o, '}');
         return;
     }
-    const json_value *root = json_doc_root(doc);
-    const json_value *rq = json_object_get(root, "request");
-    const json_value *lg = json_object_get(root, "logits");
-    const json_value *it = json_object_get(root, "input_tokens");
-    const json_value *grids = json_object_get(root, "grids");
-    const json_value *ml = json_object_get(root, "max_length");
-    const json_value *hx = json_object_get(root, "request_hex");
-    const json_value *ap = json_object_get(root, "allow_paths");
+    const json_value *root = clef_json_doc_root(doc);
+    const json_value *rq = clef_json_object_get(root, "request");
+    const json_value *lg = clef_json_object_get(root, "logits");
+    const json_value *it = clef_json_object_get(root, "input_tokens");
+    const json_value *grids = clef_json_object_get(root, "grids");
+    const json_value *ml = clef_json_object_get(root, "max_length");
+    const json_value *hx = clef_json_object_get(root, "request_hex");
+    const json_value *ap = clef_json_object_get(root, "allow_paths");
     json_doc *rdoc = NULL;
     if (hx && hx->kind == JSON_STRING) {
         size_t n = hx->u.string.len / 2;
         char *raw = malloc(n + 1);
         for (size_t i = 0; raw && i < n; i++)
             raw[i] = (char)(hexv(hx->u.string.s[2 * i]) * 16 + hexv(hx->u.string.s[2 * i + 1]));
-        rdoc = raw ? json_parse(raw, n, NULL, &err) : NULL;
+        rdoc = raw ? clef_json_parse(raw, n, NULL, &err) : NULL;
         free(raw);
         if (!rdoc) {
             clef_buf_puts(o, "\"encode\":");
             put_err(o, &err);
             clef_buf_putc(o, '}');
-            json_doc_free(doc);
+            clef_json_doc_free(doc);
             return;
         }
-        rq = json_doc_root(rdoc);
+        rq = clef_json_doc_root(rdoc);
     }
     clef_request req;
     clef_record rec;
@@ -129,7 +129,7 @@ static void one(const clef_tokenizer *tok, const char *line, size_t len, clef_bu
             for (size_t j = 0; a->kind == JSON_ARRAY && j < a->u.array.n; j++) {
                 const json_value *x = a->u.array.items[j];
                 v[k++] = x->kind == JSON_FLOAT ? (float)x->u.number
-                         : x->kind == JSON_INT ? (float)py_strtod(x->u.integer.digits, NULL)
+                         : x->kind == JSON_INT ? (float)clef_py_strtod(x->u.integer.digits, NULL)
                                                : 0.0f;
             }
         }
@@ -138,7 +138,7 @@ static void one(const clef_tokenizer *tok, const char *line, size_t len, clef_bu
         clef_buf_init(&r);
         if (tok) clef_buf_putc(o, ',');
         clef_buf_puts(o, "\"response\":");
-        if (v && !clef_response_render(&r, &req, v, k, n_ids, &err)) json_render_string(o, r.data, r.len);
+        if (v && !clef_response_render(&r, &req, v, k, n_ids, &err)) clef_json_render_string(o, r.data, r.len);
         else put_err(o, &err);
         clef_buf_free(&r);
         free(v);
@@ -146,8 +146,8 @@ static void one(const clef_tokenizer *tok, const char *line, size_t len, clef_bu
     clef_buf_putc(o, '}');
     clef_record_free(&rec);
     clef_request_free(&req);
-    if (rdoc) json_doc_free(rdoc);
-    json_doc_free(doc);
+    if (rdoc) clef_json_doc_free(rdoc);
+    clef_json_doc_free(doc);
 }
 
 int main(int argc, char **argv) {

@@ -37,9 +37,9 @@ static double bits_to_double(const char *s, char **end) {
 
 static void put_error(clef_buf *out, const char *type, const char *msg) {
     clef_buf_puts(out, "{\"error\":{\"type\":");
-    json_render_string(out, type, strlen(type));
+    clef_json_render_string(out, type, strlen(type));
     clef_buf_puts(out, ",\"message\":");
-    json_render_string(out, msg, strlen(msg));
+    clef_json_render_string(out, msg, strlen(msg));
     clef_buf_puts(out, "}}");
 }
 
@@ -80,20 +80,20 @@ int main(int argc, char **argv) {
                 tlen = doc.len;
             }
             clef_err err;
-            json_doc *d = json_parse(text, tlen, NULL, &err);
+            json_doc *d = clef_json_parse(text, tlen, NULL, &err);
             if (!d) put_error(&out, err.type, err.msg);
             else {
-                json_render(&out, json_doc_root(d), m_render);
-                json_doc_free(d);
+                clef_json_render(&out, clef_json_doc_root(d), m_render);
+                clef_json_doc_free(d);
             }
         } else if (m_repr) {
-            py_repr_double(bits_to_double(line, NULL), num);
+            clef_py_repr_double(bits_to_double(line, NULL), num);
             clef_buf_puts(&out, num);
         } else if (m_round) {
             char *end;
             double x = bits_to_double(line, &end);
             int nd = (int)strtol(end, NULL, 10);
-            py_repr_double(py_round(x, nd), num);
+            clef_py_repr_double(clef_py_round(x, nd), num);
             clef_buf_puts(&out, num);
         } else {
             size_t n = 0;
@@ -109,7 +109,7 @@ int main(int argc, char **argv) {
                 }
                 xs[n++] = bits_to_double(q, &q);
             }
-            py_repr_double(py_sum(xs, n), num);
+            clef_py_repr_double(clef_py_sum(xs, n), num);
             clef_buf_puts(&out, num);
         }
         if (out.oom) { fprintf(stderr, "out of memory\n"); return 1; }

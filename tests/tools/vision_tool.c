@@ -111,11 +111,11 @@ int main(int argc, char **argv) {
         char *body = read_all(request, &len);
         if (!body) { perror(request); return 1; }
         json_limits lim = {0};
-        json_doc *doc = json_parse(body, len, &lim, &err);
+        json_doc *doc = clef_json_parse(body, len, &lim, &err);
         if (!doc) return fail(&err);
         clef_request req;
         memset(&req, 0, sizeof req);
-        if (clef_request_parse(json_doc_root(doc), &req, &err)) return fail(&err);
+        if (clef_request_parse(clef_json_doc_root(doc), &req, &err)) return fail(&err);
         clef_image_opts io;
         clef_image_opts_default(&io);
         io.max_bytes = (size_t)16 << 20;
@@ -174,7 +174,7 @@ int main(int argc, char **argv) {
         free(pi);
         clef_record_free(&rec);
         clef_request_free(&req);
-        json_doc_free(doc);
+        clef_json_doc_free(doc);
         clef_tokenizer_free(tok);
         free(body);
         rc = 0;

@@ -15,7 +15,7 @@
 static json_doc *parse(const char *s) {
     clef_err e;
     clef_err_clear(&e);
-    json_doc *d = json_parse(s, strlen(s), NULL, &e);
+    json_doc *d = clef_json_parse(s, strlen(s), NULL, &e);
     if (!d) fprintf(stderr, "parse failed: %s %s\n  in %s\n", e.type, e.msg, s);
     return d;
 }
@@ -27,10 +27,10 @@ static const char *req_err(const char *s, char *msg) {
     clef_request r;
     clef_err e;
     clef_err_clear(&e);
-    int rc = clef_request_parse(json_doc_root(d), &r, &e);
+    int rc = clef_request_parse(clef_json_doc_root(d), &r, &e);
     if (!rc) rc = clef_request_check_criteria(&r, &e);
     clef_request_free(&r);
-    json_doc_free(d);
+    clef_json_doc_free(d);
     if (msg) strcpy(msg, rc ? e.msg : "");
     return rc ? e.type : NULL;
 }
@@ -103,7 +103,7 @@ static void test_options(void) {
     clef_request r;
     clef_err e;
     clef_err_clear(&e);
-    CHECK(d && clef_request_parse(json_doc_root(d), &r, &e) == 0);
+    CHECK(d && clef_request_parse(clef_json_doc_root(d), &r, &e) == 0);
     if (!d || e.type) return;
     CHECK(r.raw == 1);
     CHECK(r.n_questions == 5);
@@ -134,7 +134,7 @@ static void test_options(void) {
     CHECK(t->n_options == 2 && !strcmp(t->legend[1]->u.string.s, "\xc3\xa9"));
     CHECK(!strcmp(t->instructions->u.string.s, " "));
     clef_request_free(&r);
-    json_doc_free(d);
+    clef_json_doc_free(d);
 }
 
 static char *respond(const char *req, const float *v, size_t n, int probs) {
@@ -143,7 +143,7 @@ static char *respond(const char *req, const float *v, size_t n, int probs) {
     clef_err e;
     clef_err_clear(&e);
     char *out = NULL;
-    if (d && !clef_request_parse(json_doc_root(d), &r, &e)) {
+    if (d && !clef_request_parse(clef_json_doc_root(d), &r, &e)) {
         clef_buf b;
         clef_buf_init(&b);
         int rc = probs ? clef_response_render_probs(&b, &r, v, n, 7, &e) : clef_response_render(&b, &r, v, n, 7, &e);
@@ -152,7 +152,7 @@ static char *respond(const char *req, const float *v, size_t n, int probs) {
         clef_buf_free(&b);
         clef_request_free(&r);
     }
-    if (d) json_doc_free(d);
+    if (d) clef_json_doc_free(d);
     return out;
 }
 
@@ -267,13 +267,13 @@ static int enc(const clef_tokenizer *tok, const char *req, size_t max_length, cl
     clef_request r;
     clef_err_clear(e);
     int rc = -1;
-    if (d && !clef_request_parse(json_doc_root(d), &r, e)) {
+    if (d && !clef_request_parse(clef_json_doc_root(d), &r, e)) {
         clef_encode_opts o = {.max_length = max_length};
         rc = clef_encode_record(tok, &r, &o, rec, e);
         clef_record_free(rec); /* borrows from r */
         clef_request_free(&r);
     }
-    if (d) json_doc_free(d);
+    if (d) clef_json_doc_free(d);
     return rc;
 }
 
@@ -290,7 +290,7 @@ static int enc_facts(const clef_tokenizer *tok, const char *req, size_t max_leng
     clef_err_clear(e);
     int rc = -1;
     memset(f, 0, sizeof *f);
-    if (d && !clef_request_parse(json_doc_root(d), &r, e)) {
+    if (d && !clef_request_parse(clef_json_doc_root(d), &r, e)) {
         clef_encode_opts o = {.max_length = max_length};
         rc = clef_encode_record(tok, &r, &o, &rec, e);
         if (!rc) {
@@ -302,7 +302,7 @@ static int enc_facts(const clef_tokenizer *tok, const char *req, size_t max_leng
         }
         clef_request_free(&r);
     }
-    if (d) json_doc_free(d);
+    if (d) clef_json_doc_free(d);
     return rc;
 }
 
@@ -401,7 +401,7 @@ static int enc_media(const clef_tokenizer *tok, const char *req, size_t max_leng
     clef_record rec;
     clef_err_clear(e);
     int rc = -1;
-    if (d && !clef_request_parse(json_doc_root(d), &r, e)) {
+    if (d && !clef_request_parse(clef_json_doc_root(d), &r, e)) {
         clef_encode_opts o = {.max_length = max_length, .media = fake_media_fn, .media_ctx = m};
         rc = clef_encode_record(tok, &r, &o, &rec, e);
         if (!rc) {
@@ -410,7 +410,7 @@ static int enc_media(const clef_tokenizer *tok, const char *req, size_t max_leng
         }
         clef_request_free(&r);
     }
-    if (d) json_doc_free(d);
+    if (d) clef_json_doc_free(d);
     return rc;
 }
 

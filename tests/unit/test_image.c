@@ -292,7 +292,7 @@ static int json_int_at(const json_value *arr, size_t i) {
 
 /* One recorded processor run (native or kwargs) against clef_image_prepare(all_images = 1). */
 static void check_run(const char *file, const json_value *ref, int64_t minp, int64_t maxp, int *checked) {
-    if (!ref || ref->kind != JSON_OBJECT || json_object_get(ref, "error")) return;
+    if (!ref || ref->kind != JSON_OBJECT || clef_json_object_get(ref, "error")) return;
     char path[512];
     snprintf(path, sizeof path, "tests/fixtures/images/%s", file);
     clef_image_opts o;
@@ -309,8 +309,8 @@ static void check_run(const char *file, const json_value *ref, int64_t minp, int
         CHECK_MSG(0, "%s: %s %s", file, e.type, e.msg);
         return;
     }
-    const json_value *grid = json_object_get(ref, "grid_thw"), *shape = json_object_get(ref, "shape");
-    const json_value *all = json_object_get(ref, "image_grid_thw"), *sha = json_object_get(ref, "pixel_values_sha256");
+    const json_value *grid = clef_json_object_get(ref, "grid_thw"), *shape = clef_json_object_get(ref, "shape");
+    const json_value *all = clef_json_object_get(ref, "image_grid_thw"), *sha = clef_json_object_get(ref, "pixel_values_sha256");
     int want_n = all && all->kind == JSON_ARRAY ? (int)all->u.array.n : 1;
     int n = im.n_images ? im.n_images : 1;
     CHECK_MSG(im.grid_t == json_int_at(grid, 0) && im.grid_h == json_int_at(grid, 1) && im.grid_w == json_int_at(grid, 2),
@@ -342,9 +342,9 @@ static void check_run(const char *file, const json_value *ref, int64_t minp, int
         clef_image_free(&im);
     }
     o.all_images = 1;
-    const json_value *req = json_object_get(ref, "request");
+    const json_value *req = clef_json_object_get(ref, "request");
     if (n > 1 && req) { /* without all_images: the reference's outcome for a request with this entry */
-        const json_value *msg = json_object_get(req, "message");
+        const json_value *msg = clef_json_object_get(req, "message");
         o.all_images = 0;
         clef_err_clear(&e);
         CHECK(clef_image_prepare(path, strlen(path), &o, &im, &e) == -1);
@@ -361,28 +361,28 @@ static void test_reference_fixtures(void) {
     if (!text) return;
     clef_err e = {0};
     json_limits lim = {0, 64};
-    json_doc *d = json_parse((const char *)text, n, &lim, &e);
+    json_doc *d = clef_json_parse((const char *)text, n, &lim, &e);
     free(text);
     CHECK(d != NULL);
     if (!d) return;
-    const json_value *images = json_object_get(json_doc_root(d), "images");
+    const json_value *images = clef_json_object_get(clef_json_doc_root(d), "images");
     int checked = 0, multi = 0, sixteen = 0;
     for (size_t i = 0; images && images->kind == JSON_ARRAY && i < images->u.array.n; i++) {
-        const json_value *rec = images->u.array.items[i], *f = json_object_get(rec, "file");
-        const json_value *nat = json_object_get(rec, "native");
+        const json_value *rec = images->u.array.items[i], *f = clef_json_object_get(rec, "file");
+        const json_value *nat = clef_json_object_get(rec, "native");
         if (!f || f->kind != JSON_STRING || !nat) continue;
         const char *file = f->u.string.s;
         int is16 = !strncmp(file, "png16_", 6) || !strcmp(file, "png_rgb16.png") || !strcmp(file, "png_rgba16.png") ||
                    !strcmp(file, "png_grey16.png") || !strcmp(file, "png_la16.png");
-        int is_multi = json_object_get(nat, "image_grid_thw") != NULL;
+        int is_multi = clef_json_object_get(nat, "image_grid_thw") != NULL;
         if (!is16 && !is_multi) continue;
         sixteen += is16;
         multi += is_multi;
         check_run(file, nat, 0, 0, &checked);
-        const json_value *kw = json_object_get(rec, "kwargs");
+        const json_value *kw = clef_json_object_get(rec, "kwargs");
         for (size_t k = 0; kw && kw->kind == JSON_ARRAY && k < kw->u.array.n; k++) {
             const json_value *r = kw->u.array.items[k];
-            const json_value *a = json_object_get(r, "min_pixels"), *b = json_object_get(r, "max_pixels");
+            const json_value *a = clef_json_object_get(r, "min_pixels"), *b = clef_json_object_get(r, "max_pixels");
             if (a && b && a->kind == JSON_INT && b->kind == JSON_INT)
                 check_run(file, r, atoll(a->u.integer.digits), atoll(b->u.integer.digits), &checked);
         }
@@ -390,7 +390,7 @@ static void test_reference_fixtures(void) {
     CHECK_MSG(sixteen >= 15 && multi >= 3 && checked >= sixteen + multi + 4, "%d 16-bit, %d animated, %d runs", sixteen,
               multi, checked);
     printf("reference fixtures through the API: %d 16-bit PNGs, %d animated GIFs, %d runs\n", sixteen, multi, checked);
-    json_doc_free(d);
+    clef_json_doc_free(d);
 }
 
 static void test_sha256(void) {

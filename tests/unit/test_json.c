@@ -15,17 +15,17 @@ static char rendered[8192];
 /* Parses and renders (sorted or not); returns the rendering or "ERR:<type>:<message>". */
 static const char *rt_n(const char *in, size_t len, int sort) {
     clef_err err;
-    json_doc *d = json_parse(in, len, NULL, &err);
+    json_doc *d = clef_json_parse(in, len, NULL, &err);
     if (!d) {
         snprintf(rendered, sizeof rendered, "ERR:%s:%s", err.type, err.msg);
         return rendered;
     }
     clef_buf b;
     clef_buf_init(&b);
-    json_render(&b, json_doc_root(d), sort);
+    clef_json_render(&b, clef_json_doc_root(d), sort);
     snprintf(rendered, sizeof rendered, "%s", b.data ? b.data : "");
     clef_buf_free(&b);
-    json_doc_free(d);
+    clef_json_doc_free(d);
     return rendered;
 }
 static const char *rt(const char *in) { return rt_n(in, strlen(in), 1); }
@@ -69,17 +69,17 @@ static void test_lone_surrogates(void) {
               "{\"\xed\x9f\xbf\":4,\"\xed\xa0\x80\":3,\"\xee\x80\x80\":2,\"\xf0\x9f\x98\x80\":1}");
     clef_err err;
     const char *s = "{\"a\":[1,{\"k\":\"x\\udc00\"}]}";
-    json_doc *d = json_parse(s, strlen(s), NULL, &err);
-    CHECK(d && json_has_lone_surrogate(json_doc_root(d)));
-    json_doc_free(d);
+    json_doc *d = clef_json_parse(s, strlen(s), NULL, &err);
+    CHECK(d && clef_json_has_lone_surrogate(clef_json_doc_root(d)));
+    clef_json_doc_free(d);
     s = "{\"\\ud800\":1}";
-    d = json_parse(s, strlen(s), NULL, &err);
-    CHECK(d && json_has_lone_surrogate(json_doc_root(d)));
-    json_doc_free(d);
+    d = clef_json_parse(s, strlen(s), NULL, &err);
+    CHECK(d && clef_json_has_lone_surrogate(clef_json_doc_root(d)));
+    clef_json_doc_free(d);
     s = "{\"a\":[\"\\ud83d\\ude00\",\"\xed\x9f\xbf\"]}";
-    d = json_parse(s, strlen(s), NULL, &err);
-    CHECK(d && !json_has_lone_surrogate(json_doc_root(d)));
-    json_doc_free(d);
+    d = clef_json_parse(s, strlen(s), NULL, &err);
+    CHECK(d && !clef_json_has_lone_surrogate(clef_json_doc_root(d)));
+    clef_json_doc_free(d);
 }
 
 static void test_errors(void) {
@@ -140,92 +140,92 @@ static void test_big_ints(void) {
 static void test_limits(void) {
     clef_err err;
     json_limits lim = {10, 0};
-    json_doc *d = json_parse("[1,2,3,4,5]", 11, &lim, &err);
+    json_doc *d = clef_json_parse("[1,2,3,4,5]", 11, &lim, &err);
     CHECK(!d && strcmp(err.type, CLEF_E_LIMIT) == 0);
     lim.max_bytes = 11;
-    d = json_parse("[1,2,3,4,5]", 11, &lim, &err);
+    d = clef_json_parse("[1,2,3,4,5]", 11, &lim, &err);
     CHECK(d != NULL);
-    json_doc_free(d);
+    clef_json_doc_free(d);
     /* depth: default 512 */
     char deep[2100];
     for (int i = 0; i < 512; i++) deep[i] = '[';
     for (int i = 0; i < 512; i++) deep[512 + i] = ']';
-    d = json_parse(deep, 1024, NULL, &err);
+    d = clef_json_parse(deep, 1024, NULL, &err);
     CHECK(d != NULL);
-    json_doc_free(d);
+    clef_json_doc_free(d);
     for (int i = 0; i < 513; i++) deep[i] = '[';
     for (int i = 0; i < 513; i++) deep[513 + i] = ']';
-    d = json_parse(deep, 1026, NULL, &err);
+    d = clef_json_parse(deep, 1026, NULL, &err);
     CHECK(!d && strcmp(err.type, CLEF_E_LIMIT) == 0);
     json_limits l3 = {0, 3};
-    d = json_parse("[[[1]]]", 7, &l3, &err);
+    d = clef_json_parse("[[[1]]]", 7, &l3, &err);
     CHECK(d != NULL);
-    json_doc_free(d);
-    d = json_parse("[[[{}]]]", 8, &l3, &err);
+    clef_json_doc_free(d);
+    d = clef_json_parse("[[[{}]]]", 8, &l3, &err);
     CHECK(!d && strcmp(err.type, CLEF_E_LIMIT) == 0 && strstr(err.msg, "deeper than 3"));
 }
 
 static void test_builders_and_lookups(void) {
-    json_doc *d = json_doc_new();
-    json_value *o = json_new_object(d);
-    CHECK(json_object_set(d, o, "model", 5, json_new_string(d, "m\"1", 3)) == 0);
-    json_value *arr = json_new_array(d);
-    for (int i = 0; i < 20; i++) CHECK(json_array_push(d, arr, json_new_int(d, i - 5)) == 0);
-    CHECK(json_object_set(d, o, "list", 4, arr) == 0);
-    CHECK(json_object_set(d, o, "f", 1, json_new_float(d, 0.9731)) == 0);
-    CHECK(json_object_set(d, o, "model", 5, json_new_bool(d, 1)) == 0); /* replaces in place */
-    CHECK(json_object_set(d, o, "n", 1, json_new_null(d)) == 0);
-    CHECK(json_object_set(d, o, "k\0x", 3, json_new_float(d, 1.0)) == 0);
-    json_doc_set_root(d, o);
+    json_doc *d = clef_json_doc_new();
+    json_value *o = clef_json_new_object(d);
+    CHECK(clef_json_object_set(d, o, "model", 5, clef_json_new_string(d, "m\"1", 3)) == 0);
+    json_value *arr = clef_json_new_array(d);
+    for (int i = 0; i < 20; i++) CHECK(clef_json_array_push(d, arr, clef_json_new_int(d, i - 5)) == 0);
+    CHECK(clef_json_object_set(d, o, "list", 4, arr) == 0);
+    CHECK(clef_json_object_set(d, o, "f", 1, clef_json_new_float(d, 0.9731)) == 0);
+    CHECK(clef_json_object_set(d, o, "model", 5, clef_json_new_bool(d, 1)) == 0); /* replaces in place */
+    CHECK(clef_json_object_set(d, o, "n", 1, clef_json_new_null(d)) == 0);
+    CHECK(clef_json_object_set(d, o, "k\0x", 3, clef_json_new_float(d, 1.0)) == 0);
+    clef_json_doc_set_root(d, o);
     clef_buf b;
     clef_buf_init(&b);
-    json_render(&b, json_doc_root(d), 0);
+    clef_json_render(&b, clef_json_doc_root(d), 0);
     CHECK_STR(b.data, "{\"model\":true,\"list\":[-5,-4,-3,-2,-1,0,1,2,3,4,5,6,7,8,9,10,11,12,13,14],"
                       "\"f\":0.9731,\"n\":null,\"k\\u0000x\":1.0}");
     clef_buf_reset(&b);
-    json_render(&b, o, 1);
+    clef_json_render(&b, o, 1);
     CHECK_STR(b.data, "{\"f\":0.9731,\"k\\u0000x\":1.0,\"list\":[-5,-4,-3,-2,-1,0,1,2,3,4,5,6,7,8,9,10,11,12,13,14],"
                       "\"model\":true,\"n\":null}");
-    CHECK(json_object_get(o, "f") && json_object_get(o, "f")->kind == JSON_FLOAT);
-    CHECK(json_object_get(o, "absent") == NULL);
-    CHECK(json_object_get(arr, "f") == NULL);
-    CHECK(json_object_getn(o, "k\0x", 3) != NULL);
-    CHECK(json_object_getn(o, "k", 1) == NULL);
+    CHECK(clef_json_object_get(o, "f") && clef_json_object_get(o, "f")->kind == JSON_FLOAT);
+    CHECK(clef_json_object_get(o, "absent") == NULL);
+    CHECK(clef_json_object_get(arr, "f") == NULL);
+    CHECK(clef_json_object_getn(o, "k\0x", 3) != NULL);
+    CHECK(clef_json_object_getn(o, "k", 1) == NULL);
     /* render_py: a string raw, anything else sorted dumps */
     clef_buf_reset(&b);
-    json_render_py(&b, json_new_string(d, "a\nb\"", 4));
+    clef_json_render_py(&b, clef_json_new_string(d, "a\nb\"", 4));
     CHECK_STR(b.data, "a\nb\"");
     clef_buf_reset(&b);
-    json_render_py(&b, o);
+    clef_json_render_py(&b, o);
     CHECK(b.data && strncmp(b.data, "{\"f\":0.9731,", 12) == 0);
     clef_buf_reset(&b);
-    json_render_string(&b, "\x01\x1f\x7f\xe2\x80\xa9/", 7);
+    clef_json_render_string(&b, "\x01\x1f\x7f\xe2\x80\xa9/", 7);
     CHECK_STR(b.data, "\"\\u0001\\u001f\x7f\xe2\x80\xa9/\"");
     /* the always-UTF-8 variant: valid text as above; a lone surrogate as its escape; other invalid
      * bytes (a stray continuation, a sequence cut short, 0xff) as U+FFFD each */
     clef_buf_reset(&b);
-    json_render_string_utf8(&b, "\x01\x1f\x7f\xe2\x80\xa9/", 7);
+    clef_json_render_string_utf8(&b, "\x01\x1f\x7f\xe2\x80\xa9/", 7);
     CHECK_STR(b.data, "\"\\u0001\\u001f\x7f\xe2\x80\xa9/\"");
     clef_buf_reset(&b);
-    json_render_string_utf8(&b, "a\xed\xa0\x80\"\xed\xbf\xbf: x", 11);
+    clef_json_render_string_utf8(&b, "a\xed\xa0\x80\"\xed\xbf\xbf: x", 11);
     CHECK_STR(b.data, "\"a\\ud800\\\"\\udfff: x\"");
     clef_buf_reset(&b);
-    json_render_string_utf8(&b, "\x80z\xff\xe2\x80", 5);
+    clef_json_render_string_utf8(&b, "\x80z\xff\xe2\x80", 5);
     CHECK_STR(b.data, "\"\xef\xbf\xbdz\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\"");
     CHECK(utf8_valid(b.data, b.len));
     clef_buf_reset(&b);
-    json_render_string_utf8(&b, "", 0);
+    clef_json_render_string_utf8(&b, "", 0);
     CHECK_STR(b.data, "\"\"");
     clef_buf_free(&b);
-    json_doc_free(d);
+    clef_json_doc_free(d);
 }
 
 static int truthy_of(const char *s) {
     clef_err err;
-    json_doc *d = json_parse(s, strlen(s), NULL, &err);
+    json_doc *d = clef_json_parse(s, strlen(s), NULL, &err);
     if (!d) return -1;
-    int t = json_truthy(json_doc_root(d));
-    json_doc_free(d);
+    int t = clef_json_truthy(clef_json_doc_root(d));
+    clef_json_doc_free(d);
     return t;
 }
 
@@ -234,7 +234,7 @@ static void test_truthy(void) {
     const char *truthy[] = {"true", "1", "-1", "0.1", "NaN", "Infinity", "\" \"", "[0]", "{\"\":0}", "\"0\""};
     for (size_t i = 0; i < sizeof falsy / sizeof *falsy; i++) CHECK_MSG(truthy_of(falsy[i]) == 0, "%s", falsy[i]);
     for (size_t i = 0; i < sizeof truthy / sizeof *truthy; i++) CHECK_MSG(truthy_of(truthy[i]) == 1, "%s", truthy[i]);
-    CHECK(json_truthy(NULL) == 0);
+    CHECK(clef_json_truthy(NULL) == 0);
 }
 
 static void test_big_object_dups(void) {
@@ -245,15 +245,15 @@ static void test_big_object_dups(void) {
     for (int i = 0; i < 5000; i++) clef_buf_printf(&src, "%s\"k%d\":%d", i ? "," : "", i % 3000, i);
     clef_buf_putc(&src, '}');
     clef_err err;
-    json_doc *d = json_parse(src.data, src.len, NULL, &err);
+    json_doc *d = clef_json_parse(src.data, src.len, NULL, &err);
     CHECK(d != NULL);
-    json_value *o = json_doc_root(d);
+    json_value *o = clef_json_doc_root(d);
     CHECK(o && o->u.object.n == 3000);
     CHECK(o && strcmp(o->u.object.members[0].key, "k0") == 0 &&
           strcmp(o->u.object.members[0].val->u.integer.digits, "3000") == 0);
-    CHECK(o && strcmp(json_object_get(o, "k2999")->u.integer.digits, "2999") == 0);
-    CHECK(o && strcmp(json_object_get(o, "k1999")->u.integer.digits, "4999") == 0);
-    json_doc_free(d);
+    CHECK(o && strcmp(clef_json_object_get(o, "k2999")->u.integer.digits, "2999") == 0);
+    CHECK(o && strcmp(clef_json_object_get(o, "k1999")->u.integer.digits, "4999") == 0);
+    clef_json_doc_free(d);
     clef_buf_free(&src);
 }
 
@@ -280,66 +280,66 @@ static void test_big_document(void) {
     }
     CHECK(!src.oom);
     clef_err err;
-    json_doc *d = json_parse(src.data, src.len, NULL, &err);
+    json_doc *d = clef_json_parse(src.data, src.len, NULL, &err);
     CHECK_MSG(d != NULL, "%s", err.msg);
     if (d) {
         clef_buf out, again;
         clef_buf_init(&out);
         clef_buf_init(&again);
-        CHECK(json_render(&out, json_doc_root(d), 1) == 0);
-        json_doc *d2 = json_parse(out.data, out.len, NULL, &err);
+        CHECK(clef_json_render(&out, clef_json_doc_root(d), 1) == 0);
+        json_doc *d2 = clef_json_parse(out.data, out.len, NULL, &err);
         CHECK_MSG(d2 != NULL, "%s", err.msg);
         if (d2) {
-            CHECK(json_render(&again, json_doc_root(d2), 1) == 0);
+            CHECK(clef_json_render(&again, clef_json_doc_root(d2), 1) == 0);
             CHECK(out.len == again.len && memcmp(out.data, again.data, out.len) == 0);
-            json_doc_free(d2);
+            clef_json_doc_free(d2);
         }
         clef_buf_free(&out);
         clef_buf_free(&again);
     }
-    json_doc_free(d);
+    clef_json_doc_free(d);
     clef_buf_free(&src);
 }
 
 /* src/base/utf8.c, which the parser and the tokenizer share */
 static void test_utf8(void) {
     uint32_t cp;
-    CHECK(utf8_decode("A", 1, &cp) == 1 && cp == 'A');
-    CHECK(utf8_decode("\xc3\xa9", 2, &cp) == 2 && cp == 0xE9);
-    CHECK(utf8_decode("\xe2\x82\xac", 3, &cp) == 3 && cp == 0x20AC);
-    CHECK(utf8_decode("\xf0\x9f\x98\x80", 4, &cp) == 4 && cp == 0x1F600);
-    CHECK(utf8_decode("\xf4\x8f\xbf\xbf", 4, &cp) == 4 && cp == 0x10FFFF);
-    CHECK(utf8_decode("\xf4\x90\x80\x80", 4, &cp) == 0 && cp == 0xFFFD);
-    CHECK(utf8_decode("\xed\xa0\x80", 3, &cp) == 0);
-    CHECK(utf8_decode_wtf8("\xed\xa0\x80", 3, &cp) == 3 && cp == 0xD800);
-    CHECK(utf8_decode("\xc0\xaf", 2, &cp) == 0);        /* overlong */
-    CHECK(utf8_decode("\xe0\x9f\xbf", 3, &cp) == 0);    /* overlong */
-    CHECK(utf8_decode("\xf0\x8f\xbf\xbf", 4, &cp) == 0); /* overlong */
-    CHECK(utf8_decode("\xe2\x82", 2, &cp) == 0);         /* truncated */
-    CHECK(utf8_decode("\x80", 1, &cp) == 0);
-    CHECK(utf8_decode("", 0, &cp) == 0);
+    CHECK(clef_utf8_decode("A", 1, &cp) == 1 && cp == 'A');
+    CHECK(clef_utf8_decode("\xc3\xa9", 2, &cp) == 2 && cp == 0xE9);
+    CHECK(clef_utf8_decode("\xe2\x82\xac", 3, &cp) == 3 && cp == 0x20AC);
+    CHECK(clef_utf8_decode("\xf0\x9f\x98\x80", 4, &cp) == 4 && cp == 0x1F600);
+    CHECK(clef_utf8_decode("\xf4\x8f\xbf\xbf", 4, &cp) == 4 && cp == 0x10FFFF);
+    CHECK(clef_utf8_decode("\xf4\x90\x80\x80", 4, &cp) == 0 && cp == 0xFFFD);
+    CHECK(clef_utf8_decode("\xed\xa0\x80", 3, &cp) == 0);
+    CHECK(clef_utf8_decode_wtf8("\xed\xa0\x80", 3, &cp) == 3 && cp == 0xD800);
+    CHECK(clef_utf8_decode("\xc0\xaf", 2, &cp) == 0);        /* overlong */
+    CHECK(clef_utf8_decode("\xe0\x9f\xbf", 3, &cp) == 0);    /* overlong */
+    CHECK(clef_utf8_decode("\xf0\x8f\xbf\xbf", 4, &cp) == 0); /* overlong */
+    CHECK(clef_utf8_decode("\xe2\x82", 2, &cp) == 0);         /* truncated */
+    CHECK(clef_utf8_decode("\x80", 1, &cp) == 0);
+    CHECK(clef_utf8_decode("", 0, &cp) == 0);
     char out[4];
-    CHECK(utf8_encode(0x7F, out) == 1 && out[0] == 0x7F);
-    CHECK(utf8_encode(0x7FF, out) == 2 && memcmp(out, "\xdf\xbf", 2) == 0);
-    CHECK(utf8_encode(0xDFFF, out) == 3 && memcmp(out, "\xed\xbf\xbf", 3) == 0);
-    CHECK(utf8_encode(0x10FFFF, out) == 4 && memcmp(out, "\xf4\x8f\xbf\xbf", 4) == 0);
-    CHECK(utf8_encode(0x110000, out) == 0);
+    CHECK(clef_utf8_encode(0x7F, out) == 1 && out[0] == 0x7F);
+    CHECK(clef_utf8_encode(0x7FF, out) == 2 && memcmp(out, "\xdf\xbf", 2) == 0);
+    CHECK(clef_utf8_encode(0xDFFF, out) == 3 && memcmp(out, "\xed\xbf\xbf", 3) == 0);
+    CHECK(clef_utf8_encode(0x10FFFF, out) == 4 && memcmp(out, "\xf4\x8f\xbf\xbf", 4) == 0);
+    CHECK(clef_utf8_encode(0x110000, out) == 0);
     for (uint32_t c = 0; c <= 0x10FFFF; c += (c < 0x3000 ? 1 : 97)) { /* round trip */
-        int n = utf8_encode(c, out);
+        int n = clef_utf8_encode(c, out);
         uint32_t back;
-        int m = utf8_is_surrogate(c) ? utf8_decode_wtf8(out, (size_t)n, &back) : utf8_decode(out, (size_t)n, &back);
+        int m = utf8_is_surrogate(c) ? clef_utf8_decode_wtf8(out, (size_t)n, &back) : clef_utf8_decode(out, (size_t)n, &back);
         if (m != n || back != c) { CHECK_MSG(0, "U+%04X", (unsigned)c); break; }
     }
     const char *mixed = "abcdefghijklmnop\xc3\xa9qrstuvwxyz0123456789\xff";
-    CHECK(utf8_valid_prefix(mixed, strlen(mixed)) == strlen(mixed) - 1);
+    CHECK(clef_utf8_valid_prefix(mixed, strlen(mixed)) == strlen(mixed) - 1);
     CHECK(utf8_valid(mixed, strlen(mixed) - 1));
-    CHECK(utf8_count("a\xc3\xa9\xf0\x9f\x98\x80", 7) == 3);
+    CHECK(clef_utf8_count("a\xc3\xa9\xf0\x9f\x98\x80", 7) == 3);
     char msg[200];
-    utf8_error_message("ab\xf0\x9f\x98", 5, 2, msg, sizeof msg);
+    clef_utf8_error_message("ab\xf0\x9f\x98", 5, 2, msg, sizeof msg);
     CHECK_STR(msg, "'utf-8' codec can't decode bytes in position 2-4: unexpected end of data");
-    utf8_error_message("\xed\xa0\x80", 3, 0, msg, sizeof msg);
+    clef_utf8_error_message("\xed\xa0\x80", 3, 0, msg, sizeof msg);
     CHECK_STR(msg, "'utf-8' codec can't decode byte 0xed in position 0: invalid continuation byte");
-    utf8_error_message("\xff", 1, 0, msg, sizeof msg);
+    clef_utf8_error_message("\xff", 1, 0, msg, sizeof msg);
     CHECK_STR(msg, "'utf-8' codec can't decode byte 0xff in position 0: invalid start byte");
 }
 

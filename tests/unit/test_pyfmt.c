@@ -10,7 +10,7 @@
 
 static char rbuf[64];
 static const char *R(double x) {
-    int n = py_repr_double(x, rbuf);
+    int n = clef_py_repr_double(x, rbuf);
     if (n != (int)strlen(rbuf)) return "(bad length)";
     return rbuf;
 }
@@ -57,9 +57,9 @@ static void test_repr(void) {
 }
 
 static double round_repr_check(double x, int n, const char *want, int line) {
-    double y = py_round(x, n);
+    double y = clef_py_round(x, n);
     char got[64];
-    py_repr_double(y, got);
+    clef_py_repr_double(y, got);
     if (strcmp(got, want) == 0) test_pass_++;
     else {
         test_fail_++;
@@ -114,36 +114,36 @@ static void test_round(void) {
 static void test_sum(void) {
     double tenth[10];
     for (int i = 0; i < 10; i++) tenth[i] = 0.1;
-    CHECK_STR(R(py_sum(tenth, 10)), "1.0"); /* Neumaier: plain summation gives 0.9999999999999999 */
+    CHECK_STR(R(clef_py_sum(tenth, 10)), "1.0"); /* Neumaier: plain summation gives 0.9999999999999999 */
     double a[] = {1e16, 1.0, -1e16};
-    CHECK_STR(R(py_sum(a, 3)), "1.0");
+    CHECK_STR(R(clef_py_sum(a, 3)), "1.0");
     double b[] = {-0.0};
-    CHECK_STR(R(py_sum(b, 1)), "0.0"); /* 0 + -0.0 */
+    CHECK_STR(R(clef_py_sum(b, 1)), "0.0"); /* 0 + -0.0 */
     double b2[] = {-0.0, -0.0};
-    CHECK_STR(R(py_sum(b2, 2)), "0.0");
+    CHECK_STR(R(clef_py_sum(b2, 2)), "0.0");
     double c[] = {1e308, 1e308, -1e308};
-    CHECK_STR(R(py_sum(c, 3)), "inf");
+    CHECK_STR(R(clef_py_sum(c, 3)), "inf");
     double d[] = {INFINITY, 1.0};
-    CHECK_STR(R(py_sum(d, 2)), "inf");
+    CHECK_STR(R(clef_py_sum(d, 2)), "inf");
     double e[] = {INFINITY, -INFINITY};
-    CHECK_STR(R(py_sum(e, 2)), "nan");
+    CHECK_STR(R(clef_py_sum(e, 2)), "nan");
     double f[] = {0.1, 0.2, 0.3};
-    CHECK_STR(R(py_sum(f, 3)), "0.6");
+    CHECK_STR(R(clef_py_sum(f, 3)), "0.6");
     double g[] = {1e100, 1.0, -1e100, 1e-100};
-    CHECK_STR(R(py_sum(g, 4)), "1.0");
+    CHECK_STR(R(clef_py_sum(g, 4)), "1.0");
     /* §8.2 score: sum(k * p[k]) */
     double s[] = {0 * 0.25, 1 * 0.25, 2 * 0.25, 3 * 0.25};
-    CHECK_STR(R(py_sum(s, 4)), "1.5");
-    CHECK_STR(R(py_sum(NULL, 0)), "0.0"); /* Python gives the int 0 */
+    CHECK_STR(R(clef_py_sum(s, 4)), "1.5");
+    CHECK_STR(R(clef_py_sum(NULL, 0)), "0.0"); /* Python gives the int 0 */
 }
 
 static void test_strtod(void) {
     char *end;
-    CHECK(py_strtod("1.5e3x", &end) == 1500.0 && *end == 'x');
-    CHECK(py_strtod("1e400", NULL) == INFINITY);
-    CHECK(py_strtod("-1e400", NULL) == -INFINITY);
-    CHECK(py_strtod("2.4703282292062328e-324", NULL) == 5e-324); /* just above half the min subnormal */
-    CHECK(py_strtod("9007199254740993", NULL) == 9007199254740992.0); /* tie to even */
+    CHECK(clef_py_strtod("1.5e3x", &end) == 1500.0 && *end == 'x');
+    CHECK(clef_py_strtod("1e400", NULL) == INFINITY);
+    CHECK(clef_py_strtod("-1e400", NULL) == -INFINITY);
+    CHECK(clef_py_strtod("2.4703282292062328e-324", NULL) == 5e-324); /* just above half the min subnormal */
+    CHECK(clef_py_strtod("9007199254740993", NULL) == 9007199254740992.0); /* tie to even */
 }
 
 int main(void) {

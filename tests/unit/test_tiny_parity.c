@@ -60,7 +60,7 @@ static long jint(const json_value *v) {
     if (v->kind == JSON_FLOAT) return (long)v->u.number;
     return -1;
 }
-static const json_value *jget(const json_value *o, const char *k) { return json_object_get(o, k); }
+static const json_value *jget(const json_value *o, const char *k) { return clef_json_object_get(o, k); }
 static size_t jlen(const json_value *a) { return a && a->kind == JSON_ARRAY ? a->u.array.n : 0; }
 static const json_value *jat(const json_value *a, size_t i) { return a->u.array.items[i]; }
 
@@ -172,14 +172,14 @@ int main(void) {
     clef_err err = {0};
     clef_model_files *m = clef_model_open(mdir, &err);
     if (!m) { printf("skip: %s not loadable (%s); run make tiny\n", mdir, err.msg); return 77; }
-    json_doc *doc = json_parse(itext, ilen, NULL, &err);
+    json_doc *doc = clef_json_parse(itext, ilen, NULL, &err);
     CHECK_MSG(doc != NULL, "index.json: %s", err.msg);
     if (!doc) return TEST_END();
-    const json_value *root = json_doc_root(doc);
-    json_doc *doc64 = json_parse(itext64, ilen64, NULL, &err);
+    const json_value *root = clef_json_doc_root(doc);
+    json_doc *doc64 = clef_json_parse(itext64, ilen64, NULL, &err);
     CHECK_MSG(doc64 != NULL, "%s/index.json: %s", f64dir, err.msg);
     if (!doc64) return TEST_END();
-    const json_value *reqs64 = jget(json_doc_root(doc64), "requests");
+    const json_value *reqs64 = jget(clef_json_doc_root(doc64), "requests");
     CHECK_MSG(jlen(reqs64) == jlen(jget(root, "requests")), "%s: %zu requests, the fp32 fixture %zu", f64dir,
               jlen(reqs64), jlen(jget(root, "requests")));
     const int verbose = getenv("CLEF_PARITY_VERBOSE") != NULL;
@@ -213,11 +213,11 @@ int main(void) {
     char worst_layer_name[256] = "", worst_dp_name[256] = "";
     for (size_t ri = 0; ri < jlen(reqs); ri++) {
         const json_value *r = jat(reqs, ri);
-        if (!json_truthy(jget(r, "ok"))) continue;
+        if (!clef_json_truthy(jget(r, "ok"))) continue;
         const char *name = jget(r, "name") ? jget(r, "name")->u.string.s : "?";
         const json_value *r64 = ri < jlen(reqs64) ? jat(reqs64, ri) : NULL;
         const json_value *n64 = r64 ? jget(r64, "name") : NULL;
-        CHECK_MSG(n64 && n64->kind == JSON_STRING && strcmp(n64->u.string.s, name) == 0 && json_truthy(jget(r64, "ok")),
+        CHECK_MSG(n64 && n64->kind == JSON_STRING && strcmp(n64->u.string.s, name) == 0 && clef_json_truthy(jget(r64, "ok")),
                   "%s: not request %zu of the float64 fixture", name, ri);
         if (!(n64 && n64->kind == JSON_STRING && strcmp(n64->u.string.s, name) == 0)) r64 = NULL;
         double req_dp32 = 0, req_dp64 = 0, req_d3264 = 0, req_final64 = NAN, req_dp64_r32 = 0, req_final64_r32 = NAN;
@@ -439,8 +439,8 @@ int main(void) {
     int rcode = TEST_END();
     printf("%d requests: layers %.2g, final %.2g, |dp| %.2g (head alone %.2g), %d NaN as ref, %d media + %d long (CLEF_PARITY_LONG=1) skipped\n",
            n_text, worst_layer, worst_final, worst_dp, worst_dp_head, n_nan, n_skipped, n_long);
-    json_doc_free(doc);
-    json_doc_free(doc64);
+    clef_json_doc_free(doc);
+    clef_json_doc_free(doc64);
     free(itext);
     free(bin);
     free(itext64);

@@ -303,12 +303,12 @@ static uint32_t rnd(uint32_t n) {
 static void test_bpe_loops(void) {
     /* symbols 0..3 are "bytes"; 300 random merges over existing symbols with distinct ranks */
     bpe_pairs p;
-    CHECK(bpe_pairs_init(&p, 400) == 0);
+    CHECK(clef_bpe_pairs_init(&p, 400) == 0);
     int32_t next_id = 4;
     for (uint32_t r = 0; r < 300; r++) {
         uint32_t a = rnd((uint32_t)next_id), b = rnd((uint32_t)next_id);
         if (bpe_pairs_get(&p, a, b)) continue;
-        bpe_pairs_put(&p, a, b, r, next_id++);
+        clef_bpe_pairs_put(&p, a, b, r, next_id++);
     }
     bpe_work w;
     memset(&w, 0, sizeof w);
@@ -317,24 +317,24 @@ static void test_bpe_loops(void) {
     for (int it = 0; it < 3000; it++) {
         size_t n = 1 + rnd(it < 2000 ? 40 : 300);
         for (size_t i = 0; i < n; i++) x[i] = y[i] = (int32_t)rnd(it % 3 ? 4 : 2); /* few symbols: many ties */
-        size_t m1 = bpe_merge_scan(&p, x, n, &w), m2 = bpe_merge_heap(&p, y, n, &w);
+        size_t m1 = clef_bpe_merge_scan(&p, x, n, &w), m2 = clef_bpe_merge_heap(&p, y, n, &w);
         if (m1 != m2 || memcmp(x, y, m1 * sizeof *x)) bad++;
     }
     CHECK_MSG(bad == 0, "scan and heap BPE differ on %d of 3000 words", bad);
     /* leftmost first on ties: pairs (0,0)->4 rank 0 over "000" gives [4, 0] */
     bpe_pairs q;
-    bpe_pairs_init(&q, 4);
-    bpe_pairs_put(&q, 0, 0, 0, 4);
+    clef_bpe_pairs_init(&q, 4);
+    clef_bpe_pairs_put(&q, 0, 0, 0, 4);
     int32_t z[3] = {0, 0, 0}, z2[3] = {0, 0, 0};
-    size_t m = bpe_merge_scan(&q, z, 3, &w), m2 = bpe_merge_heap(&q, z2, 3, &w);
+    size_t m = clef_bpe_merge_scan(&q, z, 3, &w), m2 = clef_bpe_merge_heap(&q, z2, 3, &w);
     CHECK(m == 2 && z[0] == 4 && z[1] == 0);
     CHECK(m2 == 2 && z2[0] == 4 && z2[1] == 0);
     /* a later duplicate pair overwrites (HF collects merges into a HashMap) */
-    bpe_pairs_put(&q, 0, 0, 9, 5);
+    clef_bpe_pairs_put(&q, 0, 0, 9, 5);
     CHECK(q.replaced == 1 && bpe_pairs_get(&q, 0, 0)->rank == 9 && bpe_pairs_get(&q, 0, 0)->merged == 5);
-    bpe_pairs_free(&q);
-    bpe_work_free(&w);
-    bpe_pairs_free(&p);
+    clef_bpe_pairs_free(&q);
+    clef_bpe_work_free(&w);
+    clef_bpe_pairs_free(&p);
 }
 
 /* ---------------------------------------------------------------- loader refusals (synthetic files) */
