@@ -65,6 +65,7 @@ int cmd_serve(int argc, char **argv) {
     clef_options_default(&o);
     int max_connections = (int)sc.max_connections, timeout = (int)sc.io_timeout_s, quiet = 0;
     int max_pending = 0, client_share = (int)sc.client_share;
+    double batch_wait_ms = sc.batch_wait_s * 1e3;
     const char *key_file = NULL;
     /* one line per flag, in the order of the old usage text (docs/cli.md has the same table) */
     const cli_opt opts[] = {
@@ -97,6 +98,8 @@ int cmd_serve(int argc, char **argv) {
          .def = "8192", .help = "token budget of one forward"},
         {.name = "--max-batch", .kind = CLI_SIZE, .dst = &sc.max_batch, .arg = "N", .lo = 1, .hi = 512, .def = "32",
          .help = "most requests in one forward"},
+        {.name = "--batch-wait-ms", .kind = CLI_DOUBLE, .dst = &batch_wait_ms, .arg = "MS", .lo = 0, .hi = 10000,
+         .def = "50", .help = "a forward not full waits for more requests up to MS, and up to 3% of the previous forward; 0 = never"},
         {.name = "--model-id", .kind = CLI_STR, .dst = &sc.model_id, .arg = "NAME", .def = "clef-flash",
          .help = "the id /v1/models reports"},
         CLI_OPT_TILE(&o.image_tile),
@@ -136,6 +139,7 @@ int cmd_serve(int argc, char **argv) {
     if (quiet) sc.log_requests = 0;
     sc.max_pending = (unsigned)max_pending;
     sc.client_share = (unsigned)client_share;
+    sc.batch_wait_s = batch_wait_ms * 1e-3;
     if (key_file) {
         if (!read_key_file(key_file, key_buf, sizeof key_buf)) {
             fprintf(stderr, "clef serve: --api-key-file %s: no key read (a missing file, or an empty first line)\n",

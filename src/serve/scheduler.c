@@ -42,6 +42,26 @@ size_t clef_sched_pick(const size_t *tokens, size_t n, size_t budget, size_t max
     return k;
 }
 
+/* Whether the batch the queue would give now is full: max_batch items or the token budget. */
+static int batch_full(const clef_sched *s) {
+    size_t n = 0, used = 0;
+    for (const clef_sched_item *it = s->head; it && n < SCHED_SCAN; it = it->next) {
+        if (++n >= s->cfg.max_batch) return 1;
+        used += it->tokens;
+        if (used >= s->cfg.batch_tokens) return 1;
+    }
+    return 0;
+}
+
+/* Whether the worker should wait for more items before taking a batch (under the lock); *until
+ * is then the oldest item's last moment to wait. */
+static int should_gather(const clef_sched *s, double last_run_s, double *until) {
+    if (s->cfg.gather_s <= 0 || s->stopping || !s->head) return 0;
+    double w = CLEF_SCHED_GATHER_FRACTION * last_run_s;
+    *until = s->head->enqueued + (w < s->cfg.gather_s ? w : s->cfg.gather_s);
+    return clef_now() < *until && !batch_full(s);
+}
+
 /* Unlinks expired items into *expired (under the lock). */
 static void take_expired(clef_sched *s, double now, clef_sched_item **expired) {
     clef_sched_item **pp = &s->head, *last = NULL;
@@ -68,10 +88,17 @@ static void *worker_main(void *arg) {
     clef_sched_item **scan = malloc(SCHED_SCAN * sizeof *scan);
     clef_sched_item **batch = malloc(cap * sizeof *batch);
     int ok = tok && idx && scan && batch;
+    double last_run_s = 0; /* the previous batch's run time: the gathering window scales with it */
     pthread_mutex_lock(&s->mu);
     for (;;) {
         while (!s->head && !s->stopping) pthread_cond_wait(&s->cv, &s->mu);
         if (!s->head && s->stopping) break;
+        double until;
+        if (should_gather(s, last_run_s, &until)) { /* woken by each submit, then looks again */
+            struct timespec ts = {(time_t)until, (long)((until - (double)(time_t)until) * 1e9)};
+            pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+            continue;
+        }
         clef_sched_item *expired = NULL;
         take_expired(s, clef_now(), &expired);
         size_t n = 0, k = 0;
@@ -115,6 +142,7 @@ static void *worker_main(void *arg) {
                 s->expire(s->ctx, expired);
                 expired = nx;
             }
+            double t_run = clef_now();
             if (ok) {
                 for (size_t j = 0; j < k; j++) batch[j]->next = NULL;
                 s->run(s->ctx, batch, k);
@@ -122,6 +150,7 @@ static void *worker_main(void *arg) {
                 one->next = NULL;
                 s->run(s->ctx, &one, 1);
             }
+            last_run_s = clef_now() - t_run;
             pthread_mutex_lock(&s->mu);
         } else {
             pthread_mutex_unlock(&s->mu);
@@ -155,7 +184,11 @@ clef_sched *clef_sched_create(const clef_sched_config *cfg, clef_sched_run_fn ru
     s->expire = expire;
     s->ctx = ctx;
     pthread_mutex_init(&s->mu, NULL);
-    pthread_cond_init(&s->cv, NULL);
+    pthread_condattr_t ca; /* timed waits on clef_now()'s clock */
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&s->cv, &ca);
+    pthread_condattr_destroy(&ca);
     if (pthread_create(&s->worker, NULL, worker_main, s) != 0) {
         pthread_mutex_destroy(&s->mu);
         pthread_cond_destroy(&s->cv);

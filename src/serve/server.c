@@ -161,6 +161,7 @@ void clef_server_config_default(clef_server_config *c) {
     c->max_tokens = 0;
     c->batch_tokens = 8192;
     c->max_batch = 32;
+    c->batch_wait_s = 0.05;
     c->model_id = "clef-flash";
     c->log_requests = 1;
     c->header_timeout_s = 10;
@@ -831,7 +832,7 @@ int clef_server_port(const clef_server *s) { return s->port; }
 
 int clef_server_attach(clef_server *s, clef_engine *e) {
     clef_sched_config sc = {.batch_tokens = s->cfg.batch_tokens, .max_batch = s->cfg.max_batch,
-                            .queue_len = s->cfg.queue_len};
+                            .queue_len = s->cfg.queue_len, .gather_s = s->cfg.batch_wait_s};
     s->engine = e;
     snprintf(s->backend, sizeof s->backend, "%s", clef_engine_backend(e));
     s->sched = clef_sched_create(&sc, run_batch, expire_one, s);

@@ -25,6 +25,8 @@ typedef struct clef_server_config {
     size_t max_tokens;       /* refuse (413) prepared requests over this many tokens; 0 = no limit */
     size_t batch_tokens;     /* token budget of one forward (default 8192) */
     size_t max_batch;        /* most requests in one forward (default 32) */
+    double batch_wait_s;     /* a forward not full waits for more requests at most this long, and at
+                                most 3% of the previous forward (default 0.05; 0 = never; scheduler.h) */
     const char *model_id;    /* for /v1/models */
     int log_requests;        /* one JSON line per request on stderr */
     int no_ui;               /* 1: no web playground at / (404 there, as any unknown path) */
