@@ -62,9 +62,9 @@ static int scan_out(const batch_resume_in *in, batch_decision *d, uint64_t *line
             size_t take = nl ? (size_t)(nl - p) : (size_t)(e - p);
             if (!too_long && len + take > in->line_max) too_long = 1;
             if (!too_long) {
-                if (len + take > cap) {
+                if (len + take + 1 > cap) { /* never NULL once a line is read */
                     size_t nc = cap ? cap : 4096;
-                    while (nc < len + take) nc *= 2;
+                    while (nc < len + take + 1) nc *= 2;
                     char *q = realloc(line, nc);
                     if (!q) {
                         refuse(d, in, "out of memory");
@@ -80,7 +80,7 @@ static int scan_out(const batch_resume_in *in, batch_decision *d, uint64_t *line
             p += take;
             if (!nl) break;
             p++; /* the '\n' */
-            if (too_long || !batch_is_answer(line ? line : "", len)) {
+            if (too_long || !batch_is_answer(line, len)) {
                 snprintf(why, sizeof why, "line %llu is not an answer clef batch writes", (unsigned long long)(n + 1));
                 refuse(d, in, why);
                 rc = 1;
