@@ -22,14 +22,31 @@
 //   - a refusal changes nothing; its message is one non-empty line that renders as a JSON string of
 //     valid UTF-8 which parses back;
 //   - --restart empties OUT, a fresh OUT stays empty; and ASan/UBSan/LeakSanitizer find nothing.
-// $CLEF_FUZZ_BATCH_TRACE=1 prints each decision. Not part of the default build; tests/parity/test_fuzz_batch_corpus.sh builds it and replays
-// fuzz/corpus/batch. Build and run (from the repository root):
+// $CLEF_FUZZ_BATCH_TRACE=1 prints each decision. Not part of the default build;
+// tests/parity/test_fuzz_batch_corpus.sh builds it and replays fuzz/corpus/batch. Build and run (from
+// the repository root):
 //
-//   clang -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-//     -Iinclude -Isrc fuzz/fuzz_batch.c src/cli/batch_resume.c src/base/buf.c src/base/err.c src/base/json.c \
-//     src/base/sha256.c src/base/utf8.c src/base/pyfmt.c -lm -o build/fuzz_batch
+//   clang -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -g -O1 -fsanitize=fuzzer,address,undefined \
+//     -fno-sanitize-recover=undefined -Iinclude -Isrc fuzz/fuzz_batch.c src/cli/batch_resume.c src/base/buf.c \
+//     src/base/err.c src/base/json.c src/base/sha256.c src/base/utf8.c src/base/pyfmt.c -lm -o build/fuzz_batch
 //   mkdir -p build/fuzz-batch && cp fuzz/corpus/batch/* build/fuzz-batch/
 //   build/fuzz_batch -max_len=16384 -max_total_time=600 -rss_limit_mb=2048 build/fuzz-batch
+//
+// The second mode, -DCLEF_FUZZ_BATCH_RUN (see run_one at the end: the whole verb, cmd_batch, in-process
+// on $CLEF_FUZZ_MODEL, models/tiny by default; each input run, rerun and resumed after a cut: IN keeps
+// every byte, OUT holds one answer per IN line, the rerun changes nothing, the resume ends with the
+// uninterrupted run's OUT; a hard link to IN as OUT is refused with --restart). Slow (the weights are
+// loaded for every run: seconds an input); its inputs are fuzz/corpus/batch-run:
+//
+//   make build/gen/serve/web_assets.h
+//   clang -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
+//     -DCLEF_FUZZ_BATCH_RUN -Iinclude -Isrc -Ibuild/gen $(pkg-config --cflags oniguruma libutf8proc libmicrohttpd libpng) \
+//     fuzz/fuzz_batch.c src/cli/batch_resume.c src/cli/cmd_batch.c src/cli/cli_opts.c \
+//     $(find src -name '*.c' -not -path 'src/cli/*' -not -path 'src/compute/cuda/*') \
+//     $(pkg-config --libs oniguruma libutf8proc libmicrohttpd libpng libjpeg libwebp libwebpdemux libgif zlib \
+//       libavformat libavcodec libswscale libavutil) -lm -pthread -o build/fuzz_batch_run
+//   mkdir -p build/fuzz-batch-run && cp fuzz/corpus/batch-run/* build/fuzz-batch-run/
+//   CLEF_FUZZ_MODEL=models/tiny build/fuzz_batch_run -max_len=256 -max_total_time=600 -rss_limit_mb=4096 build/fuzz-batch-run
 
 #include <errno.h>
 #include <fcntl.h>
@@ -51,6 +68,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static char g_dir[512], g_in[600], g_out[600], g_rec[600];
 static int g_trace; /* $CLEF_FUZZ_BATCH_TRACE: each decision on stderr */
+#ifdef CLEF_FUZZ_BATCH_RUN
+#include "cli/cmds.h"
+static const char *g_model; /* $CLEF_FUZZ_MODEL, models/tiny by default */
+#endif
 
 #define CHECK(c)                                                                                  \
     do {                                                                                          \
@@ -72,6 +93,10 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
         perror("fuzz_batch: mkdtemp");
         exit(1);
     }
+#ifdef CLEF_FUZZ_BATCH_RUN
+    g_model = getenv("CLEF_FUZZ_MODEL");
+    if (!g_model || !*g_model) g_model = "models/tiny";
+#endif
     snprintf(g_in, sizeof g_in, "%s/in.jsonl", g_dir);
     snprintf(g_out, sizeof g_out, "%s/out.jsonl", g_dir);
     snprintf(g_rec, sizeof g_rec, "%s/out.jsonl.clef-batch", g_dir);
@@ -239,7 +264,7 @@ static void check_message(const char *msg) {
     clef_buf_free(&j);
 }
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+static int decide_one(const uint8_t *data, size_t size) {
     cursor c = {data, size, 0};
     unsigned s = next(&c);
     int restart = s & 1, pipe_in = (s >> 4) & 1, out_kind = (s >> 2) & 3, rec_mode = (s >> 5) & 7;
@@ -424,4 +449,149 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     clef_buf_free(&rec);
     clef_buf_free(&after);
     return 0;
+}
+
+#ifdef CLEF_FUZZ_BATCH_RUN
+/* The second mode (built with -DCLEF_FUZZ_BATCH_RUN): the whole verb, cmd_batch, in-process on the
+ * model $CLEF_FUZZ_MODEL (models/tiny) over temporary files. Input: byte 0, settings (bit 0
+ * --max-line 1024; bits 1-2 --max-batch 1, 2, 4 or 32; bit 3 also a run with OUT a hard link to IN
+ * and --restart); byte 1 N (N & 7 lines; 0x80: the last without '\n'); N bytes choosing each line
+ * (RUN_LINES, or raw bytes from the input); then two bytes X: where OUT is cut before the resume. */
+
+static const char *const RUN_LINES[] = {
+    ("{\"model\":\"clef-flash\",\"state\":\"line 0 is warm\",\"questions\":{\"hot\":{\"type\":\"noul\","
+     "\"instructions\":\"Is it hot?\"}}}"),
+    "{\"model\":\"clef-flash\",\"state\":\"it is cold\",\"questions\":{\"q\":{\"type\":\"noul\"}}}",
+    "{\"model\":\"clef-flash\",\"state\":\"\\u00e9t\xc3\xa9\",\"questions\":{\"a\":{\"type\":\"noul\"},\"b\":{\"type\":\"noul\"}}}",
+    "{\"model\":\"clef-flash\",\"state\":\"x\",\"questions\":{}}",
+    "{\"model\":\"clef-flash\"",
+    "not json",
+    "",
+    "{\"model\":\"clef-flash\",\"state\":\"\xff\",\"questions\":{\"q\":{\"type\":\"noul\"}}}",
+    "[]",
+    "LONG", /* a valid request of 1500 bytes: over --max-line 1024 */
+};
+#define N_RUN_LINES (sizeof RUN_LINES / sizeof RUN_LINES[0])
+
+/* cmd_batch with these options on g_in, out; its stderr (progress, the event line) to /dev/null. */
+static int run_batch(const char *out, const char *max_line, const char *max_batch, int restart) {
+    char *argv[16];
+    int argc = 0;
+    argv[argc++] = "batch";
+    argv[argc++] = "--model";
+    argv[argc++] = (char *)g_model;
+    argv[argc++] = "--threads";
+    argv[argc++] = "1";
+    argv[argc++] = "--max-batch";
+    argv[argc++] = (char *)max_batch;
+    if (max_line) argv[argc++] = "--max-line", argv[argc++] = (char *)max_line;
+    if (restart) argv[argc++] = "--restart";
+    argv[argc++] = g_in;
+    argv[argc++] = (char *)out;
+    argv[argc] = NULL;
+    fflush(stderr);
+    int saved = dup(2), null = open("/dev/null", O_WRONLY | O_CLOEXEC);
+    CHECK(saved >= 0 && null >= 0);
+    dup2(null, 2);
+    close(null);
+    int rc = cmd_batch(argc, argv);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    return rc;
+}
+
+static int run_one(const uint8_t *data, size_t size) {
+    cursor c = {data, size, 0};
+    unsigned s = next(&c);
+    const char *max_line = s & 1 ? "1024" : NULL;
+    const char *const batches[] = {"1", "2", "4", "32"};
+    const char *max_batch = batches[(s >> 1) & 3];
+    clef_buf in, first, after;
+    clef_buf_init(&in);
+    clef_buf_init(&first);
+    clef_buf_init(&after);
+    unsigned nin = next(&c);
+    for (unsigned i = 0; i < (nin & 7); i++) {
+        unsigned ch = next(&c);
+        if (ch >= 0xF0) {
+            size_t n = ch & 15;
+            if (n > c.n - c.i) n = c.n - c.i;
+            put(&in, c.p + c.i, n);
+            c.i += n;
+        } else if (!strcmp(RUN_LINES[ch % N_RUN_LINES], "LONG")) {
+            puts_(&in, "{\"model\":\"clef-flash\",\"state\":\"");
+            for (int k = 0; k < 1500; k++) put(&in, "w", 1);
+            puts_(&in, "\",\"questions\":{\"q\":{\"type\":\"noul\"}}}");
+        } else {
+            puts_(&in, RUN_LINES[ch % N_RUN_LINES]);
+        }
+        if (!((nin & 0x80) && i + 1 == (nin & 7))) puts_(&in, "\n");
+    }
+    unsigned x = next(&c);
+    x = x << 8 | next(&c);
+
+    cleanup_files();
+    CHECK(write_file(g_in, in.data ? in.data : "", in.len) == 0);
+    int fd = open(g_in, O_RDONLY | O_CLOEXEC);
+    CHECK(fd >= 0);
+    uint64_t in_lines = 0;
+    char hex[65];
+    CHECK(batch_count_lines(fd, &in_lines, hex) == 0);
+    close(fd);
+
+    /* an uninterrupted run: one answer line per IN line, IN untouched */
+    CHECK(run_batch(g_out, max_line, max_batch, 0) == 0);
+    read_file(g_in, &after);
+    CHECK(after.len == in.len && (in.len == 0 || !memcmp(after.data, in.data, in.len)));
+    read_file(g_out, &first);
+    uint64_t lines = 0;
+    for (size_t a = 0; a < first.len;) {
+        const char *nl = memchr(first.data + a, '\n', first.len - a);
+        CHECK(nl); /* OUT ends with '\n' */
+        size_t l = (size_t)(nl - (first.data + a));
+        CHECK(oracle_answer(first.data + a, l));
+        lines++;
+        a += l + 1;
+    }
+    CHECK(lines == in_lines);
+    /* a rerun: nothing to do, OUT unchanged */
+    CHECK(run_batch(g_out, max_line, max_batch, 0) == 0);
+    read_file(g_out, &after);
+    CHECK(after.len == first.len && (first.len == 0 || !memcmp(after.data, first.data, first.len)));
+    /* interrupted at byte X: the resume ends with the same OUT */
+    CHECK(truncate(g_out, (off_t)(x % (first.len + 1))) == 0);
+    CHECK(run_batch(g_out, max_line, max_batch, 0) == 0);
+    read_file(g_out, &after);
+    CHECK(after.len == first.len && (first.len == 0 || !memcmp(after.data, first.data, first.len)));
+    read_file(g_in, &after);
+    CHECK(after.len == in.len && (in.len == 0 || !memcmp(after.data, in.data, in.len)));
+    if (s & 8) { /* OUT a hard link to IN, --restart: refused, IN keeps every byte */
+        char link_path[700];
+        snprintf(link_path, sizeof link_path, "%s/link.jsonl", g_dir);
+        unlink(link_path);
+        CHECK(link(g_in, link_path) == 0);
+        CHECK(run_batch(link_path, max_line, max_batch, 1) == 2);
+        read_file(g_in, &after);
+        CHECK(after.len == in.len && (in.len == 0 || !memcmp(after.data, in.data, in.len)));
+        unlink(link_path);
+        char rec_path[720];
+        snprintf(rec_path, sizeof rec_path, "%s.clef-batch", link_path);
+        unlink(rec_path);
+    }
+    cleanup_files();
+    clef_buf_free(&in);
+    clef_buf_free(&first);
+    clef_buf_free(&after);
+    return 0;
+}
+#endif
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+#ifdef CLEF_FUZZ_BATCH_RUN
+    (void)decide_one;
+    return run_one(data, size);
+#else
+    return decide_one(data, size);
+#endif
 }
