@@ -10,7 +10,9 @@
  * settings that change answers, and an OUT that is not empty is resumed only when that record
  * matches and each of its complete lines is an answer ({"model","answers",...} or {"error"}); any
  * other OUT is refused, not taken as finished work (--restart overwrites it). A line over
- * --max-line bytes is not held: it gets an error line (RequestTooLong) and the run goes on. */
+ * --max-line bytes is not held: it gets an error line (RequestTooLong) and the run goes on. The
+ * decision on OUT (fresh, restart, resume after K lines cut at byte X, refuse) is batch_resume.c's,
+ * fuzzed by fuzz/fuzz_batch.c. */
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
