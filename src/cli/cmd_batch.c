@@ -10,7 +10,9 @@
  * settings that change answers, and an OUT that is not empty is resumed only when that record
  * matches and each of its complete lines is an answer ({"model","answers",...} or {"error"}); any
  * other OUT is refused, not taken as finished work (--restart overwrites it). A line over
- * --max-line bytes is not held: it gets an error line (RequestTooLong) and the run goes on. */
+ * --max-line bytes is not held: it gets an error line (RequestTooLong) and the run goes on. The
+ * decision on OUT (fresh, restart, resume after K lines cut at byte X, refuse) is batch_resume.c's,
+ * fuzzed by fuzz/fuzz_batch.c. */
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -22,8 +24,8 @@
 
 #include "base/buf.h"
 #include "base/json.h"
-#include "base/sha256.h"
 #include "clef.h"
+#include "cli/batch_resume.h"
 #include "cli/cmds.h"
 #include "cli/cli_opts.h"
 #include "serve/scheduler.h"
@@ -116,106 +118,6 @@ static int reader_next(line_reader *r, char **line, size_t *cap, size_t max, siz
     if (!*too_long) (*line)[n] = '\0';
     *len = n;
     return 1;
-}
-
-/* 1 when the line is one clef batch writes: a JSON object with "answers" (a response) or "error". */
-static int is_answer(const char *line, size_t len) {
-    clef_err e;
-    clef_err_clear(&e);
-    json_doc *d = clef_json_parse(line, len, NULL, &e);
-    if (!d) return 0;
-    const json_value *root = clef_json_doc_root(d);
-    int ok = root && root->kind == JSON_OBJECT &&
-             ((clef_json_object_get(root, "answers") && clef_json_object_get(root, "model")) || clef_json_object_get(root, "error"));
-    clef_json_doc_free(d);
-    return ok;
-}
-
-/* Checks OUT's complete lines (each an answer), counts them and cuts anything after the last
- * newline. 0, or -1 with a message in why (OUT is left untouched then). */
-static int scan_out(int fd, uint64_t *lines, char *why, size_t why_len) {
-    line_reader *r = malloc(sizeof *r);
-    if (!r) {
-        snprintf(why, why_len, "out of memory");
-        return -1;
-    }
-    reader_init(r, fd);
-    char *line = NULL;
-    size_t cap = 0, len = 0;
-    uint64_t n = 0, complete_end = 0;
-    int too_long = 0, rc = 0;
-    for (;;) {
-        uint64_t before = r->offset;
-        int got = reader_next(r, &line, &cap, (size_t)1 << 26, &len, &too_long);
-        if (got < 0) {
-            snprintf(why, why_len, "cannot read it back: %s", strerror(errno));
-            rc = -1;
-            break;
-        }
-        if (got == 0) break;
-        int whole = r->offset - before == len + 1; /* ended by '\n' */
-        if (!whole) break;                          /* the torn last line: cut below */
-        if (too_long || !is_answer(line, len)) {
-            snprintf(why, why_len, "line %llu is not an answer clef batch writes", (unsigned long long)(n + 1));
-            rc = -1;
-            break;
-        }
-        n++;
-        complete_end = r->offset;
-    }
-    free(line);
-    free(r);
-    if (rc) return rc;
-    struct stat st;
-    if (fstat(fd, &st) != 0 || ((uint64_t)st.st_size != complete_end && ftruncate(fd, (off_t)complete_end) != 0) ||
-        lseek(fd, (off_t)complete_end, SEEK_SET) < 0) {
-        snprintf(why, why_len, "cannot cut its torn last line: %s", strerror(errno));
-        return -1;
-    }
-    *lines = n;
-    return 0;
-}
-
-/* Lines in a regular file (a last line without '\n' counts) and its SHA-256; the offset goes back
- * to 0. */
-static int count_lines(int fd, uint64_t *lines, char hex[65]) {
-    char *buf = malloc(1 << 16);
-    if (!buf) return -1;
-    clef_sha256 sha;
-    clef_sha256_init(&sha);
-    uint64_t n = 0;
-    int last = '\n';
-    for (;;) {
-        ssize_t r = read(fd, buf, 1 << 16);
-        if (r < 0) {
-            if (errno == EINTR) continue;
-            free(buf);
-            return -1;
-        }
-        if (r == 0) break;
-        clef_sha256_update(&sha, buf, (size_t)r);
-        for (const char *p = buf, *e = buf + r; (p = memchr(p, '\n', (size_t)(e - p))); p++) n++;
-        last = buf[r - 1];
-    }
-    free(buf);
-    if (last != '\n') n++;
-    uint8_t d[32];
-    clef_sha256_final(&sha, d);
-    clef_sha256_to_hex(d, hex);
-    *lines = n;
-    return lseek(fd, 0, SEEK_SET) < 0 ? -1 : 0;
-}
-
-/* The record of what OUT answers: IN's hash and the settings that change answers. */
-static int render_record(clef_buf *b, const char *in_hex, const clef_options *o) {
-    clef_buf_printf(b, "{\"clef_batch\":1,\"input_sha256\":");
-    if (in_hex) clef_buf_printf(b, "\"%s\"", in_hex);
-    else clef_buf_puts(b, "null");
-    clef_buf_printf(b, ",\"max_length\":%d,\"tile\":%d,\"split\":\"%s\",\"text_only\":%s,\"allow_image_paths\":%s,"
-                       "\"precision\":\"%s\"}\n",
-                    o->max_length, o->image_tile, cli_split_choices[o->split_variant], o->text_only ? "true" : "false",
-                    o->allow_image_paths ? "true" : "false", cli_precision_choices[o->precision]);
-    return b->oom ? -1 : 0;
 }
 
 /* Writes the record next to OUT (tmp file, fsync, rename, fsync of the folder). */
@@ -347,70 +249,62 @@ static int open_files(batch_files *f) {
     return 0;
 }
 
-/* Step 2: IN's lines and hash, the record of this run (want), then --restart empties OUT, a
- * non-empty OUT is resumed only when its record matches and its lines are answers (f->have), and a
- * fresh OUT gets its record first. Returns 0, or 2 with the reason printed. */
+/* Step 2: IN's lines and hash, the record of this run (want), then the resume decision
+ * (batch_resume.c): --restart empties OUT, a non-empty OUT is resumed only when its record matches
+ * and its lines are answers (f->have; a torn last line cut), and a fresh OUT gets its record first.
+ * Returns 0, or 2 with the reason printed. */
 static int check_out(batch_files *f, const clef_options *o, int restart, clef_buf *want, clef_buf *have_rec) {
     const char *in_path = f->in_path, *out_path = f->out_path, *rec_path = f->rec_path;
     char in_hex[65];
     if (!f->from_stdin && S_ISREG(f->in_st.st_mode)) {
-        if (count_lines(f->in_fd, &f->total, in_hex) != 0) {
+        if (batch_count_lines(f->in_fd, &f->total, in_hex) != 0) {
             fprintf(stderr, "clef batch: cannot read %s: %s\n", in_path, strerror(errno));
             return 2;
         }
     } else {
         f->from_stdin = 1; /* a pipe or device: read once, hashed as it goes, no resume */
     }
-    if (render_record(want, f->from_stdin ? NULL : in_hex, o)) {
+    if (batch_record_render(want, f->from_stdin ? NULL : in_hex, o->max_length, o->image_tile,
+                            cli_split_choices[o->split_variant], o->text_only, o->allow_image_paths,
+                            cli_precision_choices[o->precision])) {
         fprintf(stderr, "clef batch: out of memory\n");
         return 2;
     }
-    if (restart && ftruncate(f->out, 0) != 0) {
-        fprintf(stderr, "clef batch: cannot empty %s: %s\n", out_path, strerror(errno));
+    if (!restart && f->out_st.st_size > 0 && batch_record_read(rec_path, have_rec) < 0) {
+        fprintf(stderr, "clef batch: out of memory\n");
         return 2;
     }
-    if (!restart && f->out_st.st_size > 0) {
-        /* an OUT with something in it: resumed only when it is this IN's, with these settings */
-        size_t rl = 0;
-        char *rec = NULL;
-        int rfd = open(rec_path, O_RDONLY | O_CLOEXEC);
-        if (rfd >= 0) {
-            char buf[4096];
-            ssize_t r = read(rfd, buf, sizeof buf);
-            close(rfd);
-            if (r > 0) {
-                clef_buf_put(have_rec, buf, (size_t)r);
-                rec = have_rec->data;
-                rl = have_rec->len;
-            }
-        }
-        const char *why = NULL;
-        if (!rec) why = "it has no record " ;
-        else if (f->from_stdin) why = "IN is read from a pipe, which cannot be checked against the record ";
-        else if (rl != want->len || memcmp(rec, want->data, rl)) why = "its record differs (another IN, or other settings) ";
-        if (why) {
-            fprintf(stderr,
-                    "clef batch: %s holds %lld bytes that are not answers to %s: %s%s%s; nothing was changed. Use "
-                    "--restart to overwrite it, or another OUT\n",
-                    out_path, (long long)f->out_st.st_size, in_path, why, rec ? "in " : "", rec ? rec_path : rec_path);
-            return 2;
-        }
-        char reason[200];
-        if (scan_out(f->out, &f->have, reason, sizeof reason) != 0) {
-            fprintf(stderr, "clef batch: %s: %s; nothing was changed. Use --restart to overwrite it, or another OUT\n",
-                    out_path, reason);
-            return 2;
-        }
-        if (f->have > f->total) {
-            fprintf(stderr, "clef batch: %s has %llu lines but %s only %llu: not its output (use --restart)\n", out_path,
-                    (unsigned long long)f->have, in_path, (unsigned long long)f->total);
-            return 2;
-        }
+    batch_resume_in in = {
+        .in_path = in_path, .out_path = out_path, .rec_path = rec_path,
+        .in_dev = f->in_st.st_dev, .in_ino = f->in_st.st_ino, .out_dev = f->out_st.st_dev, .out_ino = f->out_st.st_ino,
+        .restart = restart, .in_is_pipe = f->from_stdin, .in_lines = f->total,
+        .out_fd = f->out, .out_size = (uint64_t)f->out_st.st_size,
+        .rec = have_rec->len ? have_rec->data : NULL, .rec_len = have_rec->len,
+        .want = want->data, .want_len = want->len, .line_max = BATCH_OUT_LINE_MAX,
+    };
+    batch_decision *d = malloc(sizeof *d);
+    if (!d) {
+        fprintf(stderr, "clef batch: out of memory\n");
+        return 2;
+    }
+    batch_resume_decide(&in, d);
+    int rc = 0;
+    if (d->action == BATCH_REFUSE) {
+        fprintf(stderr, "clef batch: %s\n", d->msg);
+        rc = 2;
+    } else if (batch_resume_apply(f->out, d) != 0) {
+        if (d->action == BATCH_RESTART) fprintf(stderr, "clef batch: cannot empty %s: %s\n", out_path, strerror(errno));
+        else fprintf(stderr, "clef batch: %s: cannot cut its torn last line: %s; nothing was changed. Use --restart to "
+                             "overwrite it, or another OUT\n", out_path, strerror(errno));
+        rc = 2;
+    } else if (d->action == BATCH_RESUME) {
+        f->have = d->have;
     } else if (write_record(rec_path, want) != 0) { /* before OUT's first line */
         fprintf(stderr, "clef batch: cannot write %s: %s\n", rec_path, strerror(errno));
-        return 2;
+        rc = 2;
     }
-    return 0;
+    free(d);
+    return rc;
 }
 
 /* Step 3: the requests after the ones OUT holds, through a window of max_batch * 4 lines: read and
