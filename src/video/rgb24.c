@@ -36,6 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <libavutil/opt.h>
 #include <libavutil/pixdesc.h>
 #include <libswscale/swscale.h>
 
@@ -49,15 +50,13 @@ void clef_rgb24_conv_free(clef_rgb24_conv *c) {
 /* C's integer division rounding half away from zero (b > 0). */
 static int64_t rounded_div(int64_t a, int64_t b) { return (a >= 0 ? a + b / 2 : a - b / 2) / b; }
 
-int clef_rgb24_vfilter(int src_h, int dst_h, int **pos_out, int **coef_out, int *size_out, clef_err *err) {
+int clef_rgb24_filter(int src_h, int dst_h, int src_pos, int dst_pos, int one, int vertical, int **pos_out,
+                      int **coef_out, int *size_out, clef_err *err) {
     *pos_out = NULL;
     *coef_out = NULL;
     *size_out = 0;
-    if (src_h < 1 || dst_h < 1 || src_h > (1 << 20) || dst_h > (1 << 20))
+    if (src_h < 1 || dst_h < 1 || src_h > (1 << 20) || dst_h > (1 << 20) || (one != 1 << 12 && one != 1 << 14))
         return clef_err_set(err, CLEF_E_INTERNAL, "video chroma filter: sizes %d, %d", src_h, dst_h);
-    /* positions in 1/256 of a row (libswscale's default chroma siting: centred for 4:2:0, 128 after
-     * its local-position mapping, the same for the full-height destination) */
-    const int64_t src_pos = 128, dst_pos = 128;
     const int64_t inc = (((int64_t)src_h << 16) + (dst_h >> 1)) / dst_h;
     const int64_t fone = (int64_t)1 << 54; /* upscaling: log2(src/dst) = 0 */
     int fs;
@@ -96,8 +95,8 @@ int clef_rgb24_vfilter(int src_h, int dst_h, int **pos_out, int **coef_out, int 
         }
     }
     /* drop near-zero taps: from the left by shifting (keeping positions monotonic), then count them
-     * on the right; the filter size is the largest row's, rounded up to the x86 vertical alignment
-     * (2, or 1 when a single tap remains) */
+     * on the right; the filter size is the largest row's, rounded up to libswscale's x86 alignment
+     * (vertical: 2, or 1 when a single tap remains; horizontal: 4) */
     const double cutoff = 0.002 * (double)fone;
     int min_size = 0;
     for (int i = dst_h - 1; i >= 0; i--) {
@@ -120,7 +119,7 @@ int clef_rgb24_vfilter(int src_h, int dst_h, int **pos_out, int **coef_out, int 
         }
         if (m > min_size) min_size = m;
     }
-    int align = min_size == 1 ? 1 : 2;
+    int align = vertical ? (min_size == 1 ? 1 : 2) : 4;
     int n = (min_size + align - 1) / align * align;
     int *coef = malloc(sizeof *coef * (size_t)dst_h * n);
     int64_t *row = malloc(sizeof *row * (size_t)n);
@@ -151,10 +150,10 @@ int clef_rgb24_vfilter(int src_h, int dst_h, int **pos_out, int **coef_out, int 
             }
             pos[i] = src_h - n;
         }
-        /* to 12 bits, carrying each tap's rounding error into the next */
+        /* to `one` (12 bits vertical, 14 horizontal), carrying each tap's rounding error into the next */
         int64_t sum = 0, e = 0;
         for (int j = 0; j < n; j++) sum += row[j];
-        sum = (sum + 2048) / 4096;
+        sum = (sum + one / 2) / one;
         if (sum == 0) sum = 1;
         for (int j = 0; j < n; j++) {
             int64_t v = row[j] + e;
@@ -209,7 +208,27 @@ static int is_full_range(const AVFrame *f) {
     }
 }
 
-/* The vertical chroma step of 9.5 (see the top of this file) into c->mid. */
+/* Chroma siting as 9.5's sws_scale_frame takes it from the frame (av_chroma_location_enum_to_pos):
+ * positions in 1/256 of a sample, -513 where the frame names none (libswscale's default). */
+static void chroma_pos(const AVFrame *f, int *x, int *y) {
+    *x = *y = -513;
+    int loc = (int)f->chroma_location;
+    if (loc <= AVCHROMA_LOC_UNSPECIFIED || loc >= AVCHROMA_LOC_NB) return;
+    int p = loc - 1;
+    *x = (p & 1) * 128;
+    *y = ((p >> 1) ^ (p < 4)) * 128;
+}
+
+/* libswscale's get_local_pos: a chroma position in the subsampled plane's own 1/256 units. */
+static int local_pos(int subsample, int pos) {
+    if (pos == -1 || pos <= -513) pos = (128 << subsample) - 128;
+    pos += 128;
+    return pos >> subsample;
+}
+
+/* The chroma steps of 9.5 (see the top of this file) into c->mid: horizontal (libswscale's hscale to
+ * 15-bit intermediates, filtered when the frame's chroma siting asks for it) then vertical with 9.5's
+ * rounding to 8 bits. */
 static int build_mid(clef_rgb24_conv *c, const AVFrame *f, const AVPixFmtDescriptor *d, clef_err *err) {
     const int bits = d->comp[0].depth, w = f->width, h = f->height;
     const int cw = (w + 1) >> 1, ch = (h + 1) >> 1;
@@ -227,8 +246,23 @@ static int build_mid(clef_rgb24_conv *c, const AVFrame *f, const AVPixFmtDescrip
             return clef_err_set(err, CLEF_E_OOM, "out of memory for a %dx%d video frame", w, h);
         }
     }
-    int *pos = NULL, *coef = NULL, n = 0;
-    if (clef_rgb24_vfilter(ch, h, &pos, &coef, &n, err)) return -1;
+    int xpos, ypos;
+    chroma_pos(f, &xpos, &ypos);
+    int *vp = NULL, *vc = NULL, vn = 0, *hp = NULL, *hc = NULL, hn = 0;
+    if (clef_rgb24_filter(ch, h, local_pos(1, ypos), local_pos(0, -513), 1 << 12, 1, &vp, &vc, &vn, err)) return -1;
+    if (clef_rgb24_filter(cw, cw, local_pos(1, xpos), local_pos(1, -513), 1 << 14, 0, &hp, &hc, &hn, err)) {
+        free(vp);
+        free(vc);
+        return -1;
+    }
+    int32_t *rows = malloc(sizeof *rows * (size_t)cw * ch);
+    if (!rows) {
+        free(vp);
+        free(vc);
+        free(hp);
+        free(hc);
+        return clef_err_set(err, CLEF_E_OOM, "out of memory for a %dx%d video frame", w, h);
+    }
     AVFrame *m = c->mid;
     /* luma: the source's samples, at the intermediate's depth (8 and 9 bits shift up to 10: the
      * writer's rounding (Y << (15 - depth) + 64) >> 7 gives the same 8-bit luma) */
@@ -243,19 +277,37 @@ static int build_mid(clef_rgb24_conv *c, const AVFrame *f, const AVPixFmtDescrip
             for (int x = 0; x < w; x++) dst[x] = (uint16_t)(src[x] << ysh);
         }
     }
-    /* chroma: 15-bit intermediates (sample << (15 - bits)), filtered, 8-bit with 9.5's rounding */
-    const int csh = 15 - bits;
+    /* hscale: sum of samples x 14-bit taps, >> 7 (8-bit) or >> (depth - 1), capped at 2^15 - 1 */
+    const int hsh = bits == 8 ? 7 : bits - 1;
     for (int k = 1; k <= 2; k++) {
+        for (int r = 0; r < ch; r++) {
+            const uint8_t *line = f->data[k] + (ptrdiff_t)r * f->linesize[k];
+            int32_t *out = rows + (size_t)r * cw;
+            for (int x = 0; x < cw; x++) {
+                int64_t acc = 0;
+                for (int j = 0; j < hn; j++) {
+                    int cf = hc[(size_t)x * hn + j];
+                    if (!cf) continue;
+                    int sx = hp[x] + j;
+                    sx = sx < 0 ? 0 : sx >= cw ? cw - 1 : sx;
+                    int smp = bits == 8 ? line[sx] : ((const uint16_t *)line)[sx];
+                    acc += (int64_t)smp * cf;
+                }
+                acc >>= hsh;
+                out[x] = (int32_t)(acc > 32767 ? 32767 : acc);
+            }
+        }
+        /* vertical: (sum of rows x 12-bit taps + 2^18) >> 19, clipped to 8 bits */
         for (int y = 0; y < h; y++) {
             uint16_t *dst = (uint16_t *)(m->data[k] + (size_t)y * m->linesize[k]);
-            const int *cf = coef + (size_t)y * n;
+            const int *cf = vc + (size_t)y * vn;
             for (int x = 0; x < cw; x++) {
                 int64_t acc = (int64_t)1 << 18;
-                for (int j = 0; j < n; j++) {
-                    int r = pos[y] + j < ch ? pos[y] + j : ch - 1;
-                    const uint8_t *line = f->data[k] + (ptrdiff_t)r * f->linesize[k];
-                    int s = bits == 8 ? line[x] : ((const uint16_t *)line)[x];
-                    acc += (int64_t)(s << csh) * cf[j];
+                for (int j = 0; j < vn; j++) {
+                    if (!cf[j]) continue;
+                    int r = vp[y] + j;
+                    r = r < 0 ? 0 : r >= ch ? ch - 1 : r;
+                    acc += (int64_t)rows[(size_t)r * cw + x] * cf[j];
                 }
                 int64_t v = acc >> 19;
                 if (v < 0) v = 0;
@@ -264,8 +316,43 @@ static int build_mid(clef_rgb24_conv *c, const AVFrame *f, const AVPixFmtDescrip
             }
         }
     }
-    free(pos);
-    free(coef);
+    free(rows);
+    free(vp);
+    free(vc);
+    free(hp);
+    free(hc);
+    return 0;
+}
+
+/* A context for src -> rgb24 (SWS_BILINEAR, as PyAV) with the chroma siting 9.5 would use: the frame's,
+ * for the subsampled directions, where the frame names one; kept while nothing changes. */
+static int get_sws(clef_rgb24_conv *c, const AVFrame *src, int hpos, int vpos, int colour, clef_err *err) {
+    if (c->sws && c->w == src->width && c->h == src->height && c->fmt == src->format && c->hpos == hpos &&
+        c->vpos == vpos && c->colour == colour)
+        return 0;
+    sws_freeContext(c->sws);
+    c->sws = sws_alloc_context();
+    if (!c->sws) return clef_err_set(err, CLEF_E_OOM, "out of memory");
+    struct SwsContext *s = c->sws;
+    int bad = av_opt_set_int(s, "srcw", src->width, 0) < 0 || av_opt_set_int(s, "srch", src->height, 0) < 0 ||
+              av_opt_set_int(s, "dstw", src->width, 0) < 0 || av_opt_set_int(s, "dsth", src->height, 0) < 0 ||
+              av_opt_set_int(s, "src_format", src->format, 0) < 0 ||
+              av_opt_set_int(s, "dst_format", AV_PIX_FMT_RGB24, 0) < 0 ||
+              av_opt_set_int(s, "sws_flags", SWS_BILINEAR, 0) < 0 ||
+              (hpos != -513 && av_opt_set_int(s, "src_h_chr_pos", hpos, 0) < 0) ||
+              (vpos != -513 && av_opt_set_int(s, "src_v_chr_pos", vpos, 0) < 0);
+    if (bad || sws_init_context(s, NULL, NULL) < 0) {
+        sws_freeContext(c->sws);
+        c->sws = NULL;
+        return clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA, "video: cannot convert pixel format %d to RGB",
+                            src->format);
+    }
+    c->w = src->width;
+    c->h = src->height;
+    c->fmt = src->format;
+    c->hpos = hpos;
+    c->vpos = vpos;
+    c->colour = colour;
     return 0;
 }
 
@@ -280,15 +367,14 @@ int clef_rgb24_convert(clef_rgb24_conv *c, const AVFrame *f, clef_rgb *out, clef
         src = c->mid;
     }
     int colour = f->colorspace != AVCOL_SPC_UNSPECIFIED || full ? 1 + 2 * (int)f->colorspace + full : 0;
-    if (colour != c->colour) { /* a context keeps its details: start a fresh one */
-        sws_freeContext(c->sws);
-        c->sws = NULL;
-        c->colour = colour;
+    int hpos = -513, vpos = -513;
+    if (src == f) { /* the frame's own chroma goes through libswscale: its siting too */
+        int xpos, ypos;
+        chroma_pos(f, &xpos, &ypos);
+        if (d && d->log2_chroma_w) hpos = xpos;
+        if (d && d->log2_chroma_h) vpos = ypos;
     }
-    c->sws = sws_getCachedContext(c->sws, f->width, f->height, (enum AVPixelFormat)src->format, f->width, f->height,
-                                  AV_PIX_FMT_RGB24, SWS_BILINEAR, NULL, NULL, NULL);
-    if (!c->sws)
-        return clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA, "video: cannot convert pixel format %d to RGB", f->format);
+    if (get_sws(c, src, hpos, vpos, colour, err)) return -1;
     if (colour) {
         int cs = f->colorspace == AVCOL_SPC_UNSPECIFIED || f->colorspace == AVCOL_SPC_RGB ? SWS_CS_DEFAULT
                                                                                           : (int)f->colorspace;

@@ -13,17 +13,19 @@
 typedef struct clef_rgb24_conv {
     struct SwsContext *sws; /* cached between frames of one clip */
     AVFrame *mid;           /* the 4:2:2 intermediate of the vertical chroma step (rgb24.c) */
-    int colour;             /* the colorspace details sws was given: 0 none, else 1 + 2 * space + full */
+    int w, h, fmt, hpos, vpos, colour; /* what sws was made for (colour: 0 none, else 1 + 2 * space + full) */
 } clef_rgb24_conv;
 
 /* Converts f into out (allocated here, w*h*3). The converter's caches live until clef_rgb24_conv_free. */
 int clef_rgb24_convert(clef_rgb24_conv *c, const AVFrame *f, clef_rgb *out, clef_err *err);
 void clef_rgb24_conv_free(clef_rgb24_conv *c);
 
-/* The vertical chroma filter libswscale's bilinear initFilter builds for a 4:2:0 source of chroma
- * height src_h shown at dst_h rows (both versions build the same one; exposed for the unit test):
- * row y reads chroma rows pos[y] .. pos[y] + *size - 1 with 12-bit weights coef[y * *size + j].
- * pos and coef are allocated here (free both); -1 with OutOfMemory or a bad size. */
-int clef_rgb24_vfilter(int src_h, int dst_h, int **pos, int **coef, int *size, clef_err *err);
+/* The filter libswscale's bilinear initFilter builds (both versions build the same one) to take src
+ * samples to dst, chroma positions src_pos/dst_pos in 1/256 of a sample (local to the plane), taps
+ * normalised to `one` (1 << 12 vertical, 1 << 14 horizontal), size aligned as on x86 (vertical: 2, or 1
+ * for one tap; horizontal: 4). Output sample i reads pos[i] .. pos[i] + *size - 1 with weights
+ * coef[i * *size + j]. pos and coef are allocated here (free both); -1 with OutOfMemory or a bad size. */
+int clef_rgb24_filter(int src_n, int dst_n, int src_pos, int dst_pos, int one, int vertical, int **pos, int **coef,
+                      int *size, clef_err *err);
 
 #endif
