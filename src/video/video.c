@@ -18,6 +18,7 @@
 
 #include "base/pyfmt.h"
 #include "image/image_internal.h"
+#include "video/rgb24.h"
 
 void clef_video_opts_default(clef_video_opts *o) {
     memset(o, 0, sizeof *o);
@@ -415,23 +416,13 @@ typedef struct {
     int n_want;
     clef_rgb *frames; /* [n_want]: index k holds the frame of pts want[k] (duplicates filled at the end) */
     int ow, oh;       /* resize target */
-    struct SwsContext *sws;
+    clef_rgb24_conv conv;
     clef_rgb tmp;
     const clef_video_opts *o;
 } pass2;
 
-/* PyAV 18's frame.to_rgb() (VideoFrame.reformat(format="rgb24")) as the reference calls it. */
-static int to_rgb24(pass2 *p, AVFrame *f, clef_rgb *out, clef_err *err) {
-    if (clef_rgb_alloc(out, f->width, f->height, err)) return -1;
-    p->sws = sws_getCachedContext(p->sws, f->width, f->height, (enum AVPixelFormat)f->format, f->width, f->height,
-                                  AV_PIX_FMT_RGB24, SWS_BILINEAR, NULL, NULL, NULL);
-    if (!p->sws) return clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA, "video: cannot convert pixel format %d to RGB",
-                                     f->format);
-    uint8_t *dst[4] = {out->px, NULL, NULL, NULL};
-    int dst_stride[4] = {3 * f->width, 0, 0, 0};
-    sws_scale(p->sws, (const uint8_t *const *)f->data, f->linesize, 0, f->height, dst, dst_stride);
-    return 0;
-}
+/* PyAV 18's frame.to_rgb() (VideoFrame.reformat(format="rgb24")) as the reference calls it: rgb24.c. */
+static int to_rgb24(pass2 *p, AVFrame *f, clef_rgb *out, clef_err *err) { return clef_rgb24_convert(&p->conv, f, out, err); }
 
 static int p2_frame(void *ctx, AVFrame *f, clef_err *err) {
     pass2 *p = ctx;
@@ -612,7 +603,7 @@ done:
         free(p2.frames);
     }
     clef_rgb_free(&p2.tmp);
-    sws_freeContext(p2.sws);
+    clef_rgb24_conv_free(&p2.conv);
     if (rc) clef_video_free(out);
     return rc;
 }

@@ -8,7 +8,7 @@
  *  2. fps = the stream's average frame rate; num_frames = int(total / fps * 2) clamped to
  *     [min_frames 4, max_frames 768] and to total; indices = round(linspace(0, total - 1, num_frames))
  *     (half to even);
- *  3. the sampled frames are converted to RGB24 (PyAV's frame.to_rgb(): see video.c for where we
+ *  3. the sampled frames are converted to RGB24 (PyAV's frame.to_rgb(): see rgb24.c for where we
  *     compute it and why), resized together by the clip-level smart_resize (budget over
  *     frames x pixels) with torchvision's uint8 antialiased bicubic (src/image's resampler);
  *  4. an odd frame count is padded with the last frame; (x - 127.5) / 127.5; patches in

@@ -18,6 +18,9 @@ Requests with images (tests/fixtures/real4_media, the same script's output for c
 run tests/vision_tool --request (the engine's request parsing, image processor and vision tower alone) and compare
   - the tower's output (merger rows) at the recorded rows: relative L2 per row <= TOL_ROWS (1e-5, the bound of
     test_tiny_vision.py), the grids, and the sha256 of all pixel_values (the processor, bit-exact).
+Requests with videos (tests/fixtures/real4_video, made from the corpus in its corpus/ folder, whose requests name
+fixture clips by path as the reference needs) are sent with each clip's bytes as bare base64 and checked the same
+way: the tower's grids are one (1, h, w) per frame group and the pixel sha256 is pixel_values_videos'.
 Prints the worst values and the per-request wall time; the last line is the summary.
 
 Run with .venv-test/bin/python; binary $CLEF_BUILD/clef (default build/clef); checkpoint $CLEF_REAL4 (default
@@ -26,6 +29,7 @@ requests; $CLEF_REAL4_FIX reads another fixture folder (negative controls). With
 90 s on 2 busy cores; with CLEF_LINEAR=double (the double loop) ~0.6-1.3 s per token.
 Exit 0 pass, 1 fail, 77 skip.
 """
+import base64
 import hashlib
 import json
 import os
@@ -41,6 +45,7 @@ BUILD = os.environ.get("CLEF_BUILD", os.path.join(ROOT, "build"))
 MODEL = os.environ.get("CLEF_REAL4", os.path.join(ROOT, "models", "real4"))
 FIX = os.environ.get("CLEF_REAL4_FIX", os.path.join(ROOT, "tests", "fixtures", "real4"))
 FIX_MEDIA = os.environ.get("CLEF_REAL4_MEDIA_FIX", os.path.join(ROOT, "tests", "fixtures", "real4_media"))
+FIX_VIDEO = os.environ.get("CLEF_REAL4_VIDEO_FIX", os.path.join(ROOT, "tests", "fixtures", "real4_video"))
 CORPUS = os.path.join(ROOT, "tests", "corpus")
 THREADS = os.environ.get("CLEF_THREADS", "0")
 ONLY = [x for x in os.environ.get("CLEF_REAL4_ONLY", "").split(",") if x]
@@ -104,6 +109,11 @@ def check_tower(r, rawp, out, data, arr, fails):
     """vision_tool on the request: grids, the pixel_values' sha256 and the merger rows against the
     reference's; returns the worst rel L2 per row (None when the tool failed)."""
     name, m = r["name"], r["media"]
+    want_grids = list(m.get("image_grid_thw", []))
+    for t, h, w in m.get("video_grid_thw", []):
+        want_grids += [[1, h, w]] * t  # each frame group is its own tower entry (src/decision/encode.h)
+    pv = m.get("pixel_values") if "video_grid_thw" not in m else (
+        m["pixel_values_videos"] if "image_grid_thw" not in m else None)  # images and videos: not compared
     tool = os.path.join(BUILD, "tests", "vision_tool")
     os.makedirs(out)
     p = subprocess.run([tool, "--model", MODEL, "--request", rawp, "--threads", THREADS, "--out", out],
@@ -113,11 +123,11 @@ def check_tower(r, rawp, out, data, arr, fails):
         return None
     info = json.loads(p.stdout)
     grids = [im["grid_thw"] for im in info["images"]]
-    if grids != m["image_grid_thw"]:
-        fails.append(f"{name}: image grids {grids} != the reference's {m['image_grid_thw']}")
+    if grids != want_grids:
+        fails.append(f"{name}: media grids {grids} != the reference's {want_grids}")
     pix = open(os.path.join(out, "pixels.f32"), "rb").read()
-    if hashlib.sha256(pix).hexdigest() != m["pixel_values"]["sha256"]:
-        fails.append(f"{name}: pixel_values differ from the reference's (sha256)")
+    if pv is not None and hashlib.sha256(pix).hexdigest() != pv["sha256"]:
+        fails.append(f"{name}: pixel values differ from the reference's (sha256)")
     N, D = info["rows"]
     if [N, D] != m["merger"]["full_shape"]:
         fails.append(f"{name}: merger rows [{N}, {D}] != the reference's {m['merger']['full_shape']}")
@@ -137,10 +147,11 @@ def main():
         skip(f"{clef} not built (make)")
     if not os.path.exists(os.path.join(FIX, "index.json")):
         skip(f"{FIX}/index.json missing (tools/reference/make_real4_fixtures.py)")
-    folders = []  # (index, data.bin) per fixture folder: the text requests, then those with images
-    for d in (FIX, FIX_MEDIA):
+    folders = []  # (index, data.bin, corpus) per fixture folder: the text requests, then images, then videos
+    for d, corpus in ((FIX, CORPUS), (FIX_MEDIA, CORPUS), (FIX_VIDEO, os.path.join(FIX_VIDEO, "corpus"))):
         if d != FIX and not os.path.exists(os.path.join(d, "index.json")):
-            print(f"note: {d}/index.json missing: no image requests at real dimensions")
+            print(f"note: {d}/index.json missing: no {'image' if d == FIX_MEDIA else 'video'} requests at real "
+                  "dimensions")
             continue
         ix = json.load(open(os.path.join(d, "index.json"), encoding="utf-8"))
         data = open(os.path.join(d, ix["bin"]["file"]), "rb").read()
@@ -150,7 +161,7 @@ def main():
         if folders and ix["checkpoint"]["manifest"] != folders[0][0]["checkpoint"]["manifest"]:
             print(f"FAIL {d} was made from another checkpoint than {FIX}")
             return 1
-        folders.append((ix, data))
+        folders.append((ix, data, corpus))
 
     # the checkpoint must be the one the fixtures were made from
     want = folders[0][0]["checkpoint"]["manifest"]
@@ -186,20 +197,25 @@ def main():
         if val >= worst[key][0]:
             worst[key] = (val, name)
 
-    reqs = [(r, data) for ix, data in folders for r in ix["requests"]]
+    reqs = [(r, data, corpus) for ix, data, corpus in folders for r in ix["requests"]]
     if ONLY:
-        unknown = sorted(set(ONLY) - {r["name"] for r, _ in reqs})
+        unknown = sorted(set(ONLY) - {r["name"] for r, _, _ in reqs})
         if unknown:
             print(f"FAIL CLEF_REAL4_ONLY names not in the fixtures: {unknown}")
             return 1
-        reqs = [(r, d) for r, d in reqs if r["name"] in ONLY]
+        reqs = [(r, d, c) for r, d, c in reqs if r["name"] in ONLY]
     n_media = 0
-    for r, data in reqs:
+    for r, data, corpus in reqs:
         name, L = r["name"], r["n_tokens"]
-        raw = open(os.path.join(CORPUS, r["file"]), "rb").read()
+        raw = open(os.path.join(corpus, r["file"]), "rb").read()
         if hashlib.sha256(raw).hexdigest() != r["sha256"]:
             fails.append(f"{name}: corpus file changed since the fixtures were made")
             continue
+        req = json.loads(raw)
+        if isinstance(req.get("videos"), list):  # clips by path for the reference, their bytes for us
+            req["videos"] = [base64.b64encode(open(os.path.join(ROOT, v), "rb").read()).decode("ascii")
+                             for v in req["videos"]]
+            raw = json.dumps(req).encode("utf-8")
         i = raw.index(b"{")
         out = os.path.join(tmpdir.name, name)
         dump = os.path.join(out, "layers")
@@ -264,7 +280,7 @@ def main():
             os.remove(os.path.join(dump, f))
 
     n = len(reqs)
-    print(f"{n} requests on {MODEL} ({n_media} with images); response bytes equal: {n_bytes_equal}/{n}")
+    print(f"{n} requests on {MODEL} ({n_media} with images or videos); response bytes equal: {n_bytes_equal}/{n}")
     if n_media:
         print(f"  worst tower (merger) rows, rel L2 per row (<= {TOL_ROWS}): {worst['merger'][0]:.3g} "
               f"({worst['merger'][1]})")
@@ -277,7 +293,7 @@ def main():
     for f in fails:
         print("FAIL", f)
     tmpdir.cleanup()
-    print(f"{'PASS' if not fails else f'FAIL ({len(fails)})'}: real4 {n} requests ({n_media} with images, tower "
+    print(f"{'PASS' if not fails else f'FAIL ({len(fails)})'}: real4 {n} requests ({n_media} with media, tower "
           f"{worst['merger'][0]:.2g}), final-norm {worst['final_norm'][0]:.2g}, "
           f"layers {worst['layers'][0]:.2g}, |dp| {worst['dp'][0]:.2g}, bytes {n_bytes_equal}/{n}")
     return 0 if not fails else 1

@@ -6,10 +6,11 @@ frames from torchvision 0.24.0's io.read_video over PyAV 18.1.0 / FFmpeg 8.1.2),
 sha256 of pixel_values_videos (float32 LE), or the same error message where the reference raised one.
 Each clip's bytes are checked against the recorded sha256 first. Every clip is compared.
 
-KNOWN: clips whose grid, indices, fps and timestamps are equal but whose pixels are not, because the
-RGB conversion differs (Debian's swscale 6.7 vs PyAV's bundled swscale 9.5; docs/spec-corrections.md
-"Video"): frame widths that are not a multiple of 16 and 10-bit sources. For these the test checks
-everything but the hash, and fails if the hash becomes equal (then the entry must go)."""
+KNOWN: clips whose grid, indices, fps and timestamps are equal but whose pixels are not (the RGB
+conversion: Debian's swscale 6.7 vs PyAV's bundled swscale 9.5; docs/spec-corrections.md "Video",
+src/video/rgb24.c): 4:2:0 frames of odd width that swscale takes on its scaled path (over 8 bits, or
+odd height). For an entry the test checks everything but the hash, and fails if the hash
+becomes equal (then the entry must go)."""
 import hashlib
 import json
 import os
@@ -23,10 +24,8 @@ TOOL = os.path.join(BUILD, "tests", "video_tool")
 
 
 KNOWN = {
-    "h264_130x70_24fps_30.mkv": "width 130: swscale's yuv2rgb row tail differs between FFmpeg 5.1 and 8.1",
-    "h264_tall_20x300.mp4": "width 20: swscale's yuv2rgb row tail differs between FFmpeg 5.1 and 8.1",
-    "vp9_98x54_24fps_40.webm": "width 98: swscale's yuv2rgb row tail differs between FFmpeg 5.1 and 8.1",
-    "av1_10bit.mkv": "yuv420p10le: swscale's 10-bit to rgb24 path differs between FFmpeg 5.1 and 8.1",
+    "av1_10bit_35x27.mkv": "odd width on swscale's scaled path (full chroma interpolation): 6.7's rounding, not reproduced",
+    "vp9_65x47.webm": "odd width on swscale's scaled path (full chroma interpolation): 6.7's rounding, not reproduced",
 }
 
 

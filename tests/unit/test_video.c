@@ -8,7 +8,9 @@
  *     decoded-frame limit is reached, after max_decoded_frames frames, not 100,000);
  *   - bytes over max_bytes, frames over max_frame_pixels, video tokens over max_tokens;
  *   - entry forms: data: URL and bare base64 decode to the same clip; "" and garbage get the reference's
- *     TypeError text; paths only when allowed.
+ *     TypeError text; paths only when allowed;
+ *   - the chroma filter of src/video/rgb24.c (libswscale's bilinear initFilter) on sizes whose taps were
+ *     read off the model that matched PyAV 18.1's output (docs/spec-corrections.md "Video").
  * Peak RSS of the process is checked (< 512 MiB; 1 GiB under ASan): no limit may let the whole clip be paid for first.
  * Time is printed, not asserted. */
 #include <libavcodec/avcodec.h>
@@ -23,6 +25,7 @@
 
 #include "image/image_internal.h"
 #include "test.h"
+#include "video/rgb24.h"
 #include "video/video.h"
 
 /* FFmpeg 5.1's write_packet signature (non-const buffer) */
@@ -231,6 +234,27 @@ int main(void) {
     CHECK_STR(e.type, CLEF_E_UNSUPPORTED_MEDIA);
     free(txt);
     free(b);
+
+    /* chroma filters: 4:2:0 rows 24 -> 48 (exact 2x) and 24 -> 47 (odd height), centred siting */
+    {
+        int *pos = NULL, *coef = NULL, sz = 0;
+        CHECK(clef_rgb24_filter(24, 48, 128, 128, 1 << 12, 1, &pos, &coef, &sz, &e) == 0 && sz == 2);
+        CHECK(pos[0] == 0 && coef[0] == 4096 && coef[1] == 0);
+        CHECK(pos[1] == 0 && coef[2] == 3072 && coef[3] == 1024);
+        CHECK(pos[2] == 0 && coef[4] == 1024 && coef[5] == 3072);
+        CHECK(pos[47] == 22 && coef[94] == 0 && coef[95] == 4096);
+        free(pos);
+        free(coef);
+        CHECK(clef_rgb24_filter(24, 47, 128, 128, 1 << 12, 1, &pos, &coef, &sz, &e) == 0 && sz == 2);
+        CHECK(pos[1] == 0 && coef[2] == 3007 && coef[3] == 1089);
+        CHECK(pos[45] == 22 && coef[90] == 1090 && coef[91] == 3006);
+        free(pos);
+        free(coef);
+        CHECK(clef_rgb24_filter(1, 1, 128, 128, 1 << 12, 1, &pos, &coef, &sz, &e) == 0 && sz == 1 && coef[0] == 4096);
+        free(pos);
+        free(coef);
+        CHECK(clef_rgb24_filter(0, 4, 128, 128, 1 << 12, 1, &pos, &coef, &sz, &e) == -1 && !pos && !coef);
+    }
 
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);

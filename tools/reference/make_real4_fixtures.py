@@ -28,6 +28,10 @@ Rows kept (a real-width row is 16 KB, so far fewer than the tiny fixtures keep; 
   go to their own folder (the text folder's 2 MB is nearly full):
     .venv-ref/bin/python tools/reference/make_real4_fixtures.py --out tests/fixtures/real4_media \
         --names m001_rgb_640x480_png m013_two_images
+  and the video requests (their own corpus: clips as paths relative to the repository root) to a third:
+    .venv-ref/bin/python tools/reference/make_real4_fixtures.py --out tests/fixtures/real4_video \
+        --corpus tests/fixtures/real4_video/corpus --names v001_one_video v002_two_videos
+  (media: video_runs, video_grid_thw, pixel_values_videos' shape and sha256; merger rows over every frame group)
 Output: index.json + data.bin (raw little-endian float32), the tiny fixtures' REF convention
 ({"off", "shape", "rows"}); format "clef-real4-fixtures/1".
 """
@@ -75,10 +79,13 @@ def merger_rows(N, runs):
     return sorted(x for x in s if 0 <= x < N)
 
 
-def run_one(entry, corpus_dir, model, processor, cap, store, schema_piece, pad_id):
+def run_one(entry, corpus_dir, model, processor, cap, store, schema_piece, pad_id, video_pad_id):
     raw = open(os.path.join(corpus_dir, entry["file"]), "rb").read()
     out = {"name": entry["name"], "file": entry["file"], "sha256": sha256_bytes(raw), "tags": entry["tags"]}
     request = json.loads(raw.decode("utf-8"))
+    if isinstance(request.get("videos"), list):  # clips named relative to the repository root (real4_video)
+        request["videos"] = [os.path.join(ROOT, v) if isinstance(v, str) and not os.path.isabs(v) else v
+                             for v in request["videos"]]
     cap.reset()
     t0 = time.perf_counter()
     resp = jsm.systemone(model, processor, request)
@@ -106,7 +113,9 @@ def run_one(entry, corpus_dir, model, processor, cap, store, schema_piece, pad_i
     n = len(schema_piece)
     schema_offset = max(i for i in range(q0 - n + 1) if ids[i:i + n] == schema_piece)
     out["schema_offset"] = schema_offset
-    runs = image_runs_of(ids, pad_id) if rec.media else []
+    img_runs = image_runs_of(ids, pad_id) if rec.media else []
+    vid_runs = image_runs_of(ids, video_pad_id) if rec.media else []  # one run per frame group
+    runs = sorted(img_runs + vid_runs)  # images before videos in the prompt, as in the tower's output
     frows = sample_rows(L, rec, runs, schema_offset)
     lrows = layer_rows(L, rec, schema_offset, runs)
 
@@ -118,11 +127,18 @@ def run_one(entry, corpus_dir, model, processor, cap, store, schema_piece, pad_i
     out["final_norm"] = store.add(take(cap.final, frows), frows)
     if rec.media:
         m = rec.media
-        media = {"token_offset": m["token_offset"], "image_runs": [list(r) for r in runs],
-                 "image_grid_thw": m["image_grid_thw"].tolist()}
-        pv = m["pixel_values"].float().numpy()
-        media["pixel_values"] = {"full_shape": list(pv.shape),
-                                 "sha256": sha256_bytes(np.ascontiguousarray(pv).astype("<f4").tobytes())}
+        media = {"token_offset": m["token_offset"], "image_runs": [list(r) for r in img_runs]}
+        if "image_grid_thw" in m:
+            media["image_grid_thw"] = m["image_grid_thw"].tolist()
+            pv = m["pixel_values"].float().numpy()
+            media["pixel_values"] = {"full_shape": list(pv.shape),
+                                     "sha256": sha256_bytes(np.ascontiguousarray(pv).astype("<f4").tobytes())}
+        if "video_grid_thw" in m:
+            media["video_runs"] = [list(r) for r in vid_runs]
+            media["video_grid_thw"] = m["video_grid_thw"].tolist()
+            pv = m["pixel_values_videos"].float().numpy()
+            media["pixel_values_videos"] = {"full_shape": list(pv.shape),
+                                            "sha256": sha256_bytes(np.ascontiguousarray(pv).astype("<f4").tobytes())}
         merged = torch.cat(cap.merger, dim=0).float().numpy()
         mrows = merger_rows(merged.shape[0], runs)
         ref = store.add(merged[mrows], mrows)
@@ -170,12 +186,13 @@ def main():
 
     cap = Capture(model)
     pad_id = model.language_model.config.image_token_id
+    video_pad_id = model.language_model.config.video_token_id
     schema_piece = processor.tokenizer("\n\nSCHEMA FIELDS:\n", add_special_tokens=False).input_ids
     store = Bin()
     corpus = {e["name"]: e for e in json.load(open(os.path.join(args.corpus, "corpus.json"), encoding="utf-8"))["requests"]}
     results = []
     for name in args.names:
-        r = run_one(corpus[name], args.corpus, model, processor, cap, store, schema_piece, pad_id)
+        r = run_one(corpus[name], args.corpus, model, processor, cap, store, schema_piece, pad_id, video_pad_id)
         results.append(r)
         print(f"{name:30s} L={r['n_tokens']:5d}  {r['reference_seconds']:.1f}s  {r['response'][:120]}", flush=True)
 

@@ -52,14 +52,18 @@ CODEC_OPTS = {
 }
 
 
-def make_clip(path, codec, container, w, h, n, rate, pix_fmt="yuv420p", pts=None, seed=0):
+def make_clip(path, codec, container, w, h, n, rate, pix_fmt="yuv420p", pts=None, seed=0, colour=None):
     out = av.open(path, "w", format=container)
     s = out.add_stream(codec, rate=rate, options=dict(CODEC_OPTS[codec]))
     s.width, s.height, s.pix_fmt = w, h, pix_fmt
     if codec == "libsvtav1":
         s.codec_context.options = dict(CODEC_OPTS[codec], **{"svtav1-params": "lp=1"})
+    for k, v in (colour or {}).items():  # colorspace / color_range tags: the stream's and the frames'
+        setattr(s.codec_context, k, v)
     for i in range(n):
         f = av.VideoFrame.from_ndarray(frame(w, h, i, seed), format="rgb24")
+        for k, v in (colour or {}).items():
+            setattr(f, k, v)
         if pts is not None:
             f.pts = pts[i]
             f.time_base = fractions.Fraction(1, rate) if isinstance(rate, int) else 1 / rate
@@ -70,7 +74,7 @@ def make_clip(path, codec, container, w, h, n, rate, pix_fmt="yuv420p", pts=None
     out.close()
 
 
-# (name, codec, container, w, h, frames, rate, pix_fmt, pts)
+# (name, codec, container, w, h, frames, rate, pix_fmt, pts[, colour tags])
 CLIPS = [
     ("h264_64x48_10fps_15.mp4", "libx264", "mp4", 64, 48, 15, 10, "yuv420p", None),
     ("h264_96x64_25fps_50.mp4", "libx264", "mp4", 96, 64, 50, 25, "yuv420p", None),
@@ -98,6 +102,22 @@ CLIPS = [
     ("av1_96x72_25fps_30.mkv", "libsvtav1", "matroska", 96, 72, 30, 25, "yuv420p", None),
     ("av1_64x64_7frames.webm", "libsvtav1", "webm", 64, 64, 7, 14, "yuv420p", None),
     ("av1_10bit.mkv", "libsvtav1", "matroska", 64, 48, 8, 8, "yuv420p10le", None),
+    # the RGB conversion's paths (src/video/rgb24.c): high bit depth (H.264 10-bit 4:2:0 / 4:2:2 / 4:4:4,
+    # chroma sited left), colour tags (BT.709, full range), odd sizes (unscaled path at odd width; scaled
+    # path at odd height; odd width on the scaled path: KNOWN in test_video_processor.py)
+    ("h264_10bit_48x36.mp4", "libx264", "mp4", 48, 36, 6, 6, "yuv420p10le", None),
+    ("h264_422_10bit.mkv", "libx264", "matroska", 50, 30, 6, 6, "yuv422p10le", None),
+    ("h264_444_10bit.mkv", "libx264", "matroska", 34, 26, 6, 6, "yuv444p10le", None),
+    ("h264_422_50x40.mkv", "libx264", "matroska", 50, 40, 6, 6, "yuv422p", None),
+    ("h264_bt709.mp4", "libx264", "mp4", 64, 48, 6, 6, "yuv420p", None, {"colorspace": 1}),
+    ("h264_full_range.mp4", "libx264", "mp4", 64, 48, 6, 6, "yuv420p", None, {"color_range": 2}),
+    ("h264_10bit_bt709_full.mp4", "libx264", "mp4", 40, 30, 6, 6, "yuv420p10le", None,
+     {"colorspace": 1, "color_range": 2}),
+    ("vp9_33x32.webm", "libvpx-vp9", "webm", 33, 32, 6, 6, "yuv420p", None),
+    ("vp9_64x47.webm", "libvpx-vp9", "webm", 64, 47, 6, 6, "yuv420p", None),
+    ("av1_10bit_66x50.mkv", "libsvtav1", "matroska", 66, 50, 6, 6, "yuv420p10le", None),
+    ("av1_10bit_35x27.mkv", "libsvtav1", "matroska", 35, 27, 6, 6, "yuv420p10le", None),
+    ("vp9_65x47.webm", "libvpx-vp9", "webm", 65, 47, 6, 6, "yuv420p", None),
 ]
 
 
@@ -262,17 +282,20 @@ def main():
     vp = processor.video_processor
     index = {"what": __doc__.strip().splitlines()[0], "av": av.__version__, "ffmpeg": av.ffmpeg_version_info,
              "clips": [], "requests": []}
-    for name, codec, cont, w, h, n, rate, pf, pts in CLIPS:
+    for name, codec, cont, w, h, n, rate, pf, pts, *tags in CLIPS:
+        colour = tags[0] if tags else None
         path = os.path.join(OUT, name)
         if not os.path.exists(path) or "--remake-clips" in sys.argv:
             # the encoders are not byte-reproducible from run to run (libvpx's realtime deadline adapts
             # to the time taken; some x264/svt-av1 clips differ too): the committed clips are the data,
             # made once, and the reference's outputs are recomputed from them
-            make_clip(path, codec, cont, w, h, n, rate, pf, pts, seed=len(index["clips"]))
+            make_clip(path, codec, cont, w, h, n, rate, pf, pts, seed=len(index["clips"]), colour=colour)
         data = open(path, "rb").read()
         rec = {"file": name, "sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data), "codec": codec,
                "container": cont, "size": [w, h], "frames_encoded": n, "rate": str(rate), "pix_fmt": pf,
                "vfr": pts is not None}
+        if colour:
+            rec["colour"] = colour
         try:
             out = vp(videos=[path], return_tensors="pt", return_metadata=True)
             pv = out["pixel_values_videos"]
