@@ -121,7 +121,12 @@ $(BUILD)/clef: $(CLI_OBJ) $(LIB)
 
 $(BUILD)/tests/%: tests/unit/%.c $(LIB) tests/unit/test.h
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -Itests/unit $< $(LIB) -o $@ $(TEST_LDFLAGS) $(LDLIBS_ALL)
+	$(CC) $(CFLAGS_ALL) -Itests/unit $< $(TEST_EXTRA) $(LIB) -o $@ $(TEST_LDFLAGS) $(LDLIBS_ALL)
+
+# The scalar references of the CPU token mixers live outside the library (not run by the engine);
+# test_cpu_mixers compiles them in, as bench/build.sh does for bench_mixers.
+$(BUILD)/tests/test_cpu_mixers: tests/unit/ref_mixers.c tests/unit/ref_mixers.h
+$(BUILD)/tests/test_cpu_mixers: TEST_EXTRA := tests/unit/ref_mixers.c
 
 # tests/unit/test_alloc_fail.c fails the N-th allocation: its link wraps the allocators, and since
 # libclef.a's objects call them directly, every allocation site of the library goes through its hook.

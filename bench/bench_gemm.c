@@ -15,6 +15,7 @@
 #include "base/cpu_features.h"
 #include "base/threads.h"
 #include "compute/cpu/gemm.h"
+#include "gemm_avx512bf16.h"
 #include "peak.h"
 
 #ifdef HAVE_OPENBLAS
@@ -104,18 +105,23 @@ int main(int argc, char **argv) {
         char shape[64];
         snprintf(shape, sizeof shape, "%zux%zu->%zu", T, K, N);
         /* amxp: the AMX kernel on weights packed once beforehand (clef_gemm_pack, outside the
-         * timing), as the model's Linear layers run it since session 4 */
-        struct { const char *name; clef_gemm_kernel k; peak_kind p; int packed; } ks[] = {
-            {"avx512", CLEF_GEMM_AVX512, PEAK_FMA_ZMM, 0},
-            {"avx2", CLEF_GEMM_AVX2, PEAK_FMA_YMM, 0},
-            {"avx512bf16", CLEF_GEMM_AVX512_BF16, PEAK_DPBF16_ZMM, 0},
-            {"ref", CLEF_GEMM_REF, PEAK_FMA_YMM, 0},
-            {"amx", CLEF_GEMM_AMX, PEAK_AMX_BF16, 0},
-            {"amxp", CLEF_GEMM_AMX, PEAK_AMX_BF16, 1},
+         * timing), as the model's Linear layers run it since session 4; avx512bf16: the bench's own
+         * kernel (gemm_avx512bf16.c, no longer in the library) */
+        struct { const char *name; clef_gemm_kernel k; peak_kind p; int packed, bf16; } ks[] = {
+            {"avx512", CLEF_GEMM_AVX512, PEAK_FMA_ZMM, 0, 0},
+            {"avx2", CLEF_GEMM_AVX2, PEAK_FMA_YMM, 0, 0},
+            {"avx512bf16", CLEF_GEMM_AVX512, PEAK_DPBF16_ZMM, 0, 1},
+            {"ref", CLEF_GEMM_REF, PEAK_FMA_YMM, 0, 0},
+            {"amx", CLEF_GEMM_AMX, PEAK_AMX_BF16, 0, 0},
+            {"amxp", CLEF_GEMM_AMX, PEAK_AMX_BF16, 1, 0},
         };
         for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++) {
             if (!has(kl, ks[ki].name)) continue;
             const char *why;
+            if (ks[ki].bf16 && !bench_gemm_avx512bf16_available()) {
+                printf("%-22s %-11s skipped: the CPU lacks AVX512_BF16\n", shape, ks[ki].name);
+                continue;
+            }
             if (!clef_gemm_available(ks[ki].k, &why)) {
                 printf("%-22s %-11s skipped: %s\n", shape, ks[ki].name, why);
                 continue;
@@ -130,7 +136,8 @@ int main(int argc, char **argv) {
                 for (int r = -1; r < reps; r++) { /* r = -1: warm-up */
                     double t0 = now_s(), c0 = cpu_s();
                     int rc = P ? clef_gemm_bf16_packed(pools[ti], y, N, x, K, T, P, 0, N, NULL)
-                               : clef_gemm_bf16_with(ks[ki].k, pools[ti], y, N, x, K, T, K, W, K, N, NULL);
+                             : ks[ki].bf16 ? bench_gemm_avx512bf16(pools[ti], y, N, x, K, T, K, W, K, N, NULL)
+                                           : clef_gemm_bf16_with(ks[ki].k, pools[ti], y, N, x, K, T, K, W, K, N, NULL);
                     if (r < 0) continue;
                     if (rc) {
                         fprintf(stderr, "gemm failed\n");

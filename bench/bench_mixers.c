@@ -5,7 +5,7 @@
  *               image of T patches: 1,200 at 640 x 480, 8,160 at 1920 x 1080; one block of 27)
  * for the fast kernels (clef_cpu_delta_rule / clef_cpu_attention; "fp32": clef_cpu_attention_f32, the
  * default path's attention on AVX-512, its max|d|/max against the double kernel) and, with --ref, the previous
- * scalar implementations (clef_cpu_*_ref), with 1 and 2 threads. Prints wall time (median of the
+ * scalar implementations (tests/unit/ref_mixers.c), with 1 and 2 threads. Prints wall time (median of the
  * repeats), process CPU time (min of the repeats), GFLOP/s on the wall time and per CPU-second
  * (times threads: what the cores would give unshared), and max |fast - ref| / max |ref| when both
  * ran (the ref runs once).
@@ -44,6 +44,7 @@
 #include "compute/cpu/cpu_simd.h"
 #include "base/knobs.h"
 #include "compute/cpu/gemm.h"
+#include "ref_mixers.h" /* tests/unit/: the scalar references, shared with test_cpu_mixers */
 
 static double now_s(void) {
     struct timespec ts;
@@ -235,10 +236,10 @@ int main(int argc, char **argv) {
                         double w0 = now_s(), c0 = cpu_s();
                         int rc;
                         if (op == 0)
-                            rc = impl ? clef_cpu_delta_rule_ref(pool, oref, q, k, v, beta, g, T, Hk, Hv, dk, dv, C)
+                            rc = impl ? ref_cpu_delta_rule(pool, oref, q, k, v, beta, g, T, Hk, Hv, dk, dv, C)
                                       : clef_cpu_delta_rule(pool, o, q, k, v, beta, g, T, Hk, Hv, dk, dv, C);
                         else
-                            rc = (impl == 1 ? clef_cpu_attention_ref : impl == 2 ? clef_cpu_attention_f32
+                            rc = (impl == 1 ? ref_cpu_attention : impl == 2 ? clef_cpu_attention_f32
                                                                                  : clef_cpu_attention)(
                                 pool, impl == 1 ? aoref : impl == 2 ? ao32 : ao, nh * hd, aq, nh * hd, ak, nkv * hd, av,
                                 nkv * hd, T, T, nh, nkv, hd, scale, causal);

@@ -125,6 +125,17 @@ CLEF_API void clef_job_finish(clef_job *j, clef_result *out);
 /* Frees a prepared job that will not run (shutdown, deadline). */
 CLEF_API void clef_job_free(clef_job *j);
 
+/* Inspection (`clef encode`, `clef respond --model`; docs/development.md "Drivers and the inspection
+ * verbs"): the host side of clef_job_prepare alone, without an engine: the body parsed, validated,
+ * tokenized with o->model_dir/tokenizer.json (the only file read), its images and videos prepared and
+ * the record encoded, with the limits and options clef_open takes from o (max_length, image_tile,
+ * allow_image_paths, max_image_bytes, max_image_pixels, split_variant; NULL = clef_options_default).
+ * On success *out's body is the encoded record as JSON, {"input_ids":[...],"questions":[{"question_id",
+ * "question_type","question_span","option_spans","option_ids"},...]} (plus "images" / "videos" when the
+ * request has some), and input_tokens its length; returns 0. Else the error body clef_job_prepare
+ * would give, and -1. Free *out with clef_result_free. */
+CLEF_API int clef_encode_request(const clef_options *o, const char *body, size_t len, clef_result *out);
+
 /* Debugging: when set, the next forwards write each layer's hidden rows as raw float32 files into
  * dir (NULL turns it off). */
 CLEF_API void clef_set_dump_dir(clef_engine *e, const char *dir);

@@ -12,12 +12,11 @@
 #include "cli/cli_opts.h"
 #include "cli/cmds.h"
 #include "cli/read_input.h"
-#include "decision/encode.h"
-#include "decision/request.h"
-#include "decision/response.h"
 #include "base/json.h"
 #include "base/pyfmt.h"
-#include "text/tokenizer.h"
+#include "clef.h"
+#include "decision/request.h"
+#include "decision/response.h"
 
 static int fail(const clef_err *e) {
     clef_buf b;
@@ -100,14 +99,11 @@ int cmd_respond(int argc, char **argv) {
     size_t rlen = 0, llen = 0;
     char *rtext = cli_read_all(request, CLI_MAX_INPUT_BYTES, &rlen), *ltext = NULL;
     json_doc *rdoc = NULL, *ldoc = NULL;
-    clef_tokenizer *tok = NULL;
     clef_request req;
     memset(&req, 0, sizeof req);
-    clef_record rec;
-    memset(&rec, 0, sizeof rec);
     float *lv = NULL;
     size_t nl = 0;
-    int rc = 1;
+    int rc = 1, printed = 0; /* printed: the error body is out already (clef_encode_request's) */
     if (!rtext) {
         clef_err_set(&err, CLEF_E_IO, "cannot read %s", request);
         goto out;
@@ -115,17 +111,24 @@ int cmd_respond(int argc, char **argv) {
     rdoc = clef_json_parse(rtext, rlen, NULL, &err);
     if (!rdoc || clef_request_parse(clef_json_doc_root(rdoc), &req, &err)) goto out;
     if (model) {
-        char path[4096];
-        snprintf(path, sizeof path, "%s/tokenizer.json", model);
-        tok = clef_tokenizer_load(path, CLEF_SPLIT_FROM_FILE, &err);
-        if (!tok) goto out;
-        clef_image_opts io;
-        clef_image_opts_default(&io);
-        io.allow_paths = allow_paths; /* local files only when asked (--allow-image-paths) */
-        io.tile = tile;
-        clef_encode_opts eo = {.image = &io};
-        if (clef_encode_record(tok, &req, &eo, &rec, &err)) goto out;
-        if (input_tokens < 0) input_tokens = (int)rec.n_ids;
+        /* the engine's host pipeline (clef.h's inspection entry) checks the request and counts its tokens */
+        clef_options o;
+        clef_options_default(&o);
+        o.model_dir = model;
+        o.image_tile = tile;
+        o.allow_image_paths = allow_paths; /* local files only when asked (--allow-image-paths) */
+        clef_result enc;
+        if (clef_encode_request(&o, rtext, rlen, &enc)) {
+            if (enc.body) {
+                fwrite(enc.body, 1, enc.body_len, stdout);
+                fputc('\n', stdout);
+            }
+            clef_result_free(&enc);
+            printed = 1;
+            goto out;
+        }
+        if (input_tokens < 0) input_tokens = enc.input_tokens;
+        clef_result_free(&enc);
     } else if (clef_request_check_criteria(&req, &err)) {
         goto out;
     }
@@ -150,12 +153,10 @@ int cmd_respond(int argc, char **argv) {
     rc = 0;
 out:
     free(lv);
-    clef_record_free(&rec);
     clef_request_free(&req);
-    if (tok) clef_tokenizer_free(tok);
     if (ldoc) clef_json_doc_free(ldoc);
     if (rdoc) clef_json_doc_free(rdoc);
     free(ltext);
     free(rtext);
-    return rc ? fail(&err) : 0;
+    return !rc ? 0 : printed ? 1 : fail(&err);
 }

@@ -3,6 +3,7 @@
  * forward + joint head) and the response. This file only wires the parts together. */
 #include "clef.h"
 #include "engine/engine_internal.h"
+#include "engine/host.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -150,12 +151,7 @@ clef_engine *clef_open(const clef_options *o, char *errbuf, size_t err_len) {
     e->mf = clef_model_open_ex(e->model_dir, &mo, &err);
     if (!e->mf) goto fail;
 
-    clef_buf path;
-    clef_buf_init(&path);
-    clef_buf_printf(&path, "%s/tokenizer.json", e->model_dir);
-    if (path.oom) { clef_err_set(&err, CLEF_E_OOM, "out of memory"); goto fail; }
-    e->tok = clef_tokenizer_load(path.data, (clef_split_variant)e->opts.split_variant, &err);
-    clef_buf_free(&path);
+    e->tok = clef_host_tokenizer(&e->opts, &err);
     if (!e->tok) goto fail;
 
     e->ops = create_ops(&e->opts, &err);
@@ -169,12 +165,7 @@ clef_engine *clef_open(const clef_options *o, char *errbuf, size_t err_len) {
     if (!e->opts.single_request && e->opts.state_cache_mb > 0 && e->opts.state_cache_mb <= ((size_t)1 << 30))
         e->cache = clef_cache_create(e->ops, &e->mf->cfg, (size_t)e->mf->head_cfg.width, e->opts.state_cache_mb << 20);
 
-    clef_image_opts_default(&e->image_opts);
-    e->image_opts.tile = e->opts.image_tile;
-    e->image_opts.allow_paths = e->opts.allow_image_paths;
-    /* the image module's defaults, unless the caller set its own: the same limits as `clef encode` */
-    if (e->opts.max_image_bytes) e->image_opts.max_bytes = e->opts.max_image_bytes;
-    if (e->opts.max_image_pixels) e->image_opts.max_source_pixels = e->opts.max_image_pixels;
+    clef_host_image_opts(&e->opts, &e->image_opts); /* the same limits as clef_encode_request */
     return e;
 
 fail:
@@ -205,8 +196,7 @@ void clef_result_free(clef_result *r) {
     memset(r, 0, sizeof *r);
 }
 
-/* Fills *out with an error body for err. */
-static void error_result(const clef_err *err, int input_tokens, clef_result *out) {
+void clef_engine_error_result(const clef_err *err, int input_tokens, clef_result *out) {
     clef_buf b;
     clef_buf_init(&b);
     clef_error_render(&b, err);
@@ -239,19 +229,13 @@ clef_job *clef_job_prepare(clef_engine *e, const char *body, size_t len, clef_re
     clef_job *j = calloc(1, sizeof *j);
     if (!j) {
         clef_err_set(&err, CLEF_E_OOM, "out of memory");
-        error_result(&err, 0, out);
+        clef_engine_error_result(&err, 0, out);
         return NULL;
     }
     j->e = e;
-    json_limits lim = {0};
-    j->doc = clef_json_parse(body, len, &lim, &err);
-    if (!j->doc) goto fail;
-    if (clef_request_parse(clef_json_doc_root(j->doc), &j->req, &err)) goto fail;
-
-    clef_encode_opts eo = {0};
-    eo.max_length = (size_t)e->opts.max_length;
-    eo.image = &e->image_opts;
-    if (clef_encode_record(e->tok, &j->req, &eo, &j->rec, &err)) goto fail;
+    /* the host pipeline (engine/host.h), as clef_encode_request runs it */
+    if (clef_host_parse(body, len, &j->doc, &j->req, &err)) goto fail;
+    if (clef_host_encode(e->tok, &e->image_opts, e->opts.max_length, &j->req, &j->rec, &err)) goto fail;
 
     for (size_t q = 0; q < j->rec.n_questions; q++) j->n_logits += j->rec.questions[q].n_options;
     j->logits = calloc(j->n_logits ? j->n_logits : 1, sizeof *j->logits);
@@ -259,7 +243,7 @@ clef_job *clef_job_prepare(clef_engine *e, const char *body, size_t len, clef_re
     return j;
 
 fail:
-    error_result(&err, 0, out);
+    clef_engine_error_result(&err, 0, out);
     clef_job_free(j);
     return NULL;
 }
@@ -278,15 +262,15 @@ void clef_job_finish(clef_job *j, clef_result *out) {
     int tokens = (int)j->rec.n_ids;
     if (!j->ran) {
         clef_err_set(&err, CLEF_E_INTERNAL, "the job was finished without running");
-        error_result(&err, tokens, out);
+        clef_engine_error_result(&err, tokens, out);
     } else if (j->err.type) {
-        error_result(&j->err, tokens, out);
+        clef_engine_error_result(&j->err, tokens, out);
     } else {
         clef_buf b;
         clef_buf_init(&b);
         if (clef_response_render(&b, &j->req, j->logits, j->n_logits, j->rec.n_ids, &err)) {
             clef_buf_free(&b);
-            error_result(&err, tokens, out);
+            clef_engine_error_result(&err, tokens, out);
         } else {
             memset(out, 0, sizeof *out);
             out->body = clef_buf_take(&b, &out->body_len);
@@ -294,7 +278,7 @@ void clef_job_finish(clef_job *j, clef_result *out) {
             out->input_tokens = tokens;
             if (!out->body) {
                 clef_err_set(&err, CLEF_E_OOM, "out of memory");
-                error_result(&err, tokens, out);
+                clef_engine_error_result(&err, tokens, out);
             }
         }
     }

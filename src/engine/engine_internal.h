@@ -35,6 +35,9 @@ struct clef_job {
     clef_err err;    /* a failure while running (err.type != NULL) */
 };
 
+/* Fills *out with the error body for err (engine.c; a static OutOfMemory body when rendering fails). */
+void clef_engine_error_result(const clef_err *err, int input_tokens, clef_result *out);
+
 /* The model for jobs[0 .. n) in one packed forward (batch.c). Per-job failures go into the jobs. */
 int clef_engine_run_packed(clef_engine *e, clef_job *const *jobs, size_t n);
 

@@ -1,5 +1,5 @@
 /* The fast CPU token mixers (src/compute/cpu/cpu_gdn.c, cpu_attention.c) against the previous
- * scalar implementations kept as references (clef_cpu_delta_rule_ref, clef_cpu_attention_ref:
+ * scalar implementations kept as references (tests/unit/ref_mixers.c: ref_cpu_delta_rule, ref_cpu_attention:
  * fp32 storage, double sums), on random inputs at the real shapes of clef-flash:
  *   delta rule: Hk 16, Hv 32, dk = dv = 128, chunk 64 (fewer heads at T = 1000), plus the tiny
  *               checkpoint's dims (dk 16, dv 24: the padding paths), mild and strong decay;
@@ -25,6 +25,7 @@
 #include "base/threads.h"
 #include "compute/cpu/cpu_mixers.h"
 #include "compute/cpu/cpu_simd.h"
+#include "ref_mixers.h"
 #include "test.h"
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
@@ -87,7 +88,7 @@ static dl_in dl_make(size_t T, size_t Hk, size_t Hv, size_t dk, size_t dv, doubl
 }
 static void dl_free(dl_in *d) { free(d->q); free(d->k); free(d->v); free(d->beta); free(d->g); }
 static int dl_run(clef_pool *p, float *o, const dl_in *d, int ref) {
-    return (ref ? clef_cpu_delta_rule_ref : clef_cpu_delta_rule)(p, o, d->q, d->k, d->v, d->beta, d->g, d->T,
+    return (ref ? ref_cpu_delta_rule : clef_cpu_delta_rule)(p, o, d->q, d->k, d->v, d->beta, d->g, d->T,
                                                                d->Hk, d->Hv, d->dk, d->dv, 64);
 }
 
@@ -135,7 +136,7 @@ static at_in at_make(size_t Tq, size_t Tk, size_t nh, size_t nkv, size_t hd, int
 }
 static void at_free(at_in *a) { free(a->q); free(a->k); free(a->v); }
 static int at_run(clef_pool *p, float *o, const at_in *a, int ref) {
-    return (ref ? clef_cpu_attention_ref : clef_cpu_attention)(p, o, a->ldo, a->q, a->ldq, a->k, a->ldk, a->v,
+    return (ref ? ref_cpu_attention : clef_cpu_attention)(p, o, a->ldo, a->q, a->ldq, a->k, a->ldk, a->v,
                                                              a->ldv, a->Tq, a->Tk, a->nh, a->nkv, a->hd,
                                                              a->scale, a->causal);
 }

@@ -6,7 +6,6 @@
  *   exact kernels (ref, avx2, avx512): |y - y_double| <= (K + 1) * 2^-24 * S, and the same bits
  *     from every exact kernel   (sequential fp32
  *     FMA chain plus the bias add; the worst case, random data sits far below it)
- *   avx512bf16 (x rounded to bf16):   |y - y_double| <= (2^-8 + (K + 2) * 2^-24) * S
  *   amx (x split into 3 exact bf16 terms, fp32 accumulation over the 3K products):
  *                                     |y - y_double| <= (3K + 2) * 2^-24 * 1.01 * S
  *     (|h| + |m| + |l| <= (1 + 2^-7 + 2^-15) |x|); its own bits, fixed for any thread count,
@@ -184,8 +183,7 @@ int main(void) {
                            clef_pool_create(3, &err)};
     CHECK(pools[1] && pools[2] && pools[3]);
 
-    const clef_gemm_kernel kernels[] = {CLEF_GEMM_REF, CLEF_GEMM_AVX2, CLEF_GEMM_AVX512,
-                                        CLEF_GEMM_AVX512_BF16, CLEF_GEMM_AMX};
+    const clef_gemm_kernel kernels[] = {CLEF_GEMM_REF, CLEF_GEMM_AVX2, CLEF_GEMM_AVX512, CLEF_GEMM_AMX};
     int avail[CLEF_GEMM_NKERNELS] = {0};
     for (size_t i = 0; i < sizeof kernels / sizeof kernels[0]; i++) {
         const char *why;
@@ -195,7 +193,7 @@ int main(void) {
     CHECK(avail[CLEF_GEMM_REF]);
     CHECK(clef_gemm_available(clef_gemm_default(), NULL));
 
-    /* T, K, N, pad: edge sizes around the tiles (12 x 32, 6 x 16), K blocks (256; 512 for bf16)
+    /* T, K, N, pad: edge sizes around the tiles (12 x 32, 6 x 16), K blocks (256)
      * and the 32-pair packing steps. */
     static const size_t shapes[][4] = {
         {1, 1, 1, 0},    {1, 7, 1, 0},     {3, 1, 5, 1},     {1, 64, 17, 0},   {12, 32, 32, 0},
@@ -206,7 +204,7 @@ int main(void) {
         {1100, 12288, 40, 0}, /* amx: 3 chunks of 512 rows (x packed per chunk) */
     };
     const size_t nshape = sizeof shapes / sizeof shapes[0];
-    double worst_exact = 0, worst_bf = 0, worst_amx = 0;
+    double worst_exact = 0, worst_amx = 0;
     for (size_t s = 0; s < nshape; s++) {
         for (int with_bias = 0; with_bias < 2; with_bias++) {
             problem p;
@@ -220,16 +218,13 @@ int main(void) {
             for (size_t i = 0; i < sizeof kernels / sizeof kernels[0]; i++) {
                 clef_gemm_kernel k = kernels[i];
                 if (!avail[k] || (big && k == CLEF_GEMM_REF)) continue;
-                int exact = k != CLEF_GEMM_AVX512_BF16 && k != CLEF_GEMM_AMX;
-                double bound = exact ? (double)(p.K + 1) * u
-                               : k == CLEF_GEMM_AMX ? (double)(3 * p.K + 2) * u * 1.01
-                                                    : ldexp(1.0, -8) + (double)(p.K + 2) * u;
+                int exact = k != CLEF_GEMM_AMX;
+                double bound = exact ? (double)(p.K + 1) * u : (double)(3 * p.K + 2) * u * 1.01;
                 float *y1 = run(&p, k, pools[1]);
                 double w;
                 CHECK_MSG(check_err(&p, y1, bound, &w), "%s T=%zu K=%zu N=%zu bias=%d: rel err %.3g > %.3g",
                           clef_gemm_name(k), p.T, p.K, p.N, with_bias, w, bound);
                 if (exact && w > worst_exact) worst_exact = w;
-                if (k == CLEF_GEMM_AVX512_BF16 && w > worst_bf) worst_bf = w;
                 if (k == CLEF_GEMM_AMX && w > worst_amx) worst_amx = w;
                 if (exact && !yexact) {
                     yexact = malloc(p.T * p.ldy * sizeof(float));
@@ -278,8 +273,7 @@ int main(void) {
             unmake(&p);
         }
     }
-    printf("worst |y - exact| / sum|x w|: exact kernels %.3g, bf16 kernel %.3g, amx %.3g\n",
-           worst_exact, worst_bf, worst_amx);
+    printf("worst |y - exact| / sum|x w|: exact kernels %.3g, amx %.3g\n", worst_exact, worst_amx);
 
     /* Extreme inputs: every kernel with exact fp32 inputs must give the exact kernels' class of
      * answer — huge finite x stays finite and accurate (the amx split truncates, so it never
@@ -310,7 +304,7 @@ int main(void) {
         float *ye = run(&p, clef_gemm_default() == CLEF_GEMM_AMX ? CLEF_GEMM_AVX512 : CLEF_GEMM_REF, pools[2]);
         for (size_t i = 0; i < sizeof kernels / sizeof kernels[0]; i++) {
             clef_gemm_kernel k = kernels[i];
-            if (!avail[k] || k == CLEF_GEMM_AVX512_BF16) continue;
+            if (!avail[k]) continue;
             float *y = run(&p, k, pools[2]);
             int ok = 1;
             for (size_t t = 0; t < p.T; t++)

@@ -321,7 +321,7 @@ int clef_cpu_gated_rmsnorm(clef_pool *pool, float *y, const float *x, const floa
 /* ================================================================ delta rule (fast) */
 
 /* One v-head per work item; per chunk of n <= C rows (model.md §4.4.6, the same roundings as the
- * reference below: fp32 values of Kβ, Vβ, M, Intra, U, W, Qd, Kd, Vn, R, double sums):
+ * scalar reference, tests/unit/ref_mixers.c: fp32 values of Kβ, Vβ, M, Intra, U, W, Qd, Kd, Vn, R, double sums):
  *   M = (Kβ k̂ᵀ) ⊙ D (strict lower, stored negated), Intra = (q̃ k̂ᵀ) ⊙ D (lower incl. diagonal);
  *   [U | W] = (I + L)⁻¹ [Vβ | Kβ ⊙ e^Γ]  (blocked forward substitution: rows before the block by
  *   the kernel, rows inside it one by one; every row still sums its terms in index order);
@@ -537,125 +537,5 @@ int clef_cpu_delta_rule_segs(clef_pool *pool, float *o, const float *q, const fl
     free(c.fs);
     free(c.ds);
     free(c.Rall);
-    return 0;
-}
-
-/* ================================================================ delta rule (reference) */
-
-/* The previous implementation, unchanged: scalar, float storage, double sums. */
-typedef struct {
-    float *o; const float *q, *k, *v, *beta, *g;
-    size_t T, Hk, Hv, dk, dv, C;
-    float *scratch; size_t per_worker;
-} delta_ctx;
-
-
-static void delta_head(const delta_ctx *c, size_t h, float *s) {
-    const size_t C = c->C, dk = c->dk, dv = c->dv, T = c->T;
-    const size_t kh = h / (c->Hv / c->Hk);
-    float *R = s;               s += dk * dv;   /* state [dk, dv] */
-    float *Q = s;               s += C * dk;    /* q~ chunk, later Qd */
-    float *Kc = s;              s += C * dk;    /* k^ chunk, later Kd */
-    float *Kb = s;              s += C * dk;    /* k^ * beta, later decayed (W rhs), then W */
-    float *Vb = s;              s += C * dv;    /* v * beta, then U */
-    float *Vn = s;              s += C * dv;
-    float *Mm = s;              s += C * C;     /* (Kb k^T) . D, strictly lower used */
-    float *In = s;              s += C * C;     /* (q~ k^T) . D, lower incl. diagonal */
-    float *G = s;               s += C;         /* cumsum of g */
-    float *Kt = s;              s += dk * C;    /* Kd transposed [dk, C] */
-    memset(R, 0, dk * dv * sizeof(float));
-    const size_t ldq = c->Hk * dk, ldv = c->Hv * dv, ldg = c->Hv;
-    for (size_t t0 = 0; t0 < T; t0 += C) {
-        size_t n = T - t0 < C ? T - t0 : C;
-        double run = 0;
-        for (size_t r = 0; r < n; r++) {
-            size_t t = t0 + r;
-            memcpy(Q + r * dk, c->q + t * ldq + kh * dk, dk * sizeof(float));
-            memcpy(Kc + r * dk, c->k + t * ldq + kh * dk, dk * sizeof(float));
-            float be = c->beta[t * ldg + h];
-            for (size_t i = 0; i < dk; i++) Kb[r * dk + i] = Kc[r * dk + i] * be;
-            const float *vr = c->v + t * ldv + h * dv;
-            for (size_t j = 0; j < dv; j++) Vb[r * dv + j] = vr[j] * be;
-            run += c->g[t * ldg + h];
-            G[r] = (float)run;
-        }
-        for (size_t r = 0; r < n; r++) {
-            for (size_t s2 = 0; s2 <= r; s2++) {
-                float d = expf(G[r] - G[s2]);
-                Mm[r * C + s2] = (float)dot_d(Kb + r * dk, Kc + s2 * dk, dk) * d;
-                In[r * C + s2] = (float)dot_d(Q + r * dk, Kc + s2 * dk, dk) * d;
-            }
-        }
-        for (size_t r = 0; r < n; r++) {
-            float eg = expf(G[r]);
-            for (size_t i = 0; i < dk; i++) Kb[r * dk + i] *= eg;
-        }
-        for (size_t r = 1; r < n; r++) {
-            for (size_t j = 0; j < dv; j++) {
-                double acc = Vb[r * dv + j];
-                for (size_t s2 = 0; s2 < r; s2++) acc -= (double)Mm[r * C + s2] * Vb[s2 * dv + j];
-                Vb[r * dv + j] = (float)acc;
-            }
-            for (size_t i = 0; i < dk; i++) {
-                double acc = Kb[r * dk + i];
-                for (size_t s2 = 0; s2 < r; s2++) acc -= (double)Mm[r * C + s2] * Kb[s2 * dk + i];
-                Kb[r * dk + i] = (float)acc;
-            }
-        }
-        float Gl = G[n - 1];
-        float lam = expf(Gl);
-        for (size_t r = 0; r < n; r++) {
-            float eq = expf(G[r]), ek = expf(Gl - G[r]);
-            for (size_t i = 0; i < dk; i++) {
-                Q[r * dk + i] *= eq;
-                Kt[i * C + r] = Kc[r * dk + i] * ek;
-            }
-        }
-        for (size_t r = 0; r < n; r++) {
-            for (size_t j = 0; j < dv; j++) {
-                double acc = 0;
-                for (size_t i = 0; i < dk; i++) acc += (double)Kb[r * dk + i] * R[i * dv + j];
-                Vn[r * dv + j] = Vb[r * dv + j] - (float)acc;
-            }
-        }
-        for (size_t r = 0; r < n; r++) {
-            float *orow = c->o + (t0 + r) * ldv + h * dv;
-            for (size_t j = 0; j < dv; j++) {
-                double a1 = 0, a2 = 0;
-                for (size_t i = 0; i < dk; i++) a1 += (double)Q[r * dk + i] * R[i * dv + j];
-                for (size_t s2 = 0; s2 <= r; s2++) a2 += (double)In[r * C + s2] * Vn[s2 * dv + j];
-                orow[j] = (float)a1 + (float)a2;
-            }
-        }
-        if (t0 + n < T) {
-            for (size_t i = 0; i < dk; i++) {
-                for (size_t j = 0; j < dv; j++) {
-                    double acc = 0;
-                    for (size_t r = 0; r < n; r++) acc += (double)Kt[i * C + r] * Vn[r * dv + j];
-                    R[i * dv + j] = R[i * dv + j] * lam + (float)acc;
-                }
-            }
-        }
-    }
-}
-
-static void delta_fn(void *c_, size_t b, size_t e, int worker) {
-    delta_ctx *c = c_;
-    float *s = c->scratch + (size_t)worker * c->per_worker;
-    for (size_t h = b; h < e; h++) delta_head(c, h, s);
-}
-
-int clef_cpu_delta_rule_ref(clef_pool *pool, float *o, const float *q, const float *k,
-                            const float *v, const float *beta, const float *g, size_t T, size_t Hk,
-                            size_t Hv, size_t dk, size_t dv, size_t chunk) {
-    if (T == 0) return 0;
-    size_t C = chunk ? chunk : 64;
-    size_t per = dk * dv + 3 * C * dk + 2 * C * dv + 2 * C * C + C + dk * C;
-    int nw = nworkers(pool);
-    float *scratch = malloc((size_t)nw * per * sizeof(float));
-    if (!scratch) return -1;
-    delta_ctx c = {o, q, k, v, beta, g, T, Hk, Hv, dk, dv, C, scratch, per};
-    clef_pool_for(pool, Hv, 1, delta_fn, &c);
-    free(scratch);
     return 0;
 }

@@ -7,9 +7,9 @@
  * rounding to fp32 per stored value. The fast kernels are register-blocked double-accumulation
  * loops (AVX-512 / AVX2+FMA chosen at run time, plain C otherwise). Each output element is computed
  * inside one work item (a v-head; a kv head x block of query rows), so the bits never depend on the
- * thread count. The *_ref functions are the previous scalar implementations, kept as references
- * for the tests and the benchmark. Attention has a second implementation with fp32 products
- * (clef_cpu_attention_f32), the default path's where AVX-512 is usable (cpu_ops.c). */
+ * thread count. The previous scalar implementations, which the tests and the benchmark compare these
+ * with, live in tests/unit/ref_mixers.c (not in the library). Attention has a second implementation
+ * with fp32 products (clef_cpu_attention_f32), the default path's where AVX-512 is usable (cpu_ops.c). */
 #ifndef CLEF_COMPUTE_CPU_MIXERS_H
 #define CLEF_COMPUTE_CPU_MIXERS_H
 
@@ -35,9 +35,6 @@ int clef_cpu_delta_rule(clef_pool *pool, float *o, const float *q, const float *
 int clef_cpu_delta_rule_segs(clef_pool *pool, float *o, const float *q, const float *k, const float *v,
                              const float *beta, const float *g, size_t Hk, size_t Hv, size_t dk, size_t dv,
                              size_t chunk, const clef_seg *segs, size_t nseg, const clef_seg_state *st);
-int clef_cpu_delta_rule_ref(clef_pool *pool, float *o, const float *q, const float *k,
-                            const float *v, const float *beta, const float *g, size_t T, size_t Hk,
-                            size_t Hv, size_t dk, size_t dv, size_t chunk);
 
 /* Attention (ops.h) over one segment: Tq query rows, Tk key rows; causal: query i sees keys
  * t <= i + (Tk - Tq) (Tk >= Tq, else -1). */
@@ -60,9 +57,6 @@ static inline size_t clef_att_valid(int causal, size_t i, size_t t0, size_t nt) 
     if (!causal) return nt;
     return i + 1 <= t0 ? 0 : (i + 1 - t0 < nt ? i + 1 - t0 : nt);
 }
-int clef_cpu_attention_ref(clef_pool *pool, float *o, size_t ldo, const float *q, size_t ldq,
-                           const float *k, size_t ldk, const float *v, size_t ldv, size_t Tq,
-                           size_t Tk, size_t nh, size_t nkv, size_t hd, float scale, int causal);
 
 /* ---- internal: the shared kernel (cpu_gdn.c) ----
  * C[r, c] (+)= sum_{p < pend(r)} A[r, p] * B[p, c] for r < m, c < cend(r), all double, summed

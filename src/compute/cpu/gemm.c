@@ -13,7 +13,7 @@
 #include "base/cpu_features.h"
 
 static const char *const kernel_names[CLEF_GEMM_NKERNELS] = {
-    "auto", "ref", "avx2", "avx512", "avx512bf16", "amx",
+    "auto", "ref", "avx2", "avx512", "amx",
 };
 
 const char *clef_gemm_name(clef_gemm_kernel kern) {
@@ -48,9 +48,6 @@ int clef_gemm_available(clef_gemm_kernel kern, const char **why) {
     case CLEF_GEMM_AVX512:
         if (!clef_cpu_has(NEED_AVX512)) w = "the CPU lacks AVX-512 F/BW/VL/DQ";
         break;
-    case CLEF_GEMM_AVX512_BF16:
-        if (!clef_cpu_has(NEED_AVX512 | CLEF_CPU_AVX512BF16)) w = "the CPU lacks AVX512_BF16";
-        break;
     case CLEF_GEMM_AMX:
         if (!clef_cpu_has(NEED_AVX512 | CLEF_CPU_AMX_TILE | CLEF_CPU_AMX_BF16))
             w = "the CPU (or its OS) lacks AMX-BF16";
@@ -80,10 +77,9 @@ clef_gemm_kernel clef_gemm_default(void) {
 }
 
 clef_gemm_kernel clef_gemm_named(const char *name) {
-    if (name && *name) /* kernels with exact fp32 inputs only (not avx512bf16) */
+    if (name && *name)
         for (int i = CLEF_GEMM_REF; i < CLEF_GEMM_NKERNELS; i++)
-            if (i != CLEF_GEMM_AVX512_BF16 && strcmp(name, kernel_names[i]) == 0 &&
-                clef_gemm_available((clef_gemm_kernel)i, NULL))
+            if (strcmp(name, kernel_names[i]) == 0 && clef_gemm_available((clef_gemm_kernel)i, NULL))
                 return (clef_gemm_kernel)i;
     return clef_gemm_default();
 }
@@ -112,17 +108,6 @@ static void run_units(void *ctx, size_t b, size_t e, int worker) {
         if (n1 > j->a.N) n1 = j->a.N;
         if (t0 < t1 && n0 < n1) j->fn(&j->a, t0, t1, n0, n1, s);
         u = ue;
-    }
-}
-
-typedef struct { uint16_t *xb; size_t ldxb; const float *x; size_t ldx, K; } round_job;
-
-static void run_round(void *ctx, size_t b, size_t e, int worker) {
-    (void)worker;
-    round_job *r = ctx;
-    for (size_t t = b; t < e; t++) {
-        clef_gemm_avx512bf16_round(r->xb + t * r->ldxb, r->x + t * r->ldx, r->K);
-        if (r->ldxb > r->K) r->xb[t * r->ldxb + r->K] = 0;
     }
 }
 
@@ -254,7 +239,6 @@ int clef_gemm_bf16_with(clef_gemm_kernel kern, clef_pool *pool, float *y, size_t
     switch (kern) {
     case CLEF_GEMM_AVX2: j.fn = clef_gemm_avx2_tile; break;
     case CLEF_GEMM_AVX512: j.fn = clef_gemm_avx512_tile; break;
-    case CLEF_GEMM_AVX512_BF16: j.fn = clef_gemm_avx512bf16_tile; break;
     default: j.fn = clef_gemm_ref_tile; break;
     }
     size_t nth = (size_t)clef_pool_size(pool);
@@ -280,18 +264,7 @@ int clef_gemm_bf16_with(clef_gemm_kernel kern, clef_pool *pool, float *y, size_t
     size_t bytes = (nw * CLEF_GEMM_SCRATCH * sizeof(float) + 63) / 64 * 64;
     j.scratch = aligned_alloc(64, bytes);
     if (!j.scratch) return -1;
-    uint16_t *xb = NULL;
-    if (kern == CLEF_GEMM_AVX512_BF16 && K > 0) {
-        size_t ldxb = K + (K & 1);
-        xb = malloc(T * ldxb * sizeof *xb);
-        if (!xb) { free(j.scratch); return -1; }
-        round_job r = {xb, ldxb, x, ldx, K};
-        clef_pool_for(pool, T, 16, run_round, &r);
-        j.a.xb = xb;
-        j.a.ldxb = ldxb;
-    }
     clef_pool_for(pool, units, 1, run_units, &j);
-    free(xb);
     free(j.scratch);
     return 0;
 }

@@ -17,8 +17,8 @@
  * usual one for a sequential fp32 dot product: |y - exact| <= K * 2^-24 * sum_k |x w| (about
  * 2.4e-4 relative to sum|x w| at K = 4096; random-sign data sits near sqrt(K) * 2^-24 instead).
  *
- * The AVX512_BF16 kernel rounds x to bf16 (round-to-nearest-even) and uses vdpbf16ps: not exact,
- * for measuring only; never chosen by CLEF_GEMM_AUTO.
+ * (An AVX512_BF16 kernel that rounds x to bf16, not exact and slower than AVX512, is kept for
+ * measuring in bench/gemm_avx512bf16.c, outside the library.)
  *
  * The AMX kernel (gemm_amx.c) takes the same exact fp32 inputs (x split exactly into three bf16
  * terms) and accumulates in fp32 in its own fixed order: its bits differ from the exact kernels'
@@ -39,7 +39,6 @@ typedef enum {
     CLEF_GEMM_REF,         /* portable C, fmaf in k order (slow; the fallback) */
     CLEF_GEMM_AVX2,        /* AVX2 + FMA: 6 x 16 register tile */
     CLEF_GEMM_AVX512,      /* AVX-512F/BW: 12 x 32 register tile */
-    CLEF_GEMM_AVX512_BF16, /* AVX512_BF16 vdpbf16ps, x rounded to bf16: NOT exact */
     CLEF_GEMM_AMX,         /* AMX-BF16, x split exactly into 3 bf16 terms (gemm_amx.c): exact
                             * inputs, fp32 accumulation in its own fixed order */
     CLEF_GEMM_NKERNELS
@@ -91,7 +90,6 @@ clef_gemm_kernel clef_gemm_named(const char *name);
 typedef struct {
     float *y; size_t ldy;
     const float *x; size_t ldx;
-    const uint16_t *xb; size_t ldxb; /* bf16 copy of x (BF16 kernel only), K rounded up to even */
     const uint16_t *W; size_t ldw;
     const float *bias;
     size_t T, K, N;
@@ -107,10 +105,6 @@ void clef_gemm_avx2_tile(const clef_gemm_args *a, size_t t0, size_t t1, size_t n
                          float *scratch);
 void clef_gemm_avx512_tile(const clef_gemm_args *a, size_t t0, size_t t1, size_t n0, size_t n1,
                            float *scratch);
-void clef_gemm_avx512bf16_tile(const clef_gemm_args *a, size_t t0, size_t t1, size_t n0,
-                               size_t n1, float *scratch);
-/* Rounds n floats to bf16 (nearest even; NaN stays NaN) — for the BF16 kernel's copy of x. */
-void clef_gemm_avx512bf16_round(uint16_t *dst, const float *src, size_t n);
 
 /* Blocking shared by the kernels, and the per-worker scratch (floats): a packed weight block
  * (KC x NC fp32) and a copy of an activation block (MC rows of KC, at a padded stride so the rows

@@ -1,0 +1,45 @@
+/* The host pipeline of one request (engine/host.h): what the engine's forward path and the
+ * inspection verbs share, so both apply the same limits and refusals. */
+#include "engine/host.h"
+
+#include <string.h>
+
+#include "base/buf.h"
+
+void clef_host_image_opts(const clef_options *o, clef_image_opts *io) {
+    clef_image_opts_default(io);
+    io->tile = o->image_tile;
+    io->allow_paths = o->allow_image_paths; /* local files only when the caller asks (--allow-image-paths) */
+    if (o->max_image_bytes) io->max_bytes = o->max_image_bytes;
+    if (o->max_image_pixels) io->max_source_pixels = o->max_image_pixels;
+}
+
+clef_tokenizer *clef_host_tokenizer(const clef_options *o, clef_err *err) {
+    clef_buf path;
+    clef_buf_init(&path);
+    clef_buf_printf(&path, "%s/tokenizer.json", o->model_dir);
+    if (path.oom) {
+        clef_buf_free(&path);
+        clef_err_set(err, CLEF_E_OOM, "out of memory");
+        return NULL;
+    }
+    clef_tokenizer *tok = clef_tokenizer_load(path.data, (clef_split_variant)o->split_variant, err);
+    clef_buf_free(&path);
+    return tok;
+}
+
+int clef_host_parse(const char *body, size_t len, json_doc **doc, clef_request *req, clef_err *err) {
+    json_limits lim = {0}; /* the JSON module's defaults: the body's size is bounded by the driver */
+    *doc = clef_json_parse(body, len, &lim, err);
+    if (!*doc) return -1;
+    return clef_request_parse(clef_json_doc_root(*doc), req, err);
+}
+
+int clef_host_encode(const clef_tokenizer *tok, const clef_image_opts *io, int max_length,
+                     const clef_request *req, clef_record *rec, clef_err *err) {
+    clef_encode_opts eo;
+    memset(&eo, 0, sizeof eo);
+    eo.max_length = max_length > 0 ? (size_t)max_length : 0; /* 0: CLEF_MAX_LENGTH_DEFAULT */
+    eo.image = io;
+    return clef_encode_record(tok, req, &eo, rec, err);
+}

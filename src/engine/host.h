@@ -1,0 +1,32 @@
+/* The host pipeline: one request's body to its encoded record (parse, validate, tokenize, images and
+ * videos, encode_record), with the limits and options a clef_options gives. The one assembly of it:
+ * clef_job_prepare (engine.c) and the inspection entry clef_encode_request (inspect.c) both run these
+ * functions, so `clef encode` accepts and refuses exactly what `clef decide` does. */
+#ifndef CLEF_ENGINE_HOST_H
+#define CLEF_ENGINE_HOST_H
+
+#include <stddef.h>
+
+#include "base/err.h"
+#include "base/json.h"
+#include "clef.h"
+#include "decision/encode.h"
+#include "decision/request.h"
+#include "text/tokenizer.h"
+
+/* The image (and video) options of an engine opened with o: the image module's defaults (limits
+ * included) unless o sets its own; local paths only with o->allow_image_paths. */
+void clef_host_image_opts(const clef_options *o, clef_image_opts *io);
+
+/* DIR/tokenizer.json with o's split variant; NULL with *err set. */
+clef_tokenizer *clef_host_tokenizer(const clef_options *o, clef_err *err);
+
+/* Step 1: the body's JSON into *doc and the request into *req (which points into *doc). On failure
+ * returns -1 with *err set; *doc and *req are the caller's to free either way. */
+int clef_host_parse(const char *body, size_t len, json_doc **doc, clef_request *req, clef_err *err);
+
+/* Step 2: the parsed request encoded into *rec within o's token budget (0: the default). */
+int clef_host_encode(const clef_tokenizer *tok, const clef_image_opts *io, int max_length,
+                     const clef_request *req, clef_record *rec, clef_err *err);
+
+#endif
