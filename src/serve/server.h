@@ -34,6 +34,8 @@ typedef struct clef_server_config {
     unsigned max_pending;    /* connections still sending their head (default 4 x max_connections) */
     unsigned client_share;   /* of those, per client address (default 64; a new one closes the oldest) */
     int prepare_threads;     /* threads that parse, tokenize and decode images (default http_threads) */
+    double keepalive_timeout_s; /* an idle connection between requests is closed after this (default 5; 0 = Connection: close on every answer) */
+    unsigned keepalive_requests;/* requests per connection; the answer to the last says Connection: close (default 1000) */
     /* access (docs/serving.md) */
     const char *api_key;     /* NULL = no authentication; else "Authorization: Bearer KEY" or 401 */
     int auth_all;            /* 1: /health and /metrics need the key too (default: they do not) */
