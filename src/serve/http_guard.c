@@ -45,7 +45,8 @@ enum { P_HEAD, P_LENGTH, P_CHUNKED };
 
 struct conn {
     int fd;   /* the client */
-    int mfd;  /* the guard's end of the socketpair; -1 before the first head passed, and after */
+    int mfd;  /* the guard's end of the socketpair; -1 while no request is at libmicrohttpd */
+    int hfd;  /* libmicrohttpd's end of it (its number, for clef_guard_base) */
     side sc, sm;
     unsigned ev_c, ev_m; /* the epoll masks now set (ev_m: 0 = not in the set) */
     struct sockaddr_storage sa;
@@ -63,7 +64,7 @@ struct conn {
     unsigned nreq, nans; /* requests forwarded, answers walked */
     uint32_t headq;  /* bit k: the (nans+k)-th answer is to a HEAD */
     int cin_eof;     /* the client finished sending */
-    int m_eof;       /* libmicrohttpd closed its end (or it broke) */
+    int m_eof;       /* libmicrohttpd closed its end (or it broke, or its last answer said close) */
     int refusing;    /* forward nothing more; once need answers went out, answer (ref_status) and close */
     unsigned need;
     int ref_status;
@@ -98,6 +99,8 @@ struct clef_guard {
     watch *w;
     size_t nw, wcap;
     atomic_ulong accepted;
+    struct hand { int fd; unsigned base; } *h; /* libmicrohttpd's ends now relayed (under mu) */
+    size_t nh, hcap;
 };
 
 static double mono_now(void) {
@@ -397,6 +400,9 @@ static void resp_line(clef_resp_state *s) {
             }
             if (ok) s->status = st;
         }
+    } else if (n > 11 && !strncasecmp(s->line, "Connection:", 11)) {
+        for (size_t k = 11; k + 5 <= n; k++)
+            if (!strncasecmp(s->line + k, "close", 5)) s->close = 1;
     } else if (n > 15 && !strncasecmp(s->line, "Content-Length:", 15)) {
         size_t k = 15;
         while (k < n && (s->line[k] == ' ' || s->line[k] == '\t')) k++;
@@ -417,7 +423,9 @@ int clef_guard_resp_walk(clef_resp_state *s, const char *data, size_t n, int no_
             s->rem -= k;
             i += k;
             if (!s->rem) {
+                int cl = s->close;
                 memset(s, 0, sizeof *s);
+                s->ended_close = cl;
                 *used = i;
                 return 1;
             }
@@ -440,14 +448,16 @@ int clef_guard_resp_walk(clef_resp_state *s, const char *data, size_t n, int no_
             continue;
         }
         if (s->line_no == 0) return -1;
-        int st = s->status;
+        int st = s->status, cl = s->close;
         long long clen = s->clen;
         memset(s, 0, sizeof *s);
         if (st >= 100 && st < 200) continue; /* 100 Continue: not the answer */
         if (no_body || st == 204 || st == 304 || clen == 0) {
+            s->ended_close = cl;
             *used = i;
             return 1;
         }
+        s->close = cl;
         if (clen < 0) {
             s->st = 2; /* ends when libmicrohttpd closes */
             break;
@@ -496,8 +506,51 @@ static size_t find(clef_guard *g, const conn *c) {
 
 static conn *g_dead; /* only the guard's thread touches it: freed after each batch of events */
 
+static void hand_del(clef_guard *g, int fd) {
+    pthread_mutex_lock(&g->mu);
+    for (size_t i = 0; i < g->nh; i++)
+        if (g->h[i].fd == fd) {
+            g->h[i] = g->h[--g->nh];
+            break;
+        }
+    pthread_mutex_unlock(&g->mu);
+}
+
+static int hand_add(clef_guard *g, int fd, unsigned base) {
+    pthread_mutex_lock(&g->mu);
+    if (g->nh == g->hcap) {
+        size_t nc = g->hcap ? g->hcap * 2 : 64;
+        struct hand *nh = realloc(g->h, nc * sizeof *nh);
+        if (!nh) {
+            pthread_mutex_unlock(&g->mu);
+            return -1;
+        }
+        g->h = nh;
+        g->hcap = nc;
+    }
+    g->h[g->nh++] = (struct hand){fd, base};
+    pthread_mutex_unlock(&g->mu);
+    return 0;
+}
+
+int clef_guard_base(clef_guard *g, int mhd_fd, unsigned *base) {
+    if (!g) return -1;
+    int rc = -1;
+    pthread_mutex_lock(&g->mu);
+    for (size_t i = 0; i < g->nh; i++)
+        if (g->h[i].fd == mhd_fd) {
+            *base = g->h[i].base;
+            rc = 0;
+            break;
+        }
+    pthread_mutex_unlock(&g->mu);
+    return rc;
+}
+
 static void drop_mfd(clef_guard *g, conn *c) {
     if (c->mfd < 0) return;
+    if (c->hfd >= 0) hand_del(g, c->hfd);
+    c->hfd = -1;
     if (c->ev_m) epoll_ctl(g->ep, EPOLL_CTL_DEL, c->mfd, NULL);
     close(c->mfd);
     c->mfd = -1;
@@ -587,10 +640,18 @@ static void refuse_at(conn *c, unsigned need, int status, const char *type, cons
     c->ref_ml = method ? ml : 0;
 }
 
+/* A fresh socketpair for the request just walked (the first, or the first after an idle time):
+ * an idle connection holds none of libmicrohttpd's --max-connections. */
 static int handoff(clef_guard *g, conn *c) {
     int sp[2];
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sp) != 0) return -1;
+    if (hand_add(g, sp[1], c->nreq - 1) != 0) {
+        close(sp[0]);
+        close(sp[1]);
+        return -1;
+    }
     c->mfd = sp[0];
+    c->hfd = sp[1];
     c->ev_m = 0;
     /* libmicrohttpd takes sp[1] (and closes it, whatever happens); it sees the client's address */
     if (g->cfg.handoff(g->cfg.ctx, sp[1], (struct sockaddr *)&c->sa, c->sl) != 0) {
@@ -641,7 +702,7 @@ static int walk(clef_guard *g, conn *c, double now) {
             c->seen = 0;
         }
         if (avail > c->seen) c->seen = avail;
-        if (g->quiesced || c->nreq >= max_requests(g)) break; /* not forwarded: the connection closes after its answers */
+        if (g->quiesced || c->m_eof || c->nreq >= max_requests(g)) break; /* not forwarded: the connection closes after its answers */
         if (c->nreq - c->nans >= PIPE_MAX) {
             c->blocked = 1;
             break;
@@ -674,8 +735,8 @@ static int walk(clef_guard *g, conn *c, double now) {
         c->phase = kind == 2 ? P_CHUNKED : kind == 1 && cl ? P_LENGTH : P_HEAD;
         c->rem = cl;
         memset(&c->ck, 0, sizeof c->ck);
-        if (c->nreq == 1 && handoff(g, c) != 0) {
-            conn_close(g, c, 0, NULL, NULL); /* the server logged it */
+        if (c->mfd < 0 && (c->m_eof || handoff(g, c) != 0)) {
+            conn_close(g, c, 0, NULL, NULL); /* the server logged a refused hand-over */
             return 0;
         }
     }
@@ -695,7 +756,7 @@ static void set_masks(clef_guard *g, conn *c) {
         c->ev_c = want;
     }
     if (c->mfd < 0) return;
-    unsigned wm = (c->out.len < c->out.max ? EPOLLIN : 0) | (c->fwd && !c->refusing ? EPOLLOUT : 0);
+    unsigned wm = (c->out.len < c->out.max ? EPOLLIN : 0) | (c->fwd ? EPOLLOUT : 0);
     if (wm == c->ev_m) return;
     struct epoll_event ev = {.events = wm, .data.ptr = &c->sm};
     if (!wm) epoll_ctl(g->ep, EPOLL_CTL_DEL, c->mfd, NULL); /* not even HUP: nothing to do with it until out drains */
@@ -742,7 +803,7 @@ static int pump(clef_guard *g, conn *c, unsigned evc) {
     }
     if (!walk(g, c, now)) return 0;
     /* to libmicrohttpd: what is walked */
-    while (c->mfd >= 0 && c->fwd && !c->refusing) {
+    while (c->mfd >= 0 && c->fwd) { /* also when refusing: what was walked before the refused part goes */
         ssize_t w = send(c->mfd, c->in.d, c->fwd, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (w > 0) {
             gb_drop(&c->in, (size_t)w);
@@ -752,7 +813,9 @@ static int pump(clef_guard *g, conn *c, unsigned evc) {
         } else if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
             break;
         } else { /* libmicrohttpd closed (after an answer that closes, or an error): what it wrote still comes */
-            refuse_at(c, UINT32_MAX, 0, NULL, NULL, NULL, 0);
+            gb_drop(&c->in, c->fwd);
+            c->fwd = 0;
+            if (!c->refusing) refuse_at(c, UINT32_MAX, 0, NULL, NULL, NULL, 0);
             break;
         }
     }
@@ -778,6 +841,7 @@ static int pump(clef_guard *g, conn *c, unsigned evc) {
                 if (rc == 0) break;
                 c->nans++;
                 c->headq >>= 1;
+                if (c->rs.ended_close) c->m_eof = 1; /* no request after it goes to libmicrohttpd */
                 if (c->nans == c->nreq && !c->head_started) c->t0 = now; /* idle from here */
             }
         } else if (r < 0 && errno == EINTR) {
@@ -789,6 +853,11 @@ static int pump(clef_guard *g, conn *c, unsigned evc) {
             c->m_eof = 1;
         }
     }
+    /* every answer out of libmicrohttpd and no request there: let go of its connection (the next
+     * head gets a fresh one), so that an idle keep-alive connection holds no --max-connections */
+    if (c->mfd >= 0 && !c->refusing && !c->closing && c->nans == c->nreq && c->phase == P_HEAD && !c->fwd &&
+        c->rs.st == 0 && c->rs.head_bytes == 0)
+        drop_mfd(g, c);
     /* to the client */
     while (c->out.len) {
         ssize_t w = send(c->fd, c->out.d, c->out.len, MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -820,7 +889,7 @@ static int pump(clef_guard *g, conn *c, unsigned evc) {
         /* libmicrohttpd closed after its last answer, the client is done, or shutdown: close */
         drop_mfd(g, c);
         if (c->nreq == 0 && !c->m_eof) {
-            conn_close(g, c, 0, c->seen ? "client_closed" : NULL, "closed before its request head was complete");
+            conn_close(g, c, 0, c->seen && !g->quiesced ? "client_closed" : NULL, "closed before its request head was complete");
             return 0;
         }
         c->closing = 1;
@@ -873,6 +942,7 @@ static void on_accept(clef_guard *g) {
         }
         c->fd = fd;
         c->mfd = -1;
+        c->hfd = -1;
         c->sc = (side){c, 0};
         c->sm = (side){c, 1};
         c->sa = sa;
@@ -1059,6 +1129,7 @@ void clef_guard_stop(clef_guard *g) {
     close(g->ep);
     close(g->evfd);
     pthread_mutex_destroy(&g->mu);
+    free(g->h);
     free(g->p);
     free(g->w);
     free(g);

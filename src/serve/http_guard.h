@@ -86,6 +86,10 @@ int clef_guard_check_head(const char *data, size_t n, size_t max_header, size_t 
 
 /* Connections accepted so far (for /metrics). */
 unsigned long clef_guard_accepted(clef_guard *g);
+/* For libmicrohttpd's end mhd_fd of a relayed connection: how many requests of the client's
+ * connection came before those this end carries (the guard hands a fresh socketpair over after
+ * each idle time). 0 found, -1 not (the guard has let go of it). */
+int clef_guard_base(clef_guard *g, int mhd_fd, unsigned *base);
 
 /* What a passed head says about its body: 0 none, 1 Content-Length (*cl), 2 chunked. head[0..n) is
  * a head clef_guard_check_head passed (n = its head_len). */
@@ -115,6 +119,8 @@ typedef struct clef_resp_state {
     char line[96];          /* the current line's first bytes */
     size_t ll;              /* the current line's length */
     int status;
+    int close;              /* the answer being walked says Connection: close */
+    int ended_close;        /* the answer that just ended did */
     long long clen;         /* -1 until a Content-Length */
     unsigned long long rem;
     size_t head_bytes;

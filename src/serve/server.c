@@ -642,8 +642,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         *con_cls = r;
         request_meta(s, r);
         const union MHD_ConnectionInfo *sci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
-        unsigned *count = sci ? sci->socket_context : NULL;
-        r->nth = count ? ++*count : 0; /* 0: unknown (no memory for the count): close after it */
+        unsigned *count = sci ? sci->socket_context : NULL, base = 0;
+        /* the guard hands over a fresh socketpair after each idle time: base counts the requests before */
+        r->nth = count && clef_guard_base(s->guard, conn_fd(conn), &base) == 0 ? base + ++*count : 0; /* 0: unknown: close */
         const char *cv = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONNECTION);
         r->client_close = has_token(cv, "close") || (!strcmp(version, MHD_HTTP_VERSION_1_0) && !has_token(cv, "keep-alive"));
         const char *rcl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
