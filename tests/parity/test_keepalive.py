@@ -119,10 +119,9 @@ def fresh(port, data):
     return a
 
 
-def accepted(port):
-    a = fresh(port, get("/metrics"))
-    m = re.search(rb"clef_connections_accepted_total (\d+)", a or b"")
-    return int(m.group(1)) if m else -1
+def accepted_in(metrics_answer):
+    m = re.search(rb"clef_connections_accepted_total (\d+)", metrics_answer or b"")
+    return int(m.group(1)) if m else None
 
 
 # ---------------------------------------------------------------- 1, 2
@@ -148,11 +147,10 @@ def test_sequential(srv, n=20):
     c.send(get("/metrics"))
     m1 = c.answer()
     c.close()
-    n0 = int(re.search(rb"clef_connections_accepted_total (\d+)", m0).group(1)) if m0 else -1
-    n1 = int(re.search(rb"clef_connections_accepted_total (\d+)", m1).group(1)) if m1 else -2
+    n0, n1 = accepted_in(m0), accepted_in(m1)
     check(same == 2 * n, "one connection, %d POSTs + %d GETs: %d of %d answers byte-equal to a fresh "
           "connection's" % (n, n, same, 2 * n))
-    check(n1 == n0, "one connection for all %d requests: accepted %d before, %d after" % (2 * n + 2, n0, n1))
+    check(n0 is not None and n1 == n0, "one connection for all %d requests: accepted %s before, %s after" % (2 * n + 2, n0, n1))
 
 
 def test_pipelining(srv):
@@ -240,8 +238,8 @@ def test_later_slowloris(srv, header_timeout):
         if time.time() - t0 > header_timeout + 8:
             break
     c.close()
-    check(closed_at is not None and closed_at < header_timeout + 2,
-          "a second head dribbled byte by byte is closed at --header-timeout %s (after %s s, %r)" %
+    check(closed_at is not None and header_timeout - 0.5 < closed_at < header_timeout + 2,
+          "a second head dribbled byte by byte is closed at --header-timeout %s, not before (after %s s, %r)" %
           (header_timeout, closed_at, got[:30]))
 
 
@@ -262,11 +260,13 @@ def test_idle(srv, keepalive_timeout):
 # ---------------------------------------------------------------- 7
 
 def test_later_chunk(srv):
+    for size in (5000, 100000):
+        ext = b";" + b"a" * size
+        body = b"%x\r\n%s\r\n" % (10, BODY[:10]) + b"%x%s\r\n%s\r\n0\r\n\r\n" % (len(BODY) - 10, ext, BODY[10:])
+        resp = h.raw(srv.port, HEAD + b"Transfer-Encoding: chunked\r\n\r\n" + body, 8)
+        check(h.status_of(resp) == 400 and resp.count(b"HTTP/1.") == 1,
+              "a %d-byte extension in a later chunk: 400 (got %r)" % (size, resp[:60]))
     ext = b";" + b"a" * 5000
-    body = b"%x\r\n%s\r\n" % (10, BODY[:10]) + b"%x%s\r\n%s\r\n0\r\n\r\n" % (len(BODY) - 10, ext, BODY[10:])
-    resp = h.raw(srv.port, HEAD + b"Transfer-Encoding: chunked\r\n\r\n" + body, 8)
-    check(h.status_of(resp) == 400 and resp.count(b"HTTP/1.") == 1,
-          "a 5,000-byte extension in a later chunk: 400 (got %r)" % resp[:60])
     first = b"%x%s\r\n%s\r\n0\r\n\r\n" % (len(BODY), ext, BODY)
     c = Conn(srv.port)
     c.send(get("/health", "c1"))
