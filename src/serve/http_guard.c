@@ -665,7 +665,7 @@ static int handoff(clef_guard *g, conn *c) {
 static int walk(clef_guard *g, conn *c, double now) {
     while (!c->refusing && !c->closing && !c->draining) {
         size_t avail = c->in.len - c->fwd;
-        const char *p = c->in.d + c->fwd;
+        const char *p = avail ? c->in.d + c->fwd : NULL; /* in.d is NULL while the connection idles */
         if (c->phase == P_LENGTH) {
             size_t k = (unsigned long long)avail < c->rem ? avail : (size_t)c->rem;
             c->fwd += k;
@@ -821,7 +821,7 @@ static int pump(clef_guard *g, conn *c, unsigned evc) {
     }
     /* from libmicrohttpd: its answers, walked so that it is known where each ends */
     while (c->mfd >= 0 && c->out.len < c->out.max) {
-        if (gb_reserve(&c->out, c->out.max, 0) != 0) {
+        if (gb_reserve(&c->out, c->out.len + 16384 < c->out.max ? c->out.len + 16384 : c->out.max, 0) != 0) {
             conn_close(g, c, 0, "out_of_memory", "no memory for the connection's buffer");
             return 0;
         }
@@ -856,8 +856,19 @@ static int pump(clef_guard *g, conn *c, unsigned evc) {
     /* every answer out of libmicrohttpd and no request there: let go of its connection (the next
      * head gets a fresh one), so that an idle keep-alive connection holds no --max-connections */
     if (c->mfd >= 0 && !c->refusing && !c->closing && c->nans == c->nreq && c->phase == P_HEAD && !c->fwd &&
-        c->rs.st == 0 && c->rs.head_bytes == 0)
+        c->rs.st == 0 && c->rs.head_bytes == 0) {
         drop_mfd(g, c);
+        if (!c->out.len) { /* and of its buffers while they are empty: an idle connection is a small struct */
+            free(c->out.d);
+            c->out.d = NULL;
+            c->out.cap = 0;
+        }
+        if (!c->in.len) {
+            free(c->in.d);
+            c->in.d = NULL;
+            c->in.cap = 0;
+        }
+    }
     /* to the client */
     while (c->out.len) {
         ssize_t w = send(c->fd, c->out.d, c->out.len, MSG_NOSIGNAL | MSG_DONTWAIT);

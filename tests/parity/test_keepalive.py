@@ -335,6 +335,40 @@ def test_keepalive_off():
         srv.stop(signal.SIGKILL)
 
 
+# ---------------------------------------------------------------- shutdown
+
+def test_shutdown():
+    srv = h.Server("--timeout", "6")
+    idle = Conn(srv.port)
+    idle.send(get("/health"))
+    idle.answer()
+    busy = Conn(srv.port)
+    busy.send(get("/health"))
+    busy.answer()
+    body = post("inflight")
+    busy.send(body[:-10])  # its head is in, its body not yet whole
+    time.sleep(0.3)
+    t0 = time.time()
+    srv.p.send_signal(signal.SIGTERM)
+    idle_closed = idle.closed(3)
+    t_idle = time.time() - t0
+    busy.send(body[-10:])
+    a = busy.answer(10)
+    busy_closed = busy.closed(3)
+    rc = srv.stop(signal.SIGTERM, timeout=30)
+    idle.close()
+    busy.close()
+    check(idle_closed and t_idle < 1.5, "shutdown: an idle keep-alive connection is closed promptly (%s after %.1fs)" %
+          (idle_closed, t_idle))
+    check(h.status_of(a) == 200 and header(a, "X-Request-Id") == "inflight" and
+          (header(a, "Connection") or "").lower() == "close" and busy_closed,
+          "shutdown: the in-flight request is answered with Connection: close, then closed (%r, closed %s)" %
+          ((a or b"")[:120], busy_closed))
+    stopped = [l for l in srv.logtext().splitlines() if '"event":"stopped"' in l]
+    check(rc == 0 and stopped and '"unanswered":0' in stopped[0] and '"dropped":0' in stopped[0],
+          "shutdown with keep-alive connections: exit %s, %s" % (rc, stopped))
+
+
 # ---------------------------------------------------------------- 9
 
 def test_slowloris_second_heads(srv, n=64):
@@ -415,6 +449,7 @@ def main():
         srv.stop(signal.SIGKILL)
     test_max_requests(3)
     test_keepalive_off()
+    test_shutdown()
     print("%d checks, %d failed (%.1fs)" % (h.checks, len(h.failures), time.time() - t_start))
     sys.exit(1 if h.failures else 0)
 
