@@ -25,6 +25,7 @@
 
 #define CHUNK_LINE_MAX CLEF_CHUNK_LINE_MAX /* nginx: a few KB, HAProxy the buffer */
 #define DRAIN_S 2.0         /* after the last answer, read and drop what the client still sends, then close */
+#define DRAIN_MAX (256u << 10) /* ... at most this much of it (a body past --max-body is not read on) */
 #define OUT_MAX (64u << 10) /* bytes of libmicrohttpd's answers held for a slow client */
 #define PIPE_MAX 32         /* requests forwarded and not yet answered, per connection */
 #define RESP_HEAD_MAX (64u << 10)
@@ -74,6 +75,7 @@ struct conn {
     size_t ref_ml;
     int closing;     /* write out, then shut down and drain */
     int draining;
+    size_t drained;  /* bytes dropped while draining */
     size_t seen;     /* bytes of the current head seen */
     int blocked;     /* a complete head waits for the pipeline to have room */
     int dead;        /* closed: later events of the same batch skip it */
@@ -771,8 +773,8 @@ static int pump(clef_guard *g, conn *c, unsigned evc) {
         char sink[4096];
         for (;;) {
             ssize_t r = recv(c->fd, sink, sizeof sink, MSG_DONTWAIT);
-            if (r > 0) continue;
-            if (r == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) || (evc & (EPOLLHUP | EPOLLERR))) {
+            if (r > 0 && (c->drained += (size_t)r) <= DRAIN_MAX) continue;
+            if (r > 0 || r == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) || (evc & (EPOLLHUP | EPOLLERR))) {
                 conn_close(g, c, 0, NULL, NULL);
                 return 0;
             }
