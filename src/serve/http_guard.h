@@ -21,10 +21,14 @@
  * slow client's every byte as activity, so a client that never finishes its head holds one of
  * --max-connections for ever. None of that can be refused from its callbacks.
  *
- * Bounded here: the head's bytes (max_header, 431), its time (header_timeout_s, then closed), the
- * connections still sending their head (max_pending; and per client address client_share: a new
- * connection over either closes the oldest such connection), and garbage (a first byte that cannot
- * start an HTTP method, e.g. a TLS ClientHello, is closed at once).
+ * Bounded here: each head's bytes (max_header, 431), its time (header_timeout_s from accept, or
+ * from a later head's first byte; then 408 or closed), an idle connection between requests
+ * (keepalive_timeout_s), requests per connection (keepalive_requests), the connections waiting for
+ * a head, idle ones included (max_pending; and per client address client_share: a new connection
+ * over either closes the oldest such connection), every chunk-size line (4096 bytes) and the
+ * trailers (max_header), and garbage (a first byte that cannot start an HTTP method, e.g. a TLS
+ * ClientHello, is closed at once). An idle connection holds no socketpair: libmicrohttpd's
+ * --max-connections counts only connections with a request at it.
  *
  * Also here: a watch list of connections whose body is being received, each with a deadline; the
  * guard's thread shuts down the socket of any past its deadline (libmicrohttpd then closes it). */

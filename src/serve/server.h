@@ -29,7 +29,7 @@ typedef struct clef_server_config {
     int log_requests;        /* one JSON line per request on stderr */
     int no_ui;               /* 1: no web playground at / (404 there, as any unknown path) */
     /* hostile clients (docs/reliability.md) */
-    double header_timeout_s; /* accept -> complete request head, else closed (408 if bytes came; default 10) */
+    double header_timeout_s; /* accept (a later head: its first byte) -> complete request head, else closed (408 if bytes came; default 10) */
     double body_timeout_s;   /* complete head -> complete body, else closed (default 60; 0 = none) */
     unsigned max_pending;    /* connections still sending their head (default 4 x max_connections) */
     unsigned client_share;   /* of those, per client address (default 64; a new one closes the oldest) */
