@@ -1,12 +1,15 @@
 // libFuzzer target over the HTTP request path of `clef serve`, in-process: a real server (the guard,
 // libmicrohttpd, the handlers, the prepare pool) listens on a loopback port inside the fuzzer's
 // process, and every input is sent to it as the raw bytes of one connection (then the write side is
-// closed and the answer read until the server closes). Also, the guard's pure head check runs on the
-// input directly. These must hold, or the target aborts:
+// closed and the answers read until the server closes). Also, the guard's pure head check and chunk
+// walker run on the input directly. These must hold, or the target aborts:
 //   - the server answers or closes within 5 s (no hang past its short timeouts; $CLEF_FUZZ_HANG_S sets
 //     another limit, for runs at low priority on a loaded machine, where a valid request on the tiny
 //     model can wait longer than that for a CPU);
-//   - an answer starts with "HTTP/1.1 NNN " and holds exactly one status line before its body;
+//   - an input may hold several requests (keep-alive, pipelining): what comes back is a sequence of
+//     answers, each starting with "HTTP/1.1 NNN ", one status line in its head, framed by its
+//     Content-Length (1xx, 204, 304 and answers to HEAD have no body), then the next answer or the
+//     end; nothing in between (no interleaving) and nothing after the last;
 //   - /health still answers 200 or 503 after every input (the server is alive and not locked out).
 // Without $CLEF_FUZZ_MODEL the model routes answer 503 NotReady (fast: the HTTP side only); with
 // CLEF_FUZZ_MODEL=models/tiny the tiny model is attached and valid requests run. Not part of the
@@ -132,28 +135,44 @@ static long exchange(const uint8_t *data, size_t n, char *out, size_t cap, doubl
     return rc < 0 ? -1 : (long)got;
 }
 
-static void check_answer(const char *out, long n, const uint8_t *in, size_t in_n) {
-    if (n <= 0) return; /* closed without an answer: allowed (garbage, a head that never completed) */
-    int ok = n >= 13 && !memcmp(out, "HTTP/1.1 ", 9) && out[9] >= '1' && out[9] <= '5' && out[10] >= '0' &&
-             out[10] <= '9' && out[11] >= '0' && out[11] <= '9' && out[12] == ' ';
-    /* exactly one status line: nothing between the head's end and a second "HTTP/1." at a line start
-     * within the head */
-    const char *end = memmem(out, (size_t)n, "\r\n\r\n", 4);
-    if (ok && end) {
-        const char *second = memmem(out + 1, (size_t)(end - out - 1), "\nHTTP/1.", 9);
-        if (second) ok = 0;
-        /* and no second answer right after the body when the head says Content-Length */
-        const char *cl = memmem(out, (size_t)(end - out), "Content-Length: ", 16);
-        if (cl) {
-            long len = strtol(cl + 16, NULL, 10);
-            long rest = n - (long)(end + 4 - out);
-            if (len >= 0 && rest > len && !strncmp(end + 4 + len, "HTTP/1.", 7)) ok = 0;
+static int status_line(const char *p, size_t n) {
+    return n >= 13 && !memcmp(p, "HTTP/1.1 ", 9) && p[9] >= '1' && p[9] <= '5' && p[10] >= '0' && p[10] <= '9' &&
+           p[11] >= '0' && p[11] <= '9' && p[12] == ' ';
+}
+
+static void bad_answer(const char *why, const char *out, long n, size_t in_n) {
+    fprintf(stderr, "fuzz_http: %s (%ld bytes answered to a %zu-byte input):\n%.*s\n", why, n, in_n,
+            (int)(n > 600 ? 600 : n), out);
+    abort();
+}
+
+/* The answers, one after the other; a truncated last one only when the buffer (cap) filled. */
+static void check_answer(const char *out, long n, size_t cap, const uint8_t *in, size_t in_n) {
+    size_t at = 0, len = (size_t)(n > 0 ? n : 0);
+    while (at < len) {
+        const char *p = out + at;
+        size_t left = len - at;
+        if (!status_line(p, left)) bad_answer("an answer does not start with one well-formed status line", out, n, in_n);
+        const char *end = memmem(p, left, "\r\n\r\n", 4);
+        if (!end) {
+            if (len == cap) return;
+            bad_answer("an answer's head does not end", out, n, in_n);
         }
-    }
-    if (!ok) {
-        fprintf(stderr, "fuzz_http: malformed answer (%ld bytes) to a %zu-byte input:\n%.*s\n", n, in_n,
-                (int)(n > 600 ? 600 : n), out);
-        abort();
+        size_t hl = (size_t)(end + 4 - p);
+        if (memmem(p + 1, hl - 1, "\nHTTP/1.", 8)) bad_answer("a second status line in an answer's head", out, n, in_n);
+        int st = (p[9] - '0') * 100 + (p[10] - '0') * 10 + (p[11] - '0');
+        const char *cl = memmem(p, hl, "Content-Length: ", 16);
+        long body = cl ? strtol(cl + 16, NULL, 10) : -1;
+        if (st < 200 || st == 204 || st == 304) body = 0;
+        /* an answer to a HEAD (the input holds one): no body, then the next answer or the end */
+        if (body > 0 && memmem(in, in_n, "HEAD", 4) && (left == hl || (left - hl >= 7 && !memcmp(p + hl, "HTTP/1.", 7))))
+            body = 0;
+        if (body < 0) return; /* no length: the rest is its body (until the close) */
+        if ((size_t)body > left - hl) {
+            if (len == cap) return;
+            bad_answer("an answer shorter than its Content-Length", out, n, in_n);
+        }
+        at += hl + (size_t)body;
     }
 }
 
@@ -166,6 +185,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     int rc = clef_guard_check_head((const char *)data, size, 8192, 1 << 16, &hl, &st, &ty, msg, sizeof msg);
     if (rc == 0 && (hl == 0 || hl > size)) abort();
     if (rc < 0 && (!ty || !msg[0])) abort();
+    /* the chunk walker over what follows a passed head (or the whole input), in two pieces */
+    {
+        clef_chunk_state cs;
+        memset(&cs, 0, sizeof cs);
+        size_t off = rc == 0 ? hl : 0, half = (size - off) / 2, used = 0;
+        int cr = clef_guard_chunk_walk(&cs, (const char *)data + off, half, 1024, &used, msg, sizeof msg);
+        if (cr < -1 || cr > 1 || used > half || (cr < 0 && !msg[0])) abort();
+        if (cr == 0) {
+            cr = clef_guard_chunk_walk(&cs, (const char *)data + off + half, size - off - half, 1024, &used, msg, sizeof msg);
+            if (cr < -1 || cr > 1 || used > size - off - half) abort();
+        }
+    }
     /* through the server */
     static char out[1 << 16];
     static double hang_s;
@@ -178,7 +209,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         fprintf(stderr, "fuzz_http: no answer and no close within %.0f s for a %zu-byte input\n", hang_s, size);
         abort();
     }
-    check_answer(out, n, data, size);
+    check_answer(out, n, sizeof out, data, size);
     static const uint8_t health[] = "GET /health HTTP/1.1\r\nHost: x\r\n\r\n";
     n = exchange(health, sizeof health - 1, out, sizeof out, hang_s);
     if (n < 13 || (memcmp(out, "HTTP/1.1 200 ", 13) && memcmp(out, "HTTP/1.1 503 ", 13))) {

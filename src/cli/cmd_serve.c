@@ -64,7 +64,7 @@ int cmd_serve(int argc, char **argv) {
     clef_options o;
     clef_options_default(&o);
     int max_connections = (int)sc.max_connections, timeout = (int)sc.io_timeout_s, quiet = 0;
-    int max_pending = 0, client_share = (int)sc.client_share;
+    int max_pending = 0, client_share = (int)sc.client_share, ka_requests = (int)sc.keepalive_requests;
     double batch_wait_ms = sc.batch_wait_s * 1e3;
     const char *key_file = NULL;
     /* one line per flag, in the order of the old usage text (docs/cli.md has the same table) */
@@ -116,6 +116,10 @@ int cmd_serve(int argc, char **argv) {
          .help = "connections still sending their request head; 0 = 4 x --max-connections"},
         {.name = "--client-share", .kind = CLI_INT, .dst = &client_share, .arg = "N", .lo = 1, .hi = 1048576,
          .def = "64", .help = "of those, per client address; a new one closes that address's oldest"},
+        {.name = "--keepalive-timeout", .kind = CLI_DOUBLE, .dst = &sc.keepalive_timeout_s, .arg = "SECONDS", .lo = 0,
+         .hi = 3600, .def = "5", .help = "an idle connection between requests is closed after this; 0 = one request per connection"},
+        {.name = "--keepalive-requests", .kind = CLI_INT, .dst = &ka_requests, .arg = "N", .lo = 1, .hi = 1048576,
+         .def = "1000", .help = "requests per connection; the answer to the last says Connection: close"},
         {.name = "--prepare-threads", .kind = CLI_INT, .dst = &sc.prepare_threads, .arg = "N", .lo = 0, .hi = 256,
          .def = "0", .help = "threads that parse, tokenize and decode images; 0 = --http-threads"},
         {.name = "--api-key", .kind = CLI_STR, .dst = &sc.api_key, .arg = "KEY",
@@ -140,6 +144,7 @@ int cmd_serve(int argc, char **argv) {
     sc.max_pending = (unsigned)max_pending;
     sc.client_share = (unsigned)client_share;
     sc.batch_wait_s = batch_wait_ms * 1e-3;
+    sc.keepalive_requests = (unsigned)ka_requests;
     if (key_file) {
         if (!read_key_file(key_file, key_buf, sizeof key_buf)) {
             fprintf(stderr, "clef serve: --api-key-file %s: no key read (a missing file, or an empty first line)\n",

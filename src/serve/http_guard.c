@@ -7,6 +7,8 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,18 +23,64 @@
 #include "base/json.h"
 #include "serve/request_id.h"
 
-#define CHUNK_LINE_MAX 4096 /* a chunk-size line with its extensions (nginx: a few KB, HAProxy the buffer) */
-#define DRAIN_S 2.0         /* after an answer, read and drop what the client still sends, then close */
+#define CHUNK_LINE_MAX CLEF_CHUNK_LINE_MAX /* nginx: a few KB, HAProxy the buffer */
+#define DRAIN_S 2.0         /* after the last answer, read and drop what the client still sends, then close */
+#define DRAIN_MAX (256u << 10) /* ... at most this much of it (a body past --max-body is not read on) */
+#define OUT_MAX (64u << 10) /* bytes of libmicrohttpd's answers held for a slow client */
+#define PIPE_MAX 32         /* requests forwarded and not yet answered, per connection */
+#define RESP_HEAD_MAX (64u << 10)
 
-typedef struct pend {
-    int fd;
+/* A growable buffer with a ceiling. */
+typedef struct gbuf {
+    char *d;
+    size_t len, cap, max;
+} gbuf;
+
+typedef struct conn conn;
+typedef struct side {
+    conn *c;
+    int m; /* 0: the client's socket, 1: libmicrohttpd's end */
+} side;
+
+enum { P_HEAD, P_LENGTH, P_CHUNKED };
+
+struct conn {
+    int fd;   /* the client */
+    int mfd;  /* the guard's end of the socketpair; -1 while no request is at libmicrohttpd */
+    int hfd;  /* libmicrohttpd's end of it (its number, for clef_guard_base) */
+    side sc, sm;
+    unsigned ev_c, ev_m; /* the epoll masks now set (ev_m: 0 = not in the set) */
     struct sockaddr_storage sa;
     socklen_t sl;
     char addr[64];
-    double t0;
+    double t0;       /* the current clock: accept, the first byte of a later head, or the start of idleness */
+    int head_started;/* t0 is the current head's (its deadline runs) */
+    int phase;
+    unsigned long long rem; /* P_LENGTH: body bytes left */
+    clef_chunk_state ck;
+    gbuf in;         /* from the client: in[0..fwd) walked, to libmicrohttpd; the rest not yet */
+    size_t fwd;
+    gbuf out;        /* to the client */
+    clef_resp_state rs;
+    unsigned nreq, nans; /* requests forwarded, answers walked */
+    uint32_t headq;  /* bit k: the (nans+k)-th answer is to a HEAD */
+    int cin_eof;     /* the client finished sending */
+    int m_eof;       /* libmicrohttpd closed its end (or it broke, or its last answer said close) */
+    int refusing;    /* forward nothing more; once need answers went out, answer (ref_status) and close */
+    unsigned need;
+    int ref_status;
+    const char *ref_type;
+    char ref_msg[256];
+    char ref_method[33];
+    size_t ref_ml;
+    int closing;     /* write out, then shut down and drain */
     int draining;
-    size_t seen; /* bytes peeked (the most so far) */
-} pend;
+    size_t drained;  /* bytes dropped while draining */
+    size_t seen;     /* bytes of the current head seen */
+    int blocked;     /* a complete head waits for the pipeline to have room */
+    int dead;        /* closed: later events of the same batch skip it */
+    conn *next_dead;
+};
 
 typedef struct watch {
     const void *key;
@@ -47,12 +95,14 @@ struct clef_guard {
     int listen_fd; /* -1 once quiesced */
     pthread_mutex_t mu; /* the watch list and the quiesce/stop flags */
     int quiesce, stop;
-    pend **p;
+    int quiesced;  /* the thread has seen quiesce */
+    conn **p;
     size_t np, cap;
     watch *w;
     size_t nw, wcap;
-    char *peek;
-    size_t peek_cap;
+    atomic_ulong accepted;
+    struct hand { int fd; unsigned base; } *h; /* libmicrohttpd's ends now relayed (under mu) */
+    size_t nh, hcap;
 };
 
 static double mono_now(void) {
@@ -213,31 +263,334 @@ int clef_guard_check_head(const char *data, size_t n, size_t max_header, size_t 
     return 0;
 }
 
-/* ---------- the thread ---------- */
+/* ---------- framing after the head ---------- */
 
-static void pend_close(clef_guard *g, size_t i, int status, const char *why, const char *message) {
-    pend *q = g->p[i];
-    if (why && g->cfg.refused && (q->seen || status)) {
-        clef_guard_refusal r = {.status = status, .type = why, .message = message, .client = q->addr,
-                                .bytes_in = q->seen};
-        g->cfg.refused(g->cfg.ctx, &r);
+int clef_guard_head_body(const char *head, size_t n, unsigned long long *cl) {
+    *cl = 0;
+    const char *p = memchr(head, '\n', n);
+    if (!p) return 0;
+    p++;
+    const char *stop = head + n;
+    int kind = 0;
+    while (p < stop) {
+        const char *le = memchr(p, '\n', (size_t)(stop - p));
+        if (!le) break;
+        size_t L = (size_t)(le - p);
+        if (L && p[L - 1] == '\r') L--;
+        const char *colon = memchr(p, ':', L);
+        if (colon) {
+            size_t k = (size_t)(colon - p);
+            const char *v = colon + 1;
+            size_t vn = L - k - 1;
+            trim(&v, &vn);
+            if (ieq(p, k, "Content-Length")) {
+                unsigned long long x = 0;
+                for (size_t i = 0; i < vn && i < 19; i++) x = x * 10 + (unsigned)(v[i] - '0');
+                *cl = x;
+                kind = 1;
+            } else if (ieq(p, k, "Transfer-Encoding")) {
+                return 2; /* the check refused it with a Content-Length */
+            }
+        }
+        p = le + 1;
     }
-    epoll_ctl(g->ep, EPOLL_CTL_DEL, q->fd, NULL);
-    close(q->fd);
-    free(q);
-    g->p[i] = g->p[--g->np];
+    return kind;
 }
 
-static size_t find(clef_guard *g, const pend *q) {
+enum { C_SIZE, C_SIZE_LF, C_DATA, C_DATA_CR, C_DATA_LF, C_TR_NAME, C_TR_VALUE, C_TR_LF };
+
+static int hexval(unsigned char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    c |= 32;
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    return -1;
+}
+
+int clef_guard_chunk_walk(clef_chunk_state *s, const char *data, size_t n, size_t max_trailer, size_t *used,
+                          char *msg, size_t msg_len) {
+    const unsigned char *d = (const unsigned char *)data;
+    int st_ = 0;
+    const char *ty_ = NULL;
+    int *status = &st_;
+    const char **type = &ty_;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = d[i];
+        switch (s->st) {
+        case C_SIZE:
+            if (c == '\n') REFUSE(400, "BadRequest", "a chunk-size line ends in LF without CR");
+            if (++s->line > CHUNK_LINE_MAX) REFUSE(400, "BadRequest", "chunk-size line over %d bytes", CHUNK_LINE_MAX);
+            if (c == '\r' && s->digits) {
+                s->st = C_SIZE_LF;
+            } else if (!s->ext) {
+                int h = hexval(c);
+                if (h >= 0) {
+                    if (++s->digits > 16) REFUSE(400, "BadRequest", "bad chunk size");
+                    s->rem = s->rem * 16 + (unsigned)h;
+                } else if (s->digits && c == ';') {
+                    s->ext = 1;
+                } else {
+                    REFUSE(400, "BadRequest", "bad chunk size");
+                }
+            } else if ((c < 0x20 && c != '\t') || c == 0x7f) {
+                REFUSE(400, "BadRequest", "control character 0x%02x in a chunk extension", c);
+            }
+            break;
+        case C_SIZE_LF:
+            if (c != '\n') REFUSE(400, "BadRequest", "a CR in a chunk-size line not followed by LF");
+            s->line = 0;
+            s->digits = 0;
+            s->ext = 0;
+            s->st = s->rem ? C_DATA : C_TR_NAME;
+            break;
+        case C_DATA: {
+            size_t k = n - i;
+            if ((unsigned long long)k > s->rem) k = (size_t)s->rem;
+            s->rem -= k;
+            i += k - 1;
+            if (!s->rem) s->st = C_DATA_CR;
+            break;
+        }
+        case C_DATA_CR:
+            if (c != '\r') REFUSE(400, "BadRequest", "chunk data not followed by CRLF");
+            s->st = C_DATA_LF;
+            break;
+        case C_DATA_LF:
+            if (c != '\n') REFUSE(400, "BadRequest", "chunk data not followed by CRLF");
+            s->st = C_SIZE;
+            break;
+        case C_TR_NAME:
+        case C_TR_VALUE:
+            if (++s->trailers > max_trailer) REFUSE(400, "BadRequest", "trailers over %zu bytes", max_trailer);
+            if (c == '\r') {
+                if (s->st == C_TR_NAME && s->line) REFUSE(400, "BadRequest", "malformed trailer line");
+                s->st = C_TR_LF;
+                break;
+            }
+            if (++s->line > CHUNK_LINE_MAX) REFUSE(400, "BadRequest", "trailer line over %d bytes", CHUNK_LINE_MAX);
+            if (s->st == C_TR_NAME) {
+                if (c == ':' && s->line > 1) s->st = C_TR_VALUE;
+                else if (!tchar(c)) REFUSE(400, "BadRequest", "malformed trailer line");
+            } else if ((c < 0x20 && c != '\t') || c == 0x7f) {
+                REFUSE(400, "BadRequest", "control character 0x%02x in a trailer", c);
+            }
+            break;
+        case C_TR_LF:
+            if (c != '\n') REFUSE(400, "BadRequest", "a CR in a trailer not followed by LF");
+            if (!s->line) {
+                *used = i + 1;
+                return 1;
+            }
+            s->line = 0;
+            s->st = C_TR_NAME;
+            break;
+        }
+    }
+    *used = n;
+    return 0;
+}
+
+static void resp_line(clef_resp_state *s) {
+    size_t n = s->ll < sizeof s->line ? s->ll : sizeof s->line;
+    if (n && s->line[n - 1] == '\r') n--;
+    if (s->line_no == 0) {
+        s->status = -1;
+        if (n >= 12 && !memcmp(s->line, "HTTP/1.", 7) && s->line[8] == ' ') {
+            int st = 0, ok = 1;
+            for (int k = 9; k < 12; k++) {
+                if (s->line[k] < '0' || s->line[k] > '9') ok = 0;
+                else st = st * 10 + (s->line[k] - '0');
+            }
+            if (ok) s->status = st;
+        }
+    } else if (n > 11 && !strncasecmp(s->line, "Connection:", 11)) {
+        for (size_t k = 11; k + 5 <= n; k++)
+            if (!strncasecmp(s->line + k, "close", 5)) s->close = 1;
+    } else if (n > 15 && !strncasecmp(s->line, "Content-Length:", 15)) {
+        size_t k = 15;
+        while (k < n && (s->line[k] == ' ' || s->line[k] == '\t')) k++;
+        long long v = 0;
+        int dig = 0;
+        while (k < n && s->line[k] >= '0' && s->line[k] <= '9' && dig < 18) v = v * 10 + (s->line[k++] - '0'), dig++;
+        if (dig) s->clen = v;
+    }
+}
+
+int clef_guard_resp_walk(clef_resp_state *s, const char *data, size_t n, int no_body, size_t *used) {
+    size_t i = 0;
+    while (i < n) {
+        if (s->st == 2) break;
+        if (s->st == 1) {
+            size_t k = n - i;
+            if ((unsigned long long)k > s->rem) k = (size_t)s->rem;
+            s->rem -= k;
+            i += k;
+            if (!s->rem) {
+                int cl = s->close;
+                memset(s, 0, sizeof *s);
+                s->ended_close = cl;
+                *used = i;
+                return 1;
+            }
+            continue;
+        }
+        if (s->line_no == 0 && s->ll == 0 && s->head_bytes == 0) s->clen = -1;
+        char c = data[i++];
+        if (++s->head_bytes > RESP_HEAD_MAX) return -1;
+        if (c != '\n') {
+            if (s->ll < sizeof s->line) s->line[s->ll] = c;
+            s->ll++;
+            continue;
+        }
+        int empty = s->ll == 0 || (s->ll == 1 && s->line[0] == '\r');
+        if (!empty) {
+            resp_line(s);
+            if (s->line_no == 0 && s->status < 0) return -1;
+            s->line_no++;
+            s->ll = 0;
+            continue;
+        }
+        if (s->line_no == 0) return -1;
+        int st = s->status, cl = s->close;
+        long long clen = s->clen;
+        memset(s, 0, sizeof *s);
+        if (st >= 100 && st < 200) continue; /* 100 Continue: not the answer */
+        if (no_body || st == 204 || st == 304 || clen == 0) {
+            s->ended_close = cl;
+            *used = i;
+            return 1;
+        }
+        s->close = cl;
+        if (clen < 0) {
+            s->st = 2; /* ends when libmicrohttpd closes */
+            break;
+        }
+        s->st = 1;
+        s->rem = (unsigned long long)clen;
+    }
+    *used = n;
+    return 0;
+}
+
+/* ---------- the thread ---------- */
+
+static int gb_reserve(gbuf *b, size_t need, int past_max) {
+    if (b->cap >= need) return 0;
+    if (!past_max && need > b->max) return -1;
+    size_t nc = b->cap ? b->cap : 4096;
+    while (nc < need) nc *= 2;
+    if (!past_max && nc > b->max) nc = b->max;
+    char *d = realloc(b->d, nc);
+    if (!d) return -1;
+    b->d = d;
+    b->cap = nc;
+    return 0;
+}
+
+static void gb_drop(gbuf *b, size_t k) {
+    memmove(b->d, b->d + k, b->len - k);
+    b->len -= k;
+}
+
+static unsigned max_requests(const clef_guard *g) {
+    if (g->cfg.keepalive_timeout_s <= 0) return 1;
+    return g->cfg.keepalive_requests ? g->cfg.keepalive_requests : 1000;
+}
+
+/* Waiting for a head (the first, a later one, or idle between them): what --max-pending and
+ * --client-share count. A connection with a request at libmicrohttpd is not. */
+static int pending(const conn *c) { return c->nans == c->nreq && c->phase == P_HEAD; }
+
+static size_t find(clef_guard *g, const conn *c) {
     for (size_t i = 0; i < g->np; i++)
-        if (g->p[i] == q) return i;
+        if (g->p[i] == c) return i;
     return (size_t)-1;
 }
 
-/* Answers with one JSON error and Connection: close, then drains. */
-static void answer(clef_guard *g, size_t i, int status, const char *type, const char *message, const char *method,
-                   size_t method_len) {
-    pend *q = g->p[i];
+static conn *g_dead; /* only the guard's thread touches it: freed after each batch of events */
+
+static void hand_del(clef_guard *g, int fd) {
+    pthread_mutex_lock(&g->mu);
+    for (size_t i = 0; i < g->nh; i++)
+        if (g->h[i].fd == fd) {
+            g->h[i] = g->h[--g->nh];
+            break;
+        }
+    pthread_mutex_unlock(&g->mu);
+}
+
+static int hand_add(clef_guard *g, int fd, unsigned base) {
+    pthread_mutex_lock(&g->mu);
+    if (g->nh == g->hcap) {
+        size_t nc = g->hcap ? g->hcap * 2 : 64;
+        struct hand *nh = realloc(g->h, nc * sizeof *nh);
+        if (!nh) {
+            pthread_mutex_unlock(&g->mu);
+            return -1;
+        }
+        g->h = nh;
+        g->hcap = nc;
+    }
+    g->h[g->nh++] = (struct hand){fd, base};
+    pthread_mutex_unlock(&g->mu);
+    return 0;
+}
+
+int clef_guard_base(clef_guard *g, int mhd_fd, unsigned *base) {
+    if (!g) return -1;
+    int rc = -1;
+    pthread_mutex_lock(&g->mu);
+    for (size_t i = 0; i < g->nh; i++)
+        if (g->h[i].fd == mhd_fd) {
+            *base = g->h[i].base;
+            rc = 0;
+            break;
+        }
+    pthread_mutex_unlock(&g->mu);
+    return rc;
+}
+
+static void drop_mfd(clef_guard *g, conn *c) {
+    if (c->mfd < 0) return;
+    if (c->hfd >= 0) hand_del(g, c->hfd);
+    c->hfd = -1;
+    if (c->ev_m) epoll_ctl(g->ep, EPOLL_CTL_DEL, c->mfd, NULL);
+    close(c->mfd);
+    c->mfd = -1;
+    c->ev_m = 0;
+}
+
+/* Closes the connection (logs why when it saw bytes or answered); its memory goes at the batch's end. */
+static void conn_close(clef_guard *g, conn *c, int status, const char *why, const char *message) {
+    if (why && g->cfg.refused && (c->seen || status)) {
+        clef_guard_refusal r = {.status = status, .type = why, .message = message, .client = c->addr,
+                                .bytes_in = c->seen};
+        g->cfg.refused(g->cfg.ctx, &r);
+    }
+    size_t i = find(g, c);
+    if (i != (size_t)-1) g->p[i] = g->p[--g->np];
+    epoll_ctl(g->ep, EPOLL_CTL_DEL, c->fd, NULL);
+    close(c->fd);
+    drop_mfd(g, c);
+    free(c->in.d);
+    free(c->out.d);
+    c->in.d = c->out.d = NULL;
+    c->fd = -1;
+    c->dead = 1;
+    c->next_dead = g_dead;
+    g_dead = c;
+}
+
+static void free_dead(void) {
+    while (g_dead) {
+        conn *c = g_dead;
+        g_dead = c->next_dead;
+        free(c);
+    }
+}
+
+/* Appends one JSON error answer (Connection: close) to the connection's output and logs it. */
+static void queue_answer(clef_guard *g, conn *c, int status, const char *type, const char *message,
+                         const char *method, size_t method_len) {
     static const struct { int st; const char *reason; } reasons[] = {
         {400, "Bad Request"}, {408, "Request Timeout"}, {411, "Length Required"}, {413, "Content Too Large"},
         {431, "Request Header Fields Too Large"}, {501, "Not Implemented"}, {505, "HTTP Version Not Supported"}};
@@ -259,103 +612,333 @@ static void answer(clef_guard *g, size_t i, int status, const char *type, const 
                     "Content-Length: %zu\r\n\r\n",
                     status, reason, id, body.len);
     clef_buf_put(&out, body.data, body.len);
-    size_t sent = 0;
-    if (!out.oom && !body.oom) {
-        ssize_t w = send(q->fd, out.data, out.len, MSG_NOSIGNAL | MSG_DONTWAIT);
-        if (w > 0) sent = (size_t)w;
+    size_t queued = 0;
+    if (!out.oom && !body.oom && gb_reserve(&c->out, c->out.len + out.len, 1) == 0) {
+        memcpy(c->out.d + c->out.len, out.data, out.len);
+        c->out.len += out.len;
+        queued = out.len;
     }
     clef_buf_free(&body);
     clef_buf_free(&out);
     if (g->cfg.refused) {
         clef_guard_refusal r = {.status = status, .type = type, .message = message, .method = method,
-                                .method_len = method_len, .client = q->addr, .id = id, .bytes_in = q->seen,
-                                .bytes_out = sent};
+                                .method_len = method_len, .client = c->addr, .id = id, .bytes_in = c->seen,
+                                .bytes_out = queued};
         g->cfg.refused(g->cfg.ctx, &r);
-    }
-    shutdown(q->fd, SHUT_WR);
-    q->draining = 1;
-    q->t0 = mono_now(); /* the drain's clock */
-    char sink[4096];
-    for (;;) {
-        ssize_t r = recv(q->fd, sink, sizeof sink, MSG_DONTWAIT);
-        if (r > 0) continue;
-        if (r == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) pend_close(g, i, 0, NULL, NULL);
-        break;
     }
 }
 
-static void on_readable(clef_guard *g, pend *q, unsigned events) {
-    size_t i = find(g, q);
-    if (i == (size_t)-1) return;
-    if (q->draining) {
-        char sink[4096];
-        for (;;) {
-            ssize_t r = recv(q->fd, sink, sizeof sink, MSG_DONTWAIT);
-            if (r > 0) continue;
-            if (r == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) pend_close(g, i, 0, NULL, NULL);
-            return;
+/* Stop forwarding: once `need` answers went out, answer with status (0: just close) and close. */
+static void refuse_at(conn *c, unsigned need, int status, const char *type, const char *msg, const char *method,
+                      size_t ml) {
+    c->refusing = 1;
+    c->need = need;
+    c->ref_status = status;
+    c->ref_type = type;
+    snprintf(c->ref_msg, sizeof c->ref_msg, "%s", msg ? msg : "");
+    if (ml > 32) ml = 32;
+    if (method) memcpy(c->ref_method, method, ml);
+    c->ref_method[ml] = 0;
+    c->ref_ml = method ? ml : 0;
+}
+
+/* A fresh socketpair for the request just walked (the first, or the first after an idle time):
+ * an idle connection holds none of libmicrohttpd's --max-connections. */
+static int handoff(clef_guard *g, conn *c) {
+    int sp[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sp) != 0) return -1;
+    if (hand_add(g, sp[1], c->nreq - 1) != 0) {
+        close(sp[0]);
+        close(sp[1]);
+        return -1;
+    }
+    c->mfd = sp[0];
+    c->hfd = sp[1];
+    c->ev_m = 0;
+    /* libmicrohttpd takes sp[1] (and closes it, whatever happens); it sees the client's address */
+    if (g->cfg.handoff(g->cfg.ctx, sp[1], (struct sockaddr *)&c->sa, c->sl) != 0) {
+        drop_mfd(g, c);
+        return -1;
+    }
+    return 0;
+}
+
+/* Walks what arrived from the client: heads checked, bodies framed, in[0..fwd) grows. 0: closed. */
+static int walk(clef_guard *g, conn *c, double now) {
+    while (!c->refusing && !c->closing && !c->draining) {
+        size_t avail = c->in.len - c->fwd;
+        const char *p = avail ? c->in.d + c->fwd : NULL; /* in.d is NULL while the connection idles */
+        if (c->phase == P_LENGTH) {
+            size_t k = (unsigned long long)avail < c->rem ? avail : (size_t)c->rem;
+            c->fwd += k;
+            c->rem -= k;
+            if (c->rem) break;
+            c->phase = P_HEAD;
+            continue;
         }
-    }
-    ssize_t r = recv(q->fd, g->peek, g->peek_cap, MSG_PEEK | MSG_DONTWAIT);
-    if (r == 0) {
-        pend_close(g, i, 0, "client_closed", "the client closed before its request head was complete");
-        return;
-    }
-    if (r < 0) {
-        if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
-            pend_close(g, i, 0, "read_error", "read error before the request head was complete");
-        return;
-    }
-    if ((size_t)r > q->seen) q->seen = (size_t)r;
-    size_t head_len = 0;
-    int status = 0;
-    const char *type = NULL;
-    char msg[256];
-    int rc = clef_guard_check_head(g->peek, (size_t)r, g->cfg.max_header, g->cfg.max_body, &head_len, &status, &type,
-                                   msg, sizeof msg);
-    if (rc == 1) {
-        /* the client has finished sending (FIN) without completing its head: it never will */
-        if (events & (EPOLLRDHUP | EPOLLHUP))
-            pend_close(g, i, 0, "client_closed", "the client closed its side before its request head was complete");
-        return;
-    }
-    if (rc < 0) {
-        if (status == 0) {
-            pend_close(g, i, 0, type, msg);
-            return;
+        if (c->phase == P_CHUNKED) {
+            if (!avail) {
+                if (c->cin_eof) refuse_at(c, c->nreq - 1, 0, "client_closed", "the client closed within a body", NULL, 0);
+                break;
+            }
+            size_t used = 0;
+            char msg[256];
+            int rc = clef_guard_chunk_walk(&c->ck, p, avail, g->cfg.max_header, &used, msg, sizeof msg);
+            if (rc < 0) { /* the request at libmicrohttpd will not complete: it is closed after the answers before it */
+                refuse_at(c, c->nreq - 1, 400, "BadRequest", msg, NULL, 0);
+                break;
+            }
+            c->fwd += used;
+            if (rc == 1) {
+                c->phase = P_HEAD;
+                continue;
+            }
+            break;
+        }
+        /* P_HEAD */
+        c->blocked = 0;
+        if (!avail) break;
+        if (!c->head_started) {
+            c->head_started = 1;
+            c->t0 = now;
+            c->seen = 0;
+        }
+        if (avail > c->seen) c->seen = avail;
+        if (g->quiesced || c->m_eof || c->nreq >= max_requests(g)) break; /* not forwarded: the connection closes after its answers */
+        if (c->nreq - c->nans >= PIPE_MAX) {
+            c->blocked = 1;
+            break;
+        }
+        size_t hl = 0;
+        int status = 0;
+        const char *type = NULL;
+        char msg[256];
+        int rc = clef_guard_check_head(p, avail, g->cfg.max_header, g->cfg.max_body, &hl, &status, &type, msg,
+                                       sizeof msg);
+        if (rc == 1) {
+            if (c->cin_eof)
+                refuse_at(c, c->nreq, 0, "client_closed", "the client closed its side before its request head was complete",
+                          NULL, 0);
+            break;
         }
         size_t ml = 0;
-        while (ml < (size_t)r && ml < 32 && tchar((unsigned char)g->peek[ml])) ml++;
-        char method[33];
-        memcpy(method, g->peek, ml);
-        method[ml] = 0;
-        answer(g, i, status, type, msg, method, ml);
-        return;
+        while (ml < avail && ml < 32 && tchar((unsigned char)p[ml])) ml++;
+        if (rc < 0) {
+            refuse_at(c, c->nreq, status, type, msg, status ? p : NULL, ml);
+            break;
+        }
+        unsigned long long cl = 0;
+        int kind = clef_guard_head_body(p, hl, &cl);
+        if (ieq(p, ml, "HEAD")) c->headq |= 1u << (c->nreq - c->nans);
+        c->fwd += hl;
+        c->nreq++;
+        c->head_started = 0;
+        c->seen = 0;
+        c->phase = kind == 2 ? P_CHUNKED : kind == 1 && cl ? P_LENGTH : P_HEAD;
+        c->rem = cl;
+        memset(&c->ck, 0, sizeof c->ck);
+        if (c->mfd < 0 && (c->m_eof || handoff(g, c) != 0)) {
+            conn_close(g, c, 0, NULL, NULL); /* the server logged a refused hand-over */
+            return 0;
+        }
     }
-    /* passed: libmicrohttpd takes it (and closes it, whatever happens) */
-    epoll_ctl(g->ep, EPOLL_CTL_DEL, q->fd, NULL);
-    int fd = q->fd;
-    struct sockaddr_storage sa = q->sa;
-    socklen_t sl = q->sl;
-    free(q);
-    g->p[i] = g->p[--g->np];
-    g->cfg.handoff(g->cfg.ctx, fd, (struct sockaddr *)&sa, sl);
+    return 1;
+}
+
+static void set_masks(clef_guard *g, conn *c) {
+    unsigned want = 0;
+    if (c->draining) want = EPOLLIN;
+    else {
+        if (!c->cin_eof && !c->refusing && !c->closing && c->in.len < c->in.max) want |= EPOLLIN;
+        if (c->out.len) want |= EPOLLOUT;
+    }
+    if (want != c->ev_c) {
+        struct epoll_event ev = {.events = want, .data.ptr = &c->sc};
+        epoll_ctl(g->ep, EPOLL_CTL_MOD, c->fd, &ev);
+        c->ev_c = want;
+    }
+    if (c->mfd < 0) return;
+    unsigned wm = (c->out.len < c->out.max ? EPOLLIN : 0) | (c->fwd ? EPOLLOUT : 0);
+    if (wm == c->ev_m) return;
+    struct epoll_event ev = {.events = wm, .data.ptr = &c->sm};
+    if (!wm) epoll_ctl(g->ep, EPOLL_CTL_DEL, c->mfd, NULL); /* not even HUP: nothing to do with it until out drains */
+    else epoll_ctl(g->ep, c->ev_m ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, c->mfd, &ev);
+    c->ev_m = wm;
+}
+
+/* Moves what can move, both ways, and decides what is next. 0: the connection was closed. */
+static int pump(clef_guard *g, conn *c, unsigned evc) {
+    double now = mono_now();
+    if (c->draining) {
+        char sink[4096];
+        for (;;) {
+            ssize_t r = recv(c->fd, sink, sizeof sink, MSG_DONTWAIT);
+            if (r > 0 && (c->drained += (size_t)r) <= DRAIN_MAX) continue;
+            if (r > 0 || r == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) || (evc & (EPOLLHUP | EPOLLERR))) {
+                conn_close(g, c, 0, NULL, NULL);
+                return 0;
+            }
+            return 1;
+        }
+    }
+    if (evc & (EPOLLHUP | EPOLLERR)) { /* the client is gone both ways (a reset) */
+        conn_close(g, c, 0, pending(c) && c->head_started ? "client_closed" : NULL,
+                   "the client reset the connection");
+        return 0;
+    }
+    /* the client's bytes */
+    while (!c->cin_eof && !c->refusing && !c->closing && c->in.len < c->in.max) {
+        size_t want = c->in.len + 16384 < c->in.max ? c->in.len + 16384 : c->in.max;
+        if (gb_reserve(&c->in, want, 0) != 0) {
+            conn_close(g, c, 0, "out_of_memory", "no memory for the connection's buffer");
+            return 0;
+        }
+        ssize_t r = recv(c->fd, c->in.d + c->in.len, c->in.cap - c->in.len, MSG_DONTWAIT);
+        if (r > 0) c->in.len += (size_t)r;
+        else if (r == 0) c->cin_eof = 1;
+        else if (errno == EINTR) continue;
+        else if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+        else {
+            conn_close(g, c, 0, pending(c) && c->head_started ? "read_error" : NULL, "read error");
+            return 0;
+        }
+    }
+    if (!walk(g, c, now)) return 0;
+    /* to libmicrohttpd: what is walked */
+    while (c->mfd >= 0 && c->fwd) { /* also when refusing: what was walked before the refused part goes */
+        ssize_t w = send(c->mfd, c->in.d, c->fwd, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w > 0) {
+            gb_drop(&c->in, (size_t)w);
+            c->fwd -= (size_t)w;
+        } else if (w < 0 && errno == EINTR) {
+            continue;
+        } else if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            break;
+        } else { /* libmicrohttpd closed (after an answer that closes, or an error): what it wrote still comes */
+            gb_drop(&c->in, c->fwd);
+            c->fwd = 0;
+            if (!c->refusing) refuse_at(c, UINT32_MAX, 0, NULL, NULL, NULL, 0);
+            break;
+        }
+    }
+    /* from libmicrohttpd: its answers, walked so that it is known where each ends */
+    while (c->mfd >= 0 && c->out.len < c->out.max) {
+        if (gb_reserve(&c->out, c->out.len + 16384 < c->out.max ? c->out.len + 16384 : c->out.max, 0) != 0) {
+            conn_close(g, c, 0, "out_of_memory", "no memory for the connection's buffer");
+            return 0;
+        }
+        ssize_t r = recv(c->mfd, c->out.d + c->out.len, c->out.cap - c->out.len, MSG_DONTWAIT);
+        if (r > 0) {
+            size_t at = c->out.len;
+            c->out.len += (size_t)r;
+            while (at < c->out.len) {
+                size_t used = 0;
+                int rc = clef_guard_resp_walk(&c->rs, c->out.d + at, c->out.len - at, (int)(c->headq & 1), &used);
+                if (rc < 0) { /* cannot happen with libmicrohttpd's answers: pass the rest, then close */
+                    c->rs.st = 2;
+                    refuse_at(c, UINT32_MAX, 0, NULL, NULL, NULL, 0);
+                    break;
+                }
+                at += used;
+                if (rc == 0) break;
+                c->nans++;
+                c->headq >>= 1;
+                if (c->rs.ended_close) c->m_eof = 1; /* no request after it goes to libmicrohttpd */
+                if (c->nans == c->nreq && !c->head_started) c->t0 = now; /* idle from here */
+            }
+        } else if (r < 0 && errno == EINTR) {
+            continue;
+        } else if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            break;
+        } else { /* closed by libmicrohttpd */
+            drop_mfd(g, c);
+            c->m_eof = 1;
+        }
+    }
+    /* every answer out of libmicrohttpd and no request there: let go of its connection (the next
+     * head gets a fresh one), so that an idle keep-alive connection holds no --max-connections */
+    if (c->mfd >= 0 && !c->refusing && !c->closing && c->nans == c->nreq && c->phase == P_HEAD && !c->fwd &&
+        c->rs.st == 0 && c->rs.head_bytes == 0) {
+        drop_mfd(g, c);
+        if (!c->out.len) { /* and of its buffers while they are empty: an idle connection is a small struct */
+            free(c->out.d);
+            c->out.d = NULL;
+            c->out.cap = 0;
+        }
+        if (!c->in.len) {
+            free(c->in.d);
+            c->in.d = NULL;
+            c->in.cap = 0;
+        }
+    }
+    /* to the client */
+    while (c->out.len) {
+        ssize_t w = send(c->fd, c->out.d, c->out.len, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w > 0) {
+            gb_drop(&c->out, (size_t)w);
+            if (!c->head_started && c->nans == c->nreq) c->t0 = now;
+        } else if (w < 0 && errno == EINTR) {
+            continue;
+        } else if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            break;
+        } else {
+            conn_close(g, c, 0, NULL, NULL);
+            return 0;
+        }
+    }
+    /* what next */
+    if (!c->closing && c->refusing && !c->out.len && (c->nans >= c->need || c->mfd < 0)) {
+        drop_mfd(g, c);
+        if (c->ref_status && c->nans >= c->need) {
+            queue_answer(g, c, c->ref_status, c->ref_type, c->ref_msg, c->ref_ml ? c->ref_method : NULL, c->ref_ml);
+            c->closing = 1;
+            return pump(g, c, 0);
+        }
+        conn_close(g, c, 0, c->ref_type, c->ref_msg);
+        return 0;
+    }
+    if (!c->closing && !c->refusing && pending(c) && c->fwd == 0 && !c->out.len &&
+        ((c->m_eof) || (c->cin_eof && c->in.len == 0) || (g->quiesced))) {
+        /* libmicrohttpd closed after its last answer, the client is done, or shutdown: close */
+        drop_mfd(g, c);
+        if (c->nreq == 0 && !c->m_eof) {
+            conn_close(g, c, 0, c->seen && !g->quiesced ? "client_closed" : NULL, "closed before its request head was complete");
+            return 0;
+        }
+        c->closing = 1;
+    }
+    if (!c->closing && !c->refusing && c->m_eof && !c->out.len) c->closing = 1; /* within a request: closed by it */
+    if (c->closing && !c->out.len && !c->draining) {
+        drop_mfd(g, c);
+        shutdown(c->fd, SHUT_WR);
+        c->draining = 1;
+        c->t0 = now; /* the drain's clock */
+        free(c->in.d);
+        c->in.d = NULL;
+        c->in.len = c->in.cap = c->fwd = 0;
+        return pump(g, c, 0);
+    }
+    set_masks(g, c);
+    return 1;
 }
 
 static void evict_for(clef_guard *g, const char *addr) {
-    size_t same = 0, oldest_same = (size_t)-1, oldest = (size_t)-1;
+    size_t same = 0, np = 0;
+    conn *oldest_same = NULL, *oldest = NULL;
     for (size_t i = 0; i < g->np; i++) {
-        if (!strcmp(g->p[i]->addr, addr)) {
+        conn *c = g->p[i];
+        if (!pending(c)) continue;
+        np++;
+        if (!strcmp(c->addr, addr)) {
             same++;
-            if (oldest_same == (size_t)-1 || g->p[i]->t0 < g->p[oldest_same]->t0) oldest_same = i;
+            if (!oldest_same || c->t0 < oldest_same->t0) oldest_same = c;
         }
-        if (oldest == (size_t)-1 || g->p[i]->t0 < g->p[oldest]->t0) oldest = i;
+        if (!oldest || c->t0 < oldest->t0) oldest = c;
     }
     if (g->cfg.client_share && same >= g->cfg.client_share)
-        pend_close(g, oldest_same, 0, "evicted",
-                   "closed for a newer connection from the same address (over --client-share)");
-    else if (g->np >= g->cfg.max_pending)
-        pend_close(g, oldest, 0, "evicted", "closed for a newer connection (over the pending-head limit)");
+        conn_close(g, oldest_same, 0, "evicted", "closed for a newer connection from the same address (over --client-share)");
+    else if (np >= g->cfg.max_pending && oldest)
+        conn_close(g, oldest, 0, "evicted", "closed for a newer connection (over the pending-head limit)");
 }
 
 static void on_accept(clef_guard *g) {
@@ -364,55 +947,69 @@ static void on_accept(clef_guard *g) {
         socklen_t sl = sizeof sa;
         int fd = accept4(g->listen_fd, (struct sockaddr *)&sa, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) return; /* EAGAIN, or out of descriptors: try again on the next event */
-        pend *q = calloc(1, sizeof *q);
-        if (!q) {
+        atomic_fetch_add(&g->accepted, 1);
+        conn *c = calloc(1, sizeof *c);
+        if (!c) {
             close(fd);
             continue;
         }
-        q->fd = fd;
-        q->sa = sa;
-        q->sl = sl;
-        q->t0 = mono_now();
-        clef_sockaddr_text((struct sockaddr *)&sa, q->addr, sizeof q->addr);
-        evict_for(g, q->addr);
+        c->fd = fd;
+        c->mfd = -1;
+        c->hfd = -1;
+        c->sc = (side){c, 0};
+        c->sm = (side){c, 1};
+        c->sa = sa;
+        c->sl = sl;
+        c->t0 = mono_now();
+        c->head_started = 1; /* the first head's deadline runs from accept */
+        c->in.max = g->cfg.max_header + CHUNK_LINE_MAX + 8;
+        if (c->in.max < (64u << 10)) c->in.max = 64u << 10;
+        c->out.max = OUT_MAX;
+        clef_sockaddr_text((struct sockaddr *)&sa, c->addr, sizeof c->addr);
+        evict_for(g, c->addr);
         if (g->np == g->cap) {
             size_t nc = g->cap ? g->cap * 2 : 64;
-            pend **np = realloc(g->p, nc * sizeof *np);
+            conn **np = realloc(g->p, nc * sizeof *np);
             if (!np) {
                 close(fd);
-                free(q);
+                free(c);
                 continue;
             }
             g->p = np;
             g->cap = nc;
         }
-        struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP | EPOLLET, .data.ptr = q};
+        c->ev_c = EPOLLIN;
+        struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &c->sc};
         if (epoll_ctl(g->ep, EPOLL_CTL_ADD, fd, &ev) != 0) {
             close(fd);
-            free(q);
+            free(c);
             continue;
         }
-        g->p[g->np++] = q;
-        on_readable(g, q, 0); /* the head may be there already */
+        g->p[g->np++] = c;
+        pump(g, c, 0); /* the head may be there already */
     }
 }
 
 static void tick(clef_guard *g, double now) {
-    for (size_t i = 0; i < g->np;) {
-        pend *q = g->p[i];
-        if (q->draining && now - q->t0 > DRAIN_S) {
-            pend_close(g, i, 0, NULL, NULL);
-        } else if (!q->draining && now - q->t0 > g->cfg.header_timeout_s) {
-            if (q->seen) {
+    for (size_t i = g->np; i-- > 0;) {
+        if (i >= g->np) continue;
+        conn *c = g->p[i];
+        if (c->draining) {
+            if (now - c->t0 > DRAIN_S) conn_close(g, c, 0, NULL, NULL);
+        } else if (c->refusing || c->closing) {
+            continue;
+        } else if (c->phase == P_HEAD && c->head_started && !c->blocked && now - c->t0 > g->cfg.header_timeout_s) {
+            if (c->seen) {
                 char m[128];
                 snprintf(m, sizeof m, "the request head did not arrive within %g s", g->cfg.header_timeout_s);
-                answer(g, i, 408, "RequestTimeout", m, NULL, 0);
-                if (i < g->np && g->p[i] == q) i++;
+                refuse_at(c, c->nreq, 408, "RequestTimeout", m, NULL, 0);
             } else {
-                pend_close(g, i, 0, "header_timeout", "no request within the header timeout");
+                refuse_at(c, c->nreq, 0, "header_timeout", "no request within the header timeout", NULL, 0);
             }
-        } else {
-            i++;
+            pump(g, c, 0);
+        } else if (g->cfg.keepalive_timeout_s > 0 && c->nreq && pending(c) && !c->head_started && !c->fwd &&
+                   !c->out.len && now - c->t0 > g->cfg.keepalive_timeout_s) {
+            conn_close(g, c, 0, NULL, NULL); /* idle past --keepalive-timeout */
         }
     }
     pthread_mutex_lock(&g->mu);
@@ -430,20 +1027,32 @@ static void tick(clef_guard *g, double now) {
 static void *guard_main(void *arg) {
     clef_guard *g = arg;
     struct epoll_event evs[64];
+    double stop_until = 0;
     for (;;) {
         pthread_mutex_lock(&g->mu);
         int stop = g->stop, quiesce = g->quiesce;
         pthread_mutex_unlock(&g->mu);
-        if (stop) break;
-        if (quiesce && g->listen_fd >= 0) {
-            epoll_ctl(g->ep, EPOLL_CTL_DEL, g->listen_fd, NULL);
-            close(g->listen_fd);
-            while (g->np) pend_close(g, g->np - 1, 0, NULL, NULL);
+        if (stop && stop_until == 0) stop_until = mono_now() + 1.0; /* the answers still in the buffers go out */
+        if (stop && g->quiesced) { /* nothing more comes from libmicrohttpd: what only drains is closed */
+            for (size_t i = g->np; i-- > 0;)
+                if (i < g->np && g->p[i]->draining) conn_close(g, g->p[i], 0, NULL, NULL);
+            free_dead();
+        }
+        if (stop && (g->np == 0 || mono_now() > stop_until)) break;
+        if ((quiesce || stop) && !g->quiesced) {
+            if (g->listen_fd >= 0) {
+                epoll_ctl(g->ep, EPOLL_CTL_DEL, g->listen_fd, NULL);
+                close(g->listen_fd);
+            }
+            g->quiesced = 1;
+            for (size_t i = g->np; i-- > 0;)
+                if (i < g->np) pump(g, g->p[i], 0); /* those waiting for a head close now */
+            free_dead();
             pthread_mutex_lock(&g->mu);
             g->listen_fd = -1;
             pthread_mutex_unlock(&g->mu);
         }
-        int n = epoll_wait(g->ep, evs, 64, 100);
+        int n = epoll_wait(g->ep, evs, 64, stop ? 10 : 100);
         for (int k = 0; k < n; k++) {
             void *ptr = evs[k].data.ptr;
             if (ptr == (void *)g) {
@@ -453,12 +1062,17 @@ static void *guard_main(void *arg) {
                 if (read(g->evfd, &v, sizeof v) < 0) { /* nothing to do */
                 }
             } else {
-                on_readable(g, ptr, evs[k].events);
+                side *sd = ptr;
+                conn *c = sd->c;
+                if (c->dead) continue; /* closed earlier in this batch */
+                pump(g, c, sd->m ? 0 : evs[k].events);
             }
         }
         tick(g, mono_now());
+        free_dead();
     }
-    while (g->np) pend_close(g, g->np - 1, 0, NULL, NULL);
+    while (g->np) conn_close(g, g->p[g->np - 1], 0, NULL, NULL);
+    free_dead();
     return NULL;
 }
 
@@ -472,8 +1086,7 @@ clef_guard *clef_guard_start(const clef_guard_config *c, char *err, size_t err_l
     if (!g->cfg.max_pending) g->cfg.max_pending = 1024;
     if (g->cfg.header_timeout_s <= 0) g->cfg.header_timeout_s = 10;
     g->listen_fd = c->listen_fd;
-    g->peek_cap = c->max_header + CHUNK_LINE_MAX + 8;
-    g->peek = malloc(g->peek_cap);
+    atomic_init(&g->accepted, 0);
     g->ep = epoll_create1(EPOLL_CLOEXEC);
     g->evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     pthread_mutex_init(&g->mu, NULL);
@@ -481,19 +1094,20 @@ clef_guard *clef_guard_start(const clef_guard_config *c, char *err, size_t err_l
     if (fl >= 0) fcntl(g->listen_fd, F_SETFL, fl | O_NONBLOCK);
     struct epoll_event ev = {.events = EPOLLIN, .data.ptr = g};
     struct epoll_event ev2 = {.events = EPOLLIN, .data.ptr = &g->evfd};
-    if (!g->peek || g->ep < 0 || g->evfd < 0 || epoll_ctl(g->ep, EPOLL_CTL_ADD, g->listen_fd, &ev) != 0 ||
+    if (g->ep < 0 || g->evfd < 0 || epoll_ctl(g->ep, EPOLL_CTL_ADD, g->listen_fd, &ev) != 0 ||
         epoll_ctl(g->ep, EPOLL_CTL_ADD, g->evfd, &ev2) != 0 ||
         pthread_create(&g->th, NULL, guard_main, g) != 0) {
         snprintf(err, err_len, "cannot start the connection guard: %s", strerror(errno));
         if (g->ep >= 0) close(g->ep);
         if (g->evfd >= 0) close(g->evfd);
         pthread_mutex_destroy(&g->mu);
-        free(g->peek);
         free(g);
         return NULL;
     }
     return g;
 }
+
+unsigned long clef_guard_accepted(clef_guard *g) { return g ? atomic_load(&g->accepted) : 0; }
 
 static void wake(clef_guard *g) {
     uint64_t one = 1;
@@ -528,9 +1142,9 @@ void clef_guard_stop(clef_guard *g) {
     close(g->ep);
     close(g->evfd);
     pthread_mutex_destroy(&g->mu);
+    free(g->h);
     free(g->p);
     free(g->w);
-    free(g->peek);
     free(g);
 }
 

@@ -1,8 +1,18 @@
 /* The guard in front of libmicrohttpd (docs/reliability.md): one thread owns the listening socket,
- * accepts every connection and holds it until the request head (request line + headers) has
- * arrived, reading it with MSG_PEEK so that the bytes stay in the socket for libmicrohttpd. A
- * head that passes the strict checks below is handed over (MHD_add_connection); one that does not
- * is answered here (one JSON error, Connection: close) and the connection closed.
+ * accepts every connection and keeps the client's socket for the connection's whole life. At the
+ * first request head that passes the strict checks below it gives libmicrohttpd one end of a
+ * socketpair (MHD_add_connection, with the client's address) and relays bytes both ways (epoll,
+ * non-blocking, bounded buffers, a side is not read while its peer's buffer is full). Client to
+ * server it walks the framing itself: every request head is checked before it is forwarded, then
+ * exactly its body (Content-Length bytes, or the chunks, each chunk-size line checked), then the
+ * next head waits for the same checks and deadlines. Server to client it walks the answers (status
+ * line, Content-Length) so that it knows when each ends. A head that does not pass is answered
+ * here (one JSON error, Connection: close) once libmicrohttpd's answers to the requests before it
+ * have gone out whole, and the connection is closed.
+ *
+ * Why a relay (and not MSG_PEEK, then the socket itself to libmicrohttpd, as before keep-alive):
+ * once libmicrohttpd owns the socket it reads the next request head itself, unchecked; keeping the
+ * socket is the only way every request on a kept-alive connection passes the same checks.
  *
  * Why in front and not inside: libmicrohttpd 0.9.75 (Debian 12) answers some malformed heads
  * itself with a broken response (a bad Content-Length value: its status line and headers written
@@ -11,10 +21,14 @@
  * slow client's every byte as activity, so a client that never finishes its head holds one of
  * --max-connections for ever. None of that can be refused from its callbacks.
  *
- * Bounded here: the head's bytes (max_header, 431), its time (header_timeout_s, then closed), the
- * connections still sending their head (max_pending; and per client address client_share: a new
- * connection over either closes the oldest such connection), and garbage (a first byte that cannot
- * start an HTTP method, e.g. a TLS ClientHello, is closed at once).
+ * Bounded here: each head's bytes (max_header, 431), its time (header_timeout_s from accept, or
+ * from a later head's first byte; then 408 or closed), an idle connection between requests
+ * (keepalive_timeout_s), requests per connection (keepalive_requests), the connections waiting for
+ * a head, idle ones included (max_pending; and per client address client_share: a new connection
+ * over either closes the oldest such connection), every chunk-size line (4096 bytes) and the
+ * trailers (max_header), and garbage (a first byte that cannot start an HTTP method, e.g. a TLS
+ * ClientHello, is closed at once). An idle connection holds no socketpair: libmicrohttpd's
+ * --max-connections counts only connections with a request at it.
  *
  * Also here: a watch list of connections whose body is being received, each with a deadline; the
  * guard's thread shuts down the socket of any past its deadline (libmicrohttpd then closes it). */
@@ -46,6 +60,8 @@ typedef struct clef_guard_config {
     double header_timeout_s;  /* from accept to a complete head */
     unsigned max_pending;     /* connections still sending their head */
     unsigned client_share;    /* of those, per client address */
+    double keepalive_timeout_s; /* an idle connection between requests is closed after this; 0 = one request per connection */
+    unsigned keepalive_requests;/* requests per connection (the server's answer to the last says close) */
     /* hands a connection whose head passed to libmicrohttpd; the guard no longer owns fd */
     int (*handoff)(void *ctx, int fd, const struct sockaddr *sa, socklen_t sl);
     /* a connection the guard answered or closed (for the log and the metrics) */
@@ -71,6 +87,52 @@ int clef_guard_cut_all(clef_guard *g);
  * -1: refuse (*status: 0 = close without an answer; else the status; *type and *msg describe it). */
 int clef_guard_check_head(const char *data, size_t n, size_t max_header, size_t max_body, size_t *head_len,
                           int *status, const char **type, char *msg, size_t msg_len);
+
+/* Connections accepted so far (for /metrics). */
+unsigned long clef_guard_accepted(clef_guard *g);
+/* For libmicrohttpd's end mhd_fd of a relayed connection: how many requests of the client's
+ * connection came before those this end carries (the guard hands a fresh socketpair over after
+ * each idle time). 0 found, -1 not (the guard has let go of it). */
+int clef_guard_base(clef_guard *g, int mhd_fd, unsigned *base);
+
+/* What a passed head says about its body: 0 none, 1 Content-Length (*cl), 2 chunked. head[0..n) is
+ * a head clef_guard_check_head passed (n = its head_len). */
+int clef_guard_head_body(const char *head, size_t n, unsigned long long *cl);
+
+/* A chunked body, walked as it arrives. Zero it before the body's first byte. */
+typedef struct clef_chunk_state {
+    int st;
+    size_t line;              /* bytes of the current line */
+    unsigned digits;          /* hex digits of the current size */
+    int ext;                  /* past them, in the extensions */
+    unsigned long long rem;   /* data bytes left in the current chunk */
+    size_t trailers;          /* trailer bytes so far */
+} clef_chunk_state;
+#define CLEF_CHUNK_LINE_MAX 4096 /* a chunk-size line with its extensions; a trailer line */
+/* data[0..n) follows what was walked before. Returns 1: the body ended (*used: bytes of data that
+ * belong to it); 0: all n belong to it, more to come; -1: refuse with 400 (msg says why). Strict:
+ * HEX[;ext]CRLF (1-16 digits, ext printable, the line at most CLEF_CHUNK_LINE_MAX), data, CRLF;
+ * trailers "name:value" CRLF, at most max_trailer bytes. */
+int clef_guard_chunk_walk(clef_chunk_state *s, const char *data, size_t n, size_t max_trailer, size_t *used,
+                          char *msg, size_t msg_len);
+
+/* libmicrohttpd's answers, walked as they pass (to know where each ends). Zero it at the start. */
+typedef struct clef_resp_state {
+    int st;                 /* 0 head, 1 body, 2 until close */
+    int line_no;
+    char line[96];          /* the current line's first bytes */
+    size_t ll;              /* the current line's length */
+    int status;
+    int close;              /* the answer being walked says Connection: close */
+    int ended_close;        /* the answer that just ended did */
+    long long clen;         /* -1 until a Content-Length */
+    unsigned long long rem;
+    size_t head_bytes;
+} clef_resp_state;
+/* data[0..n) follows what was walked before; no_body: the answer being walked is to a HEAD.
+ * Returns 1: a final answer (not 1xx) ended (*used: its bytes in data); 0: all n consumed; -1: not
+ * an answer libmicrohttpd writes (a head over 64 KiB, no status line). */
+int clef_guard_resp_walk(clef_resp_state *s, const char *data, size_t n, int no_body, size_t *used);
 
 /* Renders a sockaddr as text ("127.0.0.1", "::1"); "?" when it cannot. */
 void clef_sockaddr_text(const struct sockaddr *sa, char *out, size_t len);

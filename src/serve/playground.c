@@ -25,7 +25,7 @@ const clef_asset *clef_playground_find(const char *url) {
 }
 
 enum MHD_Result clef_playground_send(struct MHD_Connection *c, const clef_asset *a, const char *name,
-                                     const char *value) {
+                                     const char *value, int close_after) {
     /* the bytes are static and outlive the response: no copy */
     struct MHD_Response *resp = MHD_create_response_from_buffer(a->len, (void *)a->data, MHD_RESPMEM_PERSISTENT);
     if (!resp) return MHD_NO;
@@ -35,8 +35,8 @@ enum MHD_Result clef_playground_send(struct MHD_Connection *c, const clef_asset 
     bad |= MHD_add_response_header(resp, "Referrer-Policy", "no-referrer") != MHD_YES;
     bad |= MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache") != MHD_YES;
     if (name) bad |= MHD_add_response_header(resp, name, value) != MHD_YES;
-    /* one request per connection, as every answer of the server (docs/reliability.md) */
-    bad |= MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close") != MHD_YES;
+    /* the server's keep-alive rules decide (server.c, must_close) */
+    if (close_after) bad |= MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close") != MHD_YES;
     enum MHD_Result rc = bad ? MHD_NO : MHD_queue_response(c, MHD_HTTP_OK, resp);
     MHD_destroy_response(resp);
     return rc;

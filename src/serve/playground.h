@@ -19,8 +19,9 @@ typedef struct clef_asset {
 const clef_asset *clef_playground_find(const char *url);
 
 /* Queues the 200 answer for a (its bytes, Content-Type, the Content-Security-Policy, nosniff and
- * no-referrer headers, and header name: value when name is not NULL, e.g. the request id). */
+ * no-referrer headers, and header name: value when name is not NULL, e.g. the request id;
+ * Connection: close when close_after). */
 enum MHD_Result clef_playground_send(struct MHD_Connection *c, const clef_asset *a, const char *name,
-                                     const char *value);
+                                     const char *value, int close_after);
 
 #endif

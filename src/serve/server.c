@@ -7,7 +7,10 @@
  * scheduler's one worker runs clef_run_batch. A POST is suspended (MHD_suspend_connection) from
  * its complete body until it has been prepared, queued and run (or refused), and resumed by
  * whichever thread finished with it; MHD then calls the handler again, which queues the answer.
- * Every answer closes its connection, so every request head passes the guard. */
+ * Keep-alive: the guard keeps the client's socket and relays it to MHD over a socketpair, checking
+ * every request head on the way (http_guard.h); an answer says Connection: close (must_close) when
+ * keep-alive is off, on the connection's last allowed request, during shutdown, when the client
+ * asked for it (or is HTTP/1.0 without keep-alive), and when a body is left unread. */
 #include "serve/server.h"
 
 #include <arpa/inet.h>
@@ -68,6 +71,10 @@ typedef struct req {
     int batch_n;
     int receiving; /* counted in srv->receiving: accepted, not yet queued or answered */
     int too_many_limit;
+    unsigned nth;      /* this request's number on its connection (1 = the first) */
+    int client_close;  /* the client said Connection: close, or HTTP/1.0 without keep-alive */
+    int body_pending;  /* a body was announced and has not been read whole */
+    int deferred;      /* no body: routed on the next call (on_request) */
 } req;
 
 struct clef_server {
@@ -138,6 +145,8 @@ static void mhd_logger(void *cls, const char *fmt, va_list ap) {
     (void)cls;
     char msg[512];
     vsnprintf(msg, sizeof msg, fmt, ap);
+    /* the guard relays each connection over a socketpair: TCP options do not apply to it */
+    if (!strncmp(msg, "Setting TCP_", 12) || !strncmp(msg, "Failed to push the data", 23)) return;
     size_t n = strlen(msg);
     while (n && (msg[n - 1] == '\n' || msg[n - 1] == '\r')) n--;
     clef_buf b;
@@ -169,10 +178,34 @@ void clef_server_config_default(clef_server_config *c) {
     c->max_pending = 0; /* 4 x max_connections */
     c->client_share = 64;
     c->prepare_threads = 0; /* http_threads */
+    c->keepalive_timeout_s = 5;
+    c->keepalive_requests = 1000;
     c->gzip_min = 1024;
 }
 
 /* ---------- answers ---------- */
+
+/* 1 when the comma-separated header value v holds the token tok (any case). */
+static int has_token(const char *v, const char *tok) {
+    size_t tl = strlen(tok);
+    while (v && *v) {
+        while (*v == ' ' || *v == '\t' || *v == ',') v++;
+        const char *e = v;
+        while (*e && *e != ',') e++;
+        const char *t = e;
+        while (t > v && (t[-1] == ' ' || t[-1] == '\t')) t--;
+        if ((size_t)(t - v) == tl && !strncasecmp(v, tok, tl)) return 1;
+        v = e;
+    }
+    return 0;
+}
+
+/* Whether this answer ends its connection (then it says Connection: close and MHD closes). */
+static int must_close(const req *r) {
+    const clef_server *s = r->srv;
+    return s->cfg.keepalive_timeout_s <= 0 || r->nth == 0 || r->nth >= s->cfg.keepalive_requests ||
+           r->client_close || r->body_pending || atomic_load(&s->shutting);
+}
 
 static enum MHD_Result send_bytes(req *r, int status, const char *ctype, const char *body, size_t len) {
     const clef_server *s = r->srv;
@@ -196,9 +229,9 @@ static enum MHD_Result send_bytes(req *r, int status, const char *ctype, const c
     if (status == 401) MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
     if (status == 405)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, r->decide || !strcmp(r->route, ROUTE_DECIDE) ? "POST" : "GET, HEAD");
-    /* one request per connection: the next one's head then goes through the guard's strict checks
-     * (http_guard.h says what libmicrohttpd would let through) */
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+    /* keep-alive unless must_close: the next request's head goes through the guard's strict checks
+     * all the same (http_guard.h says what libmicrohttpd would let through) */
+    if (must_close(r)) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
     enum MHD_Result rc = MHD_queue_response(r->conn, (unsigned)status, resp);
     MHD_destroy_response(resp);
     r->status = status;
@@ -343,6 +376,9 @@ static enum MHD_Result answer_get(clef_server *s, req *r, const char *url) {
         pthread_rwlock_unlock(&s->gate);
         clef_metrics_render(s->metrics, &b, depth, s->cfg.queue_len, (long)atomic_load(&s->live) - 1,
                             atomic_load(&s->ready) && !atomic_load(&s->shutting));
+        clef_buf_printf(&b, "# HELP clef_connections_accepted_total TCP connections accepted\n"
+                            "# TYPE clef_connections_accepted_total counter\nclef_connections_accepted_total %lu\n",
+                        clef_guard_accepted(s->guard));
         if (atomic_load(&s->ready)) {
             clef_cache_info ci;
             clef_engine_cache_info(s->engine, &ci);
@@ -402,7 +438,7 @@ static enum MHD_Result answer_preflight(clef_server *s, req *r) {
     MHD_add_response_header(resp, "Access-Control-Allow-Headers", "Content-Type, Authorization, X-Request-Id");
     MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
     MHD_add_response_header(resp, MHD_HTTP_HEADER_VARY, "Origin");
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+    if (must_close(r)) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
     enum MHD_Result rc = MHD_queue_response(r->conn, 204, resp);
     MHD_destroy_response(resp);
     r->status = 204;
@@ -554,10 +590,44 @@ static enum MHD_Result body_over_cap(clef_server *s, req *r) {
     return MHD_NO;
 }
 
+/* Routes a request once its head is known (see on_request for when). */
+static enum MHD_Result route_request(clef_server *s, req *r, const char *url, const char *method) {
+    struct MHD_Connection *conn = r->conn;
+    const char *route = known_route(url);
+    r->route = route ? route : "other";
+    int get = !strcmp(method, MHD_HTTP_METHOD_GET) || !strcmp(method, MHD_HTTP_METHOD_HEAD);
+    if (!strcmp(method, MHD_HTTP_METHOD_OPTIONS) && s->cfg.cors_origin &&
+        MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Origin"))
+        return answer_preflight(s, r);
+    const clef_asset *ui = route || s->cfg.no_ui ? NULL : clef_playground_find(url);
+    /* --api-key: every route but the open ones (/health, /metrics unless --auth-all, and the
+     * playground's static files, which hold no data: its requests need the key) */
+    int open = !s->cfg.auth_all && (ui || (route && open_route(route)));
+    if (s->cfg.api_key && !open &&
+        !clef_bearer_ok(MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION),
+                        s->cfg.api_key))
+        return send_error(r, 401, "Unauthorized", "this server needs Authorization: Bearer <key> (--api-key)");
+    if (ui) { /* the web playground (playground.c, web/) */
+        r->route = ui->path;
+        if (!get) return send_error(r, 405, "MethodNotAllowed", "%s takes GET, not %s", ui->path, method);
+        snprintf(r->outcome, sizeof r->outcome, "ok");
+        r->status = 200;
+        atomic_store(&r->state, R_ANSWERED);
+        return clef_playground_send(conn, ui, "X-Request-Id", r->id, must_close(r));
+    }
+    if (!route) return send_error(r, 404, "NotFound", "no route %s", url);
+    if (route == known_route(ROUTE_DECIDE)) {
+        if (strcmp(method, MHD_HTTP_METHOD_POST))
+            return send_error(r, 405, "MethodNotAllowed", "%s takes POST, not %s", ROUTE_DECIDE, method);
+        return decide_headers(s, r);
+    }
+    if (!get) return send_error(r, 405, "MethodNotAllowed", "%s takes GET, not %s", route, method);
+    return answer_get(s, r, url);
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
                                   const char *version, const char *upload_data, size_t *upload_data_size,
                                   void **con_cls) {
-    (void)version;
     clef_server *s = cls;
     req *r = *con_cls;
     if (!r) {
@@ -572,36 +642,30 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         atomic_fetch_add(&s->live, 1);
         *con_cls = r;
         request_meta(s, r);
-        const char *route = known_route(url);
-        r->route = route ? route : "other";
-        int get = !strcmp(method, MHD_HTTP_METHOD_GET) || !strcmp(method, MHD_HTTP_METHOD_HEAD);
-        if (!strcmp(method, MHD_HTTP_METHOD_OPTIONS) && s->cfg.cors_origin &&
-            MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Origin"))
-            return answer_preflight(s, r);
-        const clef_asset *ui = route || s->cfg.no_ui ? NULL : clef_playground_find(url);
-        /* --api-key: every route but the open ones (/health, /metrics unless --auth-all, and the
-         * playground's static files, which hold no data: its requests need the key) */
-        int open = !s->cfg.auth_all && (ui || (route && open_route(route)));
-        if (s->cfg.api_key && !open &&
-            !clef_bearer_ok(MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION),
-                            s->cfg.api_key))
-            return send_error(r, 401, "Unauthorized", "this server needs Authorization: Bearer <key> (--api-key)");
-        if (ui) { /* the web playground (playground.c, web/) */
-            r->route = ui->path;
-            if (!get) return send_error(r, 405, "MethodNotAllowed", "%s takes GET, not %s", ui->path, method);
-            snprintf(r->outcome, sizeof r->outcome, "ok");
-            r->status = 200;
-            atomic_store(&r->state, R_ANSWERED);
-            return clef_playground_send(conn, ui, "X-Request-Id", r->id); /* with Connection: close */
+        const union MHD_ConnectionInfo *sci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+        unsigned *count = sci ? sci->socket_context : NULL, base = 0;
+        /* the guard hands over a fresh socketpair after each idle time: base counts the requests before */
+        r->nth = count && clef_guard_base(s->guard, conn_fd(conn), &base) == 0 ? base + ++*count : 0; /* 0: unknown: close */
+        const char *cv = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONNECTION);
+        r->client_close = has_token(cv, "close") || (!strcmp(version, MHD_HTTP_VERSION_1_0) && !has_token(cv, "keep-alive"));
+        const char *rcl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+        r->body_pending = (rcl && strtoull(rcl, NULL, 10) > 0) ||
+                          MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING);
+        /* libmicrohttpd 0.9.75 closes a connection whose answer is queued in this first call (it
+         * will not read past a head it answered "early"), so a request without a body is answered
+         * in the next call, which comes at once; one with a body is routed now (what it is
+         * refused for here, before its body, closes the connection anyway: must_close) */
+        if (!r->body_pending) {
+            r->deferred = 1;
+            return MHD_YES;
         }
-        if (!route) return send_error(r, 404, "NotFound", "no route %s", url);
-        if (route == known_route(ROUTE_DECIDE)) {
-            if (strcmp(method, MHD_HTTP_METHOD_POST))
-                return send_error(r, 405, "MethodNotAllowed", "%s takes POST, not %s", ROUTE_DECIDE, method);
-            return decide_headers(s, r);
-        }
-        if (!get) return send_error(r, 405, "MethodNotAllowed", "%s takes GET, not %s", route, method);
-        return answer_get(s, r, url);
+        return route_request(s, r, url, method);
+    }
+    if (r->deferred) {
+        r->deferred = 0;
+        enum MHD_Result rc = route_request(s, r, url, method);
+        if (atomic_load(&r->state) == R_UPLOAD) return decide_body(s, r); /* an empty body: complete */
+        return rc;
     }
     if (!r->decide) { /* already answered (e.g. a body sent to a GET route): swallow it */
         *upload_data_size = 0;
@@ -621,6 +685,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     }
     switch (atomic_load(&r->state)) {
     case R_UPLOAD:
+        r->body_pending = 0;
         return decide_body(s, r);
     case R_PREP_FAILED:
         return send_result(r);
@@ -688,6 +753,19 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     clef_buf_free(&r->body);
     free(r);
     atomic_fetch_sub(&s->live, 1);
+}
+
+/* Each MHD connection (one per client connection: the guard relays it) counts its requests. */
+static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+                          enum MHD_ConnectionNotificationCode toe) {
+    (void)cls;
+    (void)conn;
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+        *socket_context = calloc(1, sizeof(unsigned)); /* NULL: its first answer closes it */
+    } else {
+        free(*socket_context);
+        *socket_context = NULL;
+    }
 }
 
 /* ---------- life cycle ---------- */
@@ -803,6 +881,7 @@ clef_server *clef_server_start(const clef_server_config *c, char *err, size_t er
                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)s->cfg.io_timeout_s,
                             MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)s->cfg.max_header,
                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+                            MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
                             MHD_OPTION_END);
     if (!s->d) {
         snprintf(err, err_len, "cannot start the HTTP server on %s:%d (libmicrohttpd refused the options)", s->host,
@@ -815,8 +894,10 @@ clef_server *clef_server_start(const clef_server_config *c, char *err, size_t er
     clef_guard_config gc = {.listen_fd = s->listen_fd, .max_header = s->cfg.max_header, .max_body = s->cfg.max_body,
                             .header_timeout_s = s->cfg.header_timeout_s,
                             .max_pending = s->cfg.max_pending ? s->cfg.max_pending : 4 * s->cfg.max_connections,
-                            .client_share = s->cfg.client_share, .handoff = guard_handoff, .refused = guard_refused,
-                            .ctx = s};
+                            .client_share = s->cfg.client_share,
+                            .keepalive_timeout_s = s->cfg.keepalive_timeout_s,
+                            .keepalive_requests = s->cfg.keepalive_requests ? s->cfg.keepalive_requests : 1000,
+                            .handoff = guard_handoff, .refused = guard_refused, .ctx = s};
     s->guard = clef_guard_start(&gc, err, err_len);
     if (!s->guard) {
         MHD_stop_daemon(s->d);

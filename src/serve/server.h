@@ -31,11 +31,13 @@ typedef struct clef_server_config {
     int log_requests;        /* one JSON line per request on stderr */
     int no_ui;               /* 1: no web playground at / (404 there, as any unknown path) */
     /* hostile clients (docs/reliability.md) */
-    double header_timeout_s; /* accept -> complete request head, else closed (408 if bytes came; default 10) */
+    double header_timeout_s; /* accept (a later head: its first byte) -> complete request head, else closed (408 if bytes came; default 10) */
     double body_timeout_s;   /* complete head -> complete body, else closed (default 60; 0 = none) */
     unsigned max_pending;    /* connections still sending their head (default 4 x max_connections) */
     unsigned client_share;   /* of those, per client address (default 64; a new one closes the oldest) */
     int prepare_threads;     /* threads that parse, tokenize and decode images (default http_threads) */
+    double keepalive_timeout_s; /* an idle connection between requests is closed after this (default 5; 0 = Connection: close on every answer) */
+    unsigned keepalive_requests;/* requests per connection; the answer to the last says Connection: close (default 1000) */
     /* access (docs/serving.md) */
     const char *api_key;     /* NULL = no authentication; else "Authorization: Bearer KEY" or 401 */
     int auth_all;            /* 1: /health and /metrics need the key too (default: they do not) */

@@ -1,5 +1,5 @@
-/* The guard's strict request-head check (clef_guard_check_head, src/serve/http_guard.c), the request
- * id rules, the bearer compare and Accept-Encoding parsing: pure functions, no sockets. */
+/* The guard's strict request-head check (clef_guard_check_head, src/serve/http_guard.c), its body
+ * framing (clef_guard_head_body), chunk walker and answer walker (keep-alive), the request id rules, the bearer compare and Accept-Encoding parsing: pure functions, no sockets. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,6 +14,45 @@ static int head(const char *s, int *status, const char **type) {
     *status = -1;
     *type = NULL;
     return clef_guard_check_head(s, strlen(s), 8192, 1000, &hl, status, type, msg, sizeof msg);
+}
+
+/* Walks a chunked body in pieces of `step` bytes: 1 ended (*used: the body's bytes), 0 more, -1 refused. */
+static int chunks(const char *s, size_t step, size_t *used) {
+    clef_chunk_state st;
+    memset(&st, 0, sizeof st);
+    size_t n = strlen(s), at = 0;
+    char msg[256];
+    while (at < n) {
+        size_t k = n - at < step ? n - at : step, u = 0;
+        int rc = clef_guard_chunk_walk(&st, s + at, k, 100, &u, msg, sizeof msg);
+        if (rc < 0) return -1;
+        if (rc == 1) {
+            *used = at + u;
+            return 1;
+        }
+        at += k;
+    }
+    return 0;
+}
+
+/* Walks answers in pieces of `step` bytes; returns how many ended; ends[] their end offsets. */
+static int answers(const char *s, size_t step, unsigned head_mask, size_t *ends, int *bad) {
+    clef_resp_state st;
+    memset(&st, 0, sizeof st);
+    size_t n = strlen(s), at = 0;
+    int k = 0;
+    *bad = 0;
+    while (at < n) {
+        size_t lim = n - at < step ? n - at : step, u = 0;
+        int rc = clef_guard_resp_walk(&st, s + at, lim, (int)((head_mask >> k) & 1), &u);
+        if (rc < 0) {
+            *bad = 1;
+            return k;
+        }
+        at += u;
+        if (rc == 1) ends[k++] = at;
+    }
+    return k;
 }
 
 #define PASS(s) do { int st_; const char *ty_; CHECK_MSG(head(s, &st_, &ty_) == 0, "%s", s); } while (0)
@@ -79,6 +118,76 @@ int main(void) {
         big[n + 9000] = 0;
         REFUSE(big, 431);
         free(big);
+    }
+    /* the body a passed head announces */
+    {
+        unsigned long long cl = 9;
+        const char *h1 = "POST / HTTP/1.1\r\nHost: x\r\ncontent-length:  12 \r\n\r\n";
+        CHECK(clef_guard_head_body(h1, strlen(h1), &cl) == 1 && cl == 12);
+        const char *h2 = "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n";
+        CHECK(clef_guard_head_body(h2, strlen(h2), &cl) == 2);
+        const char *h3 = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+        CHECK(clef_guard_head_body(h3, strlen(h3), &cl) == 0 && cl == 0);
+    }
+    /* chunked bodies, whole and a byte at a time */
+    {
+        static const size_t steps[] = {1, 3, 1000};
+        for (size_t k = 0; k < sizeof steps / sizeof steps[0]; k++) {
+            size_t st = steps[k], used = 0;
+            const char *ok = "5\r\nhello\r\nA;name=v;x\r\n0123456789\r\n0\r\n\r\nGET / HTTP/1.1\r\n";
+            CHECK_MSG(chunks(ok, st, &used) == 1 && used == strlen(ok) - strlen("GET / HTTP/1.1\r\n"), "step %zu", st);
+            CHECK(chunks("0\r\nX-Trailer: 1\r\n\r\n", st, &used) == 1 && used == 19);
+            CHECK(chunks("5\r\nhel", st, &used) == 0);
+            CHECK(chunks("ffffffffffffffff\r\n", st, &used) == 0);
+            CHECK(chunks("fffffffffffffffff\r\n", st, &used) == -1); /* 17 digits */
+            CHECK(chunks("zz\r\n", st, &used) == -1);
+            CHECK(chunks(";x\r\n", st, &used) == -1);
+            CHECK(chunks("5 \r\nhello\r\n", st, &used) == -1);
+            CHECK(chunks("5\nhello\r\n", st, &used) == -1);        /* bare LF */
+            CHECK(chunks("5\r\nhelloXY0\r\n\r\n", st, &used) == -1); /* no CRLF after the data */
+            CHECK(chunks("5;a\x01b\r\nhello\r\n", st, &used) == -1);
+            CHECK(chunks("0\r\nbad trailer\r\n\r\n", st, &used) == -1);
+            CHECK(chunks("0\r\n: x\r\n\r\n", st, &used) == -1);
+        }
+        /* a chunk-size line over 4096 bytes in a later chunk */
+        char *big = malloc(6000);
+        strcpy(big, "5\r\nhello\r\n5;");
+        size_t n = strlen(big), used = 0;
+        memset(big + n, 'a', 5000);
+        strcpy(big + n + 5000, "\r\nhello\r\n0\r\n\r\n");
+        CHECK(chunks(big, 7, &used) == -1);
+        memset(big + n, 'a', 4000);
+        strcpy(big + n + 4000, "\r\nhello\r\n0\r\n\r\n");
+        CHECK(chunks(big, 7, &used) == 1);
+        /* trailers over the cap (100 here) */
+        strcpy(big, "0\r\n");
+        for (int i = 0; i < 10; i++) strcat(big, "X-T: 0123456789\r\n");
+        strcat(big, "\r\n");
+        CHECK(chunks(big, 5, &used) == -1);
+        free(big);
+    }
+    /* libmicrohttpd's answers, walked to where each ends */
+    {
+        size_t ends[8];
+        int bad;
+        const char *two = "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhelloHTTP/1.1 404 Not Found\r\ncontent-length:2\r\n\r\n{}";
+        for (size_t st = 1; st < 60; st += 29) {
+            CHECK(answers(two, st, 0, ends, &bad) == 2 && !bad && ends[0] == 43 && ends[1] == strlen(two));
+        }
+        const char *cont = "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nokHTTP/1.1 204 No Content\r\n\r\n";
+        CHECK(answers(cont, 4, 0, ends, &bad) == 2 && !bad && ends[1] == strlen(cont));
+        const char *head = "HTTP/1.1 200 OK\r\nContent-Length: 15\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+        CHECK(answers(head, 3, 1, ends, &bad) == 2 && !bad && ends[1] == strlen(head)); /* the first to a HEAD */
+        const char *open_ended = "HTTP/1.1 200 OK\r\n\r\nuntil the close";
+        CHECK(answers(open_ended, 5, 0, ends, &bad) == 0 && !bad);
+        CHECK(answers("garbage\r\n\r\n", 5, 0, ends, &bad) == 0 && bad);
+        clef_resp_state st;
+        memset(&st, 0, sizeof st);
+        size_t u = 0;
+        const char *cl = "HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 0\r\n\r\n";
+        CHECK(clef_guard_resp_walk(&st, cl, strlen(cl), 0, &u) == 1 && st.ended_close && u == strlen(cl));
+        const char *ka = "HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\nx";
+        CHECK(clef_guard_resp_walk(&st, ka, strlen(ka), 0, &u) == 1 && !st.ended_close);
     }
     /* request ids */
     char id[33], id2[33];
