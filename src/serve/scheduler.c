@@ -42,24 +42,21 @@ size_t clef_sched_pick(const size_t *tokens, size_t n, size_t budget, size_t max
     return k;
 }
 
-/* Whether the batch the queue would give now is full: max_batch items or the token budget. */
-static int batch_full(const clef_sched *s) {
-    size_t n = 0, used = 0;
-    for (const clef_sched_item *it = s->head; it && n < SCHED_SCAN; it = it->next) {
-        if (++n >= s->cfg.max_batch) return 1;
-        used += it->tokens;
-        if (used >= s->cfg.batch_tokens) return 1;
-    }
-    return 0;
-}
-
 /* Whether the worker should wait for more items before taking a batch (under the lock); *until
- * is then the oldest item's last moment to wait. */
-static int should_gather(const clef_sched *s, double last_run_s, double *until) {
+ * is then the oldest item's last moment to wait. It waits while the queue holds fewer items than
+ * the previous batch had (those clients are likely coming back) and the batch is not full. */
+static int should_gather(const clef_sched *s, double last_run_s, size_t last_n, double *until) {
     if (s->cfg.gather_s <= 0 || s->stopping || !s->head) return 0;
     double w = CLEF_SCHED_GATHER_FRACTION * last_run_s;
     *until = s->head->enqueued + (w < s->cfg.gather_s ? w : s->cfg.gather_s);
-    return clef_now() < *until && !batch_full(s);
+    if (clef_now() >= *until) return 0;
+    size_t n = 0, used = 0;
+    for (const clef_sched_item *it = s->head; it && n < SCHED_SCAN; it = it->next) {
+        n++;
+        used += it->tokens;
+        if (n >= last_n || n >= s->cfg.max_batch || used >= s->cfg.batch_tokens) return 0;
+    }
+    return 1;
 }
 
 /* Unlinks expired items into *expired (under the lock). */
@@ -89,12 +86,13 @@ static void *worker_main(void *arg) {
     clef_sched_item **batch = malloc(cap * sizeof *batch);
     int ok = tok && idx && scan && batch;
     double last_run_s = 0; /* the previous batch's run time: the gathering window scales with it */
+    size_t last_n = 0;     /* and its size: how many items the gathering waits for at most */
     pthread_mutex_lock(&s->mu);
     for (;;) {
         while (!s->head && !s->stopping) pthread_cond_wait(&s->cv, &s->mu);
         if (!s->head && s->stopping) break;
         double until;
-        if (should_gather(s, last_run_s, &until)) { /* woken by each submit, then looks again */
+        if (should_gather(s, last_run_s, last_n, &until)) { /* woken by each submit, then looks again */
             struct timespec ts = {(time_t)until, (long)((until - (double)(time_t)until) * 1e9)};
             pthread_cond_timedwait(&s->cv, &s->mu, &ts);
             continue;
@@ -151,6 +149,7 @@ static void *worker_main(void *arg) {
                 s->run(s->ctx, &one, 1);
             }
             last_run_s = clef_now() - t_run;
+            last_n = ok ? k : 1;
             pthread_mutex_lock(&s->mu);
         } else {
             pthread_mutex_unlock(&s->mu);

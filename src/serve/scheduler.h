@@ -11,13 +11,14 @@
  * shorter ones by at most one round. Items whose deadline has passed are expired (not run) when
  * the worker next looks at the queue.
  *
- * Gathering (gather_s > 0): a batch that is not full yet waits for more items, its oldest item at
- * most min(gather_s, GATHER_FRACTION of the previous batch's run time) after it was queued.
- * Clients that all got their answers from one forward come back together, a few milliseconds
- * apart; without the wait the first of them to be prepared runs alone and the rest wait a whole
- * forward for the next one (measured: 16 clients on the tiny model gave batches of 2-14). Scaled
- * by the forward's own time, the wait costs a lone request a small, fixed share of its latency
- * whatever the model or the device. */
+ * Gathering (gather_s > 0): when the queue holds fewer items than the previous batch had, and the
+ * batch is not full, the worker waits for more, the oldest item at most min(gather_s,
+ * CLEF_SCHED_GATHER_FRACTION of the previous batch's run time) after it was queued. Clients that
+ * all got their answers from one forward come back together, a few milliseconds apart; without
+ * the wait the first of them to be prepared runs alone and the rest wait a whole forward for the
+ * next one (measured: 16 clients on the tiny model gave batches of 2-14). A lone client never
+ * waits (its previous batch was itself); the wait, scaled by the forward's own time, is a small
+ * fixed share of a request's latency whatever the model or the device. */
 #ifndef CLEF_SERVE_SCHEDULER_H
 #define CLEF_SERVE_SCHEDULER_H
 

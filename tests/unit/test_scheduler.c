@@ -32,9 +32,10 @@ static void run_cb(void *ctx, clef_sched_item **items, size_t n) {
     world *w = ctx;
     pthread_mutex_lock(&w->mu);
     while (w->block && !w->released) pthread_cond_wait(&w->cv, &w->mu);
-    if (w->run_ns) {
+    long ns = w->run_ns;
+    if (ns) {
         pthread_mutex_unlock(&w->mu);
-        nanosleep(&(struct timespec){w->run_ns / 1000000000L, w->run_ns % 1000000000L}, NULL);
+        nanosleep(&(struct timespec){ns / 1000000000L, ns % 1000000000L}, NULL);
         pthread_mutex_lock(&w->mu);
     }
     w->rounds++;
@@ -215,30 +216,35 @@ static int rounds_of(world *w) {
     return r;
 }
 
-/* Gathering: after a forward of 1 s, items that arrive a few milliseconds apart (clients whose
- * answers came out of that forward together) share the next one, instead of the first running
+/* Gathering: after a forward of 7 items that took 1 s, 7 items that arrive a few milliseconds
+ * apart (the clients that forward answered) share the next one, instead of the first running
  * alone. The window is 3% of the previous run (30 ms here); the items come within ~5 ms. */
 static void test_gather(void) {
     world w;
-    world_init(&w, 0);
+    world_init(&w, 1);
     w.run_ns = 1000000000L;
     clef_sched_config cfg = {.batch_tokens = 1000, .max_batch = 16, .queue_len = 64, .gather_s = 10};
     clef_sched *s = clef_sched_create(&cfg, run_cb, expire_cb, &w);
     CHECK(s != NULL);
-    static item it[8];
-    for (int i = 0; i < 8; i++) it[i].id = i, it[i].it.tokens = 10;
-    CHECK(clef_sched_submit(s, &it[0].it) == 0); /* no previous run: no wait, runs alone */
-    while (rounds_of(&w) < 1) nanosleep(&(struct timespec){0, 1000000}, NULL);
-    CHECK(it[0].ran_round == 1);
-    CHECK(clef_sched_submit(s, &it[1].it) == 0);
+    static item it[15];
+    for (int i = 0; i < 15; i++) it[i].id = i, it[i].it.tokens = 10;
+    CHECK(clef_sched_submit(s, &it[0].it) == 0); /* round 1: alone (nothing ran before), held */
+    while (clef_sched_depth(s) != 0) nanosleep(&(struct timespec){0, 1000000}, NULL);
+    for (int i = 1; i < 8; i++) CHECK(clef_sched_submit(s, &it[i].it) == 0);
+    release(&w); /* round 2: the 7 queued meanwhile, 1 s */
+    while (rounds_of(&w) < 2) nanosleep(&(struct timespec){0, 1000000}, NULL);
+    CHECK(it[0].ran_round == 1 && it[1].ran_round == 2 && it[7].ran_round == 2);
+    CHECK(clef_sched_submit(s, &it[8].it) == 0);
     nanosleep(&(struct timespec){0, 5000000}, NULL);
-    for (int i = 2; i < 8; i++) CHECK(clef_sched_submit(s, &it[i].it) == 0);
+    for (int i = 9; i < 15; i++) CHECK(clef_sched_submit(s, &it[i].it) == 0);
+    pthread_mutex_lock(&w.mu);
     w.run_ns = 0;
+    pthread_mutex_unlock(&w.mu);
     clef_sched_stop(s);
     int together = 1;
-    for (int i = 1; i < 8; i++) together &= it[i].ran_round == 2;
-    CHECK_MSG(together, "items 1..7 ran in rounds %d %d %d %d %d %d %d", it[1].ran_round, it[2].ran_round,
-              it[3].ran_round, it[4].ran_round, it[5].ran_round, it[6].ran_round, it[7].ran_round);
+    for (int i = 8; i < 15; i++) together &= it[i].ran_round == 3;
+    CHECK_MSG(together, "items 8..14 ran in rounds %d %d %d %d %d %d %d", it[8].ran_round, it[9].ran_round,
+              it[10].ran_round, it[11].ran_round, it[12].ran_round, it[13].ran_round, it[14].ran_round);
 }
 
 int main(void) {
