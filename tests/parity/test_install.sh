@@ -69,10 +69,14 @@ c++ -std=c++17 -Wall -Wextra -Werror tests/parity/install/prog.cpp $cflags $libs
 cc -std=c11 -Wall -Wextra -Werror tests/parity/install/prog.c $cflags $slibs -o "$tmp/c_static"
 c++ -std=c++17 -Wall -Wextra -Werror tests/parity/install/prog.cpp $cflags $slibs -o "$tmp/cxx_static"
 for p in c_shared cxx_shared; do
-  LD_LIBRARY_PATH=$prefix/lib ldd "$tmp/$p" | grep -q "libclef.so.$major => $prefix/lib/" || fail "$p does not load the installed libclef.so.$major"
+  # ldd's whole output first: `ldd | grep -q` under pipefail fails when grep stops reading early and
+  # ldd, still writing (libclef's FFmpeg dependencies make its list long), dies of SIGPIPE
+  deps=$(LD_LIBRARY_PATH=$prefix/lib ldd "$tmp/$p")
+  grep -q "libclef.so.$major => $prefix/lib/" <<<"$deps" || fail "$p does not load the installed libclef.so.$major"
 done
 for p in c_static cxx_static; do
-  ! ldd "$tmp/$p" | grep -q libclef || fail "$p links libclef dynamically"
+  deps=$(ldd "$tmp/$p")
+  ! grep -q libclef <<<"$deps" || fail "$p links libclef dynamically"
 done
 
 n=0
