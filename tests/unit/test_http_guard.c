@@ -66,7 +66,13 @@ int main(void) {
     PASS("\r\nGET / HTTP/1.1\r\nHost: x\r\n\r\n");
     PASS("POST /v1/systemone HTTP/1.1\r\nHost: x\r\nContent-Length: 12\r\n\r\n{}");
     PASS("POST /v1/systemone HTTP/1.1\r\nTransfer-Encoding: Chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n");
-    PASS("POST /v1/systemone HTTP/1.1\r\nContent-Length:   7  \r\n\r\n");
+    PASS("POST /v1/systemone HTTP/1.1\r\nContent-Length:   7\r\n\r\n");
+    /* whitespace after a framing value: libmicrohttpd 0.9.75 does not trim it ("Content-Length: 1 "
+     * got its 400 written twice behind the guard; fuzz_http found it) */
+    REFUSE("POST /v1/systemone HTTP/1.1\r\nContent-Length:   7  \r\n\r\n", 400);
+    REFUSE("POST /v1/systemone HTTP/1.1\r\nContent-Length: 1 \r\n\r\n{", 400);
+    REFUSE("POST /v1/systemone HTTP/1.1\r\nContent-Length:\t1\r\n\r\n{", 400);
+    REFUSE("POST /v1/systemone HTTP/1.1\r\nTransfer-Encoding: chunked\t\r\n\r\n", 400);
     PASS("OPTIONS /v1/systemone HTTP/1.1\r\nOrigin: http://a\r\n\r\n");
     WAIT("GET /health HTT");
     WAIT("GET /health HTTP/1.1\r\nHost: x\r\n");
