@@ -158,6 +158,7 @@ def main():
     t_start = time.time()
     stop_at = t_start + a.seconds
     rss = []  # (t, kB)
+    mem = []  # (t, {metric: value}) from /metrics
     alive = [True]
 
     def corpus_client(k):
@@ -320,6 +321,27 @@ def main():
                 st.add("health_error", False, f"/health: {e!r}")
             time.sleep(0.1)
 
+    MEM = ("process_resident_memory_bytes", "clef_buffer_cache_bytes", "clef_buffer_peak_bytes",
+           "clef_state_cache_bytes", 'clef_malloc_bytes{kind="in_use"}', 'clef_malloc_bytes{kind="free"}',
+           'clef_malloc_bytes{kind="mapped"}')
+
+    def metrics_sampler():  # what the memory is, every 10 s (docs/reliability.md "The soak")
+        while time.time() < stop_at:
+            try:
+                c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+                c.request("GET", "/metrics")
+                text = c.getresponse().read().decode()
+                c.close()
+                vals = {}
+                for ln in text.splitlines():
+                    name, _, v = ln.rpartition(" ")
+                    if name in MEM:
+                        vals[name] = int(float(v))
+                mem.append((time.time() - t_start, vals))
+            except (OSError, ValueError):
+                pass
+            time.sleep(10)
+
     def sampler():
         while time.time() < stop_at:
             if srv.poll() is not None:
@@ -340,7 +362,8 @@ def main():
         roles.append(corpus_client if r < 10 else slow_client if r < 12 else slowloris_client if r == 12
                      else oversized_client if r == 13 else invalid_client)
     ths = [threading.Thread(target=f, args=(k,), daemon=True) for k, f in enumerate(roles)]
-    ths += [threading.Thread(target=health_probe, daemon=True), threading.Thread(target=sampler, daemon=True)]
+    ths += [threading.Thread(target=health_probe, daemon=True), threading.Thread(target=sampler, daemon=True),
+            threading.Thread(target=metrics_sampler, daemon=True)]
     for t in ths:
         t.start()
     last = time.time()
@@ -356,6 +379,9 @@ def main():
             print(f"soak: t={time.time() - t_start:.0f}s rss={rss[-1][1] if rss else 0} kB "
                   f"health p99 {h[int(0.99 * (len(h) - 1))] * 1e3 if h else float('nan'):.1f} ms "
                   f"failures={nf} {c}", file=sys.stderr)
+            if mem:
+                print("soak: memory (MB) " + " ".join(f"{k}={v / 1e6:.1f}" for k, v in mem[-1][1].items()),
+                      file=sys.stderr)
         if time.time() > stop_at + 900:
             break
 
@@ -389,7 +415,7 @@ def main():
     print(line)
     if a.out:
         with open(a.out, "w") as f:
-            json.dump({"summary": summary, "rss": rss, "health": st.health, "failures": st.failures}, f)
+            json.dump({"summary": summary, "rss": rss, "memory": mem, "health": st.health, "failures": st.failures}, f)
     sys.exit(0 if ok else 1)
 
 

@@ -95,6 +95,17 @@ typedef struct clef_cache_info {
 } clef_cache_info;
 CLEF_API void clef_engine_cache_info(const clef_engine *e, clef_cache_info *out);
 
+/* Memory the engine holds beside the weights, for /metrics. The buffer fields are the backend's
+ * activation buffers (CPU: the blocks of 1 MiB and more; CLEF_CPU_CACHE_MB bounds the cached
+ * ones); all 0 for a backend that does not report them. */
+typedef struct clef_memory_info {
+    size_t buffer_cache_bytes, buffer_cache_blocks; /* freed, kept for the next forward */
+    size_t buffer_live_bytes, buffer_peak_bytes;    /* in use now / at most at once so far */
+    uint64_t buffer_hits, buffer_misses, buffer_released;
+    size_t prepared_bytes;                          /* clef_engine_prepared_bytes */
+} clef_memory_info;
+CLEF_API void clef_engine_memory_info(const clef_engine *e, clef_memory_info *out);
+
 /* Opens the model folder. On failure returns NULL and writes one clear line into err. */
 CLEF_API clef_engine *clef_open(const clef_options *o, char *err, size_t err_len);
 CLEF_API void clef_close(clef_engine *e);

@@ -79,6 +79,14 @@ typedef struct clef_prepared {
     void (*destroy)(struct clef_prepared *p);
 } clef_prepared;
 
+/* What a backend's activation buffers hold (ops->buffer_stats). Bytes of the blocks it manages
+ * (small ones may go straight to the C allocator and are not counted). */
+typedef struct {
+    size_t cached_bytes, cached_blocks; /* freed, kept for the next forward */
+    size_t live_bytes, peak_live_bytes; /* handed out now / at most at once so far */
+    uint64_t hits, misses, released;    /* requests served from the cache / fresh; blocks given back */
+} clef_ops_buffers;
+
 struct clef_ops {
     const char *name;     /* "cpu", ... */
     int host_memory;      /* 1: device buffers are host memory (pointers may be used directly) */
@@ -88,6 +96,10 @@ struct clef_ops {
     void *impl;           /* backend state */
 
     void (*destroy)(clef_ops *ops);
+
+    /* Optional (NULL: nothing to report): the backend's activation buffers, for /metrics.
+     * Thread-safe; may be called while a forward runs. */
+    void (*buffer_stats)(clef_ops *ops, clef_ops_buffers *out);
 
     /* ---- memory (n in floats) ---- */
     float *(*alloc)(clef_ops *ops, size_t n);                 /* NULL when out of memory */

@@ -127,6 +127,22 @@ void clef_engine_cache_info(const clef_engine *e, clef_cache_info *out) {
 
 size_t clef_engine_prepared_bytes(const clef_engine *e) { return e && e->mf ? e->mf->prepared_bytes : 0; }
 
+void clef_engine_memory_info(const clef_engine *e, clef_memory_info *out) {
+    memset(out, 0, sizeof *out);
+    if (!e) return;
+    out->prepared_bytes = clef_engine_prepared_bytes(e);
+    if (!e->ops || !e->ops->buffer_stats) return;
+    clef_ops_buffers b;
+    e->ops->buffer_stats(e->ops, &b);
+    out->buffer_cache_bytes = b.cached_bytes;
+    out->buffer_cache_blocks = b.cached_blocks;
+    out->buffer_live_bytes = b.live_bytes;
+    out->buffer_peak_bytes = b.peak_live_bytes;
+    out->buffer_hits = b.hits;
+    out->buffer_misses = b.misses;
+    out->buffer_released = b.released;
+}
+
 clef_engine *clef_open(const clef_options *o, char *errbuf, size_t err_len) {
     clef_err err;
     clef_err_clear(&err);

@@ -2,8 +2,13 @@
 #include "serve/metrics.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 #include "clef.h"
 
@@ -184,4 +189,43 @@ void clef_metrics_render_cache(clef_buf *b, const clef_cache_info *ci) {
                        "# TYPE clef_state_cache_entries gauge\nclef_state_cache_entries %zu\n", ci->entries);
     clef_buf_printf(b, "# HELP clef_state_cache_limit_bytes The cache's bound (0: off).\n"
                        "# TYPE clef_state_cache_limit_bytes gauge\nclef_state_cache_limit_bytes %zu\n", ci->limit);
+}
+
+/* Bytes resident now, from /proc/self/statm (0 where there is none). */
+static size_t resident_bytes(void) {
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (!f) return 0;
+    unsigned long long size = 0, rss = 0;
+    int n = fscanf(f, "%llu %llu", &size, &rss);
+    fclose(f);
+    long page = sysconf(_SC_PAGESIZE);
+    return n == 2 && page > 0 ? (size_t)(rss * (unsigned long long)page) : 0;
+}
+
+void clef_metrics_render_memory(clef_buf *b, const clef_memory_info *mi) {
+    clef_buf_printf(b, "# HELP process_resident_memory_bytes Resident memory of the process.\n"
+                       "# TYPE process_resident_memory_bytes gauge\nprocess_resident_memory_bytes %zu\n",
+                    resident_bytes());
+    clef_buf_printf(b, "# HELP clef_buffer_cache_bytes Freed activation buffers the backend keeps for the next forward.\n"
+                       "# TYPE clef_buffer_cache_bytes gauge\nclef_buffer_cache_bytes %zu\n", mi->buffer_cache_bytes);
+    clef_buf_printf(b, "# HELP clef_buffer_cache_blocks Blocks in the buffer cache.\n"
+                       "# TYPE clef_buffer_cache_blocks gauge\nclef_buffer_cache_blocks %zu\n", mi->buffer_cache_blocks);
+    clef_buf_printf(b, "# HELP clef_buffer_live_bytes Activation buffers in use by the forward running now.\n"
+                       "# TYPE clef_buffer_live_bytes gauge\nclef_buffer_live_bytes %zu\n", mi->buffer_live_bytes);
+    clef_buf_printf(b, "# HELP clef_buffer_peak_bytes The most activation buffers in use at once so far.\n"
+                       "# TYPE clef_buffer_peak_bytes gauge\nclef_buffer_peak_bytes %zu\n", mi->buffer_peak_bytes);
+    clef_buf_printf(b, "# HELP clef_buffer_requests_total Activation buffer requests, by where they were served from.\n"
+                       "# TYPE clef_buffer_requests_total counter\n"
+                       "clef_buffer_requests_total{from=\"cache\"} %llu\nclef_buffer_requests_total{from=\"fresh\"} %llu\n",
+                    (unsigned long long)mi->buffer_hits, (unsigned long long)mi->buffer_misses);
+    clef_buf_printf(b, "# HELP clef_buffer_released_total Activation buffers given back to the system.\n"
+                       "# TYPE clef_buffer_released_total counter\nclef_buffer_released_total %llu\n",
+                    (unsigned long long)mi->buffer_released);
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33))
+    struct mallinfo2 m = mallinfo2(); /* walks every malloc arena under its lock: a scrape, not a hot path */
+    clef_buf_printf(b, "# HELP clef_malloc_bytes The C allocator's memory: in use, free inside its arenas, mapped for large blocks.\n"
+                       "# TYPE clef_malloc_bytes gauge\nclef_malloc_bytes{kind=\"in_use\"} %zu\n"
+                       "clef_malloc_bytes{kind=\"free\"} %zu\nclef_malloc_bytes{kind=\"mapped\"} %zu\n",
+                    m.uordblks, m.fordblks, m.hblkhd);
+#endif
 }

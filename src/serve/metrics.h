@@ -27,4 +27,7 @@ void clef_metrics_render(clef_metrics *m, clef_buf *out, size_t queue_depth, siz
 /* The state cache's counters (clef_engine_cache_info) in the same text format. */
 void clef_metrics_render_cache(clef_buf *out, const clef_cache_info *ci);
 
+/* Process and engine memory (clef_engine_memory_info; the resident set; glibc's allocator). */
+void clef_metrics_render_memory(clef_buf *out, const clef_memory_info *mi);
+
 #endif

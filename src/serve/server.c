@@ -383,6 +383,9 @@ static enum MHD_Result answer_get(clef_server *s, req *r, const char *url) {
             clef_cache_info ci;
             clef_engine_cache_info(s->engine, &ci);
             clef_metrics_render_cache(&b, &ci);
+            clef_memory_info mi;
+            clef_engine_memory_info(s->engine, &mi);
+            clef_metrics_render_memory(&b, &mi);
         }
         snprintf(r->outcome, sizeof r->outcome, "ok");
         rc = b.oom ? MHD_NO : send_bytes(r, 200, "text/plain; version=0.0.4; charset=utf-8", b.data, b.len);

@@ -271,6 +271,13 @@ def test_routes(srv):
                  "clef_batch_size_bucket", "clef_queue_wait_seconds_bucket", "clef_batch_compute_seconds_bucket", "clef_ready 1"]:
         check(name in text, "metrics has %s" % name)
     check(hd.get("content-type", "").startswith("text/plain"), "metrics content type")
+    gauges = dict(ln.rsplit(" ", 1) for ln in text.splitlines() if ln and not ln.startswith("#"))
+    for name in ["clef_buffer_cache_bytes", "clef_buffer_live_bytes", "clef_buffer_peak_bytes", "clef_state_cache_bytes",
+                 'clef_buffer_requests_total{from="fresh"}', 'clef_malloc_bytes{kind="in_use"}']:
+        check(name in gauges and float(gauges[name]) >= 0, "metrics has %s" % name)
+    rss_metric, rss_proc = float(gauges.get("process_resident_memory_bytes", -1)), srv.rss_kb() * 1024
+    check(0.8 * rss_proc <= rss_metric <= 1.25 * rss_proc,
+          "process_resident_memory_bytes %.0f is the process's VmRSS (%d)" % (rss_metric, rss_proc))
     st, hd, data = request(srv.port, "GET", "/nope")
     check(st == 404 and json.loads(data)["error"]["type"] == "NotFound", "404 unknown path")
     st, hd, data = request(srv.port, "GET", "/v1/systemone")

@@ -35,6 +35,7 @@ typedef struct {
 struct clef_arena {
     pthread_mutex_t mu;
     size_t cap, cached;
+    size_t live, peak_live; /* bytes of large blocks handed out now / at most so far */
     int n;
     uint64_t clock;
     slot_t slot[SLOTS];
@@ -99,9 +100,9 @@ float *clef_arena_alloc(clef_arena *a, size_t n) {
     }
     pthread_mutex_lock(&a->mu);
     int best = -1;
-    for (int i = 0; i < a->n; i++) { /* smallest fitting block that is at most half slack */
+    for (int i = 0; i < a->n; i++) { /* the smallest fitting block, however large */
         size_t c = a->slot[i].cap;
-        if (c >= need && c / 2 <= need && (best < 0 || c < a->slot[best].cap)) best = i;
+        if (c >= need && (best < 0 || c < a->slot[best].cap)) best = i;
     }
     size_t cap = 0;
     if (best >= 0) {
@@ -117,6 +118,10 @@ float *clef_arena_alloc(clef_arena *a, size_t n) {
         if (posix_memalign(&base, 64, cap) != 0) return NULL;
         POISON((char *)base + HDR, cap - HDR);
     }
+    pthread_mutex_lock(&a->mu);
+    a->live += cap;
+    if (a->live > a->peak_live) a->peak_live = a->live;
+    pthread_mutex_unlock(&a->mu);
     UNPOISON(base, HDR);
     ((hdr_t *)base)->cap = cap;
     POISON(base, HDR);
@@ -129,6 +134,11 @@ void clef_arena_free(clef_arena *a, float *p) {
     void *base = (char *)p - HDR;
     UNPOISON(base, HDR);
     size_t cap = ((hdr_t *)base)->cap;
+    if (cap) {
+        pthread_mutex_lock(&a->mu);
+        a->live -= cap;
+        pthread_mutex_unlock(&a->mu);
+    }
     if (cap == 0 || cap > a->cap) {
         if (cap) {
             pthread_mutex_lock(&a->mu);
@@ -162,5 +172,7 @@ void clef_arena_get_stats(clef_arena *a, clef_arena_stats *st) {
     st->hits = a->hits;
     st->misses = a->misses;
     st->released = a->released;
+    st->live_bytes = a->live;
+    st->peak_live_bytes = a->peak_live;
     pthread_mutex_unlock(&a->mu);
 }

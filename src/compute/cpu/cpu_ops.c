@@ -55,6 +55,14 @@ static inline float siluf_(float x) { return x / (1.0f + expf(-x)); }
 static float *cpu_alloc(clef_ops *ops, size_t n) { return clef_arena_alloc(((cpu_impl *)ops->impl)->arena, n); }
 static void cpu_free(clef_ops *ops, float *p) { clef_arena_free(((cpu_impl *)ops->impl)->arena, p); }
 
+static void cpu_buffer_stats(clef_ops *ops, clef_ops_buffers *out) {
+    clef_arena_stats st;
+    clef_arena_get_stats(((cpu_impl *)ops->impl)->arena, &st);
+    *out = (clef_ops_buffers){.cached_bytes = st.cached_bytes, .cached_blocks = st.cached_blocks,
+                              .live_bytes = st.live_bytes, .peak_live_bytes = st.peak_live_bytes,
+                              .hits = st.hits, .misses = st.misses, .released = st.released};
+}
+
 /* CLEF_CPU_CACHE_MB: the most MiB of freed activation buffers kept for reuse (0: none). */
 static size_t cache_cap(const clef_knobs *k) {
     return k->cpu_cache_mb < 0 ? CLEF_ARENA_CAP_DEFAULT : (size_t)k->cpu_cache_mb << 20;
@@ -486,6 +494,7 @@ clef_ops *clef_cpu_ops_create(int nthreads, const clef_knobs *knobs, clef_err *e
     ops->host_memory = 1;
     ops->impl = im;
     ops->destroy = cpu_destroy;
+    ops->buffer_stats = cpu_buffer_stats;
     ops->alloc = cpu_alloc;
     ops->free = cpu_free;
     ops->upload = cpu_upload;
