@@ -208,7 +208,7 @@ void clef_metrics_render_memory(clef_buf *b, const clef_memory_info *mi) {
                     resident_bytes());
     clef_buf_printf(b, "# HELP clef_buffer_cache_bytes Freed activation buffers the backend keeps for the next forward.\n"
                        "# TYPE clef_buffer_cache_bytes gauge\nclef_buffer_cache_bytes %zu\n", mi->buffer_cache_bytes);
-    clef_buf_printf(b, "# HELP clef_buffer_cache_blocks Blocks in the buffer cache.\n"
+    clef_buf_printf(b, "# HELP clef_buffer_cache_blocks Memory chunks the buffer cache holds.\n"
                        "# TYPE clef_buffer_cache_blocks gauge\nclef_buffer_cache_blocks %zu\n", mi->buffer_cache_blocks);
     clef_buf_printf(b, "# HELP clef_buffer_live_bytes Activation buffers in use by the forward running now.\n"
                        "# TYPE clef_buffer_live_bytes gauge\nclef_buffer_live_bytes %zu\n", mi->buffer_live_bytes);

@@ -1,4 +1,4 @@
-/* The CPU backend's buffer cache (src/compute/cpu/cpu_arena.c): reuse, size classes, the cap,
+/* The CPU backend's buffer cache (src/compute/cpu/cpu_arena.c): reuse, merging, the cap,
  * small blocks, and concurrent use. */
 #include <pthread.h>
 #include <stdint.h>
@@ -27,69 +27,92 @@ static void *hammer(void *arg) { /* alloc/write/free of varied sizes; returns no
 int main(void) {
     clef_arena_stats st;
     {
-        clef_arena *a = clef_arena_create(64 * MB);
+        clef_arena *a = clef_arena_create(256 * MB);
         CHECK(a != NULL);
-        /* a large block comes back for the same request, and for a slightly smaller one */
+        /* a large block comes back for the same request, and for a smaller one */
         float *p = clef_arena_alloc(a, 2 * MB);
         CHECK(p && ((uintptr_t)p & 63) == 0);
         p[0] = 1.0f;
         p[2 * MB - 1] = 2.0f;
         clef_arena_free(a, p);
         clef_arena_get_stats(a, &st);
-        CHECK(st.cached_blocks == 1 && st.cached_bytes >= 8 * MB && st.misses == 1);
+        CHECK(st.cached_blocks == 1 && st.held_bytes == 64 * MB && st.cached_bytes == 64 * MB && st.misses == 1);
         float *p2 = clef_arena_alloc(a, 2 * MB);
         CHECK(p2 == p);
         clef_arena_free(a, p2);
-        float *p3 = clef_arena_alloc(a, 2 * MB - 1000);
+        float *p3 = clef_arena_alloc(a, MB / 2);
         CHECK(p3 == p);
-        /* a much smaller request takes the cached block too (its pages are resident anyway) */
+        clef_arena_get_stats(a, &st);
+        CHECK(st.hits == 2 && st.misses == 1 && st.live_bytes >= 2 * MB && st.live_bytes < 2 * MB + 8192);
         clef_arena_free(a, p3);
-        float *s = clef_arena_alloc(a, MB / 2);
-        CHECK(s == p);
-        clef_arena_get_stats(a, &st);
-        CHECK(st.hits == 3 && st.misses == 1 && st.cached_blocks == 0);
-        CHECK(st.live_bytes >= 8 * MB && st.peak_live_bytes == st.live_bytes);
-        clef_arena_free(a, s);
-        /* two blocks alive at once are distinct; the smallest fitting one is chosen */
-        float *b1 = clef_arena_alloc(a, 2 * MB), *b2 = clef_arena_alloc(a, MB / 2);
-        CHECK(b1 == p && b2 && b2 != b1);
-        clef_arena_free(a, b1);
+        /* blocks alive at once are distinct and do not overlap; freed neighbours merge, so one block
+         * of their combined size fits where they were */
+        float *b1 = clef_arena_alloc(a, 2 * MB), *b2 = clef_arena_alloc(a, 2 * MB), *b3 = clef_arena_alloc(a, MB);
+        CHECK(b1 == p && b2 && b3 && (char *)b2 >= (char *)(b1 + 2 * MB) && (char *)b3 >= (char *)(b2 + 2 * MB));
         clef_arena_free(a, b2);
-        float *sm = clef_arena_alloc(a, MB / 2);
-        CHECK(sm == b2);
-        clef_arena_free(a, sm);
+        clef_arena_free(a, b1);
+        float *big = clef_arena_alloc(a, 4 * MB);
+        CHECK(big == p);
+        clef_arena_free(a, big);
+        clef_arena_free(a, b3);
         clef_arena_get_stats(a, &st);
-        CHECK(st.live_bytes == 0 && st.peak_live_bytes > 8 * MB);
-        /* over the cap, the oldest blocks are released */
-        float *big[5];
-        for (int i = 0; i < 5; i++) big[i] = clef_arena_alloc(a, 4 * MB); /* 16 MiB each */
-        for (int i = 0; i < 5; i++) clef_arena_free(a, big[i]);
+        CHECK_MSG(st.misses == 1 && st.cached_blocks == 1 && st.cached_bytes == st.held_bytes && st.live_bytes == 0,
+                  "one chunk, wholly free again: %zu misses, %zu chunks, %zu of %zu bytes free", st.misses,
+                  st.cached_blocks, st.cached_bytes, st.held_bytes);
+        CHECK(st.peak_live_bytes >= 5 * 4 * MB);
+        /* a block larger than a chunk gets a chunk of its own size (2 MiB steps) */
+        float *huge = clef_arena_alloc(a, 20 * MB); /* 80 MiB + a page */
+        CHECK(huge != NULL);
         clef_arena_get_stats(a, &st);
-        CHECK_MSG(st.cached_bytes <= 64 * MB, "cached %zu", st.cached_bytes);
-        CHECK(st.released >= 2);
-        float *again = clef_arena_alloc(a, 4 * MB);
-        CHECK(again == big[4] || again == big[3] || again == big[2] || again == big[1]);
-        clef_arena_free(a, again);
-        /* small blocks: aligned, not cached */
+        CHECK(st.cached_blocks == 2 && st.held_bytes == 64 * MB + 82 * MB);
+        clef_arena_free(a, huge);
+        /* small blocks: aligned, not from chunks */
         float *t = clef_arena_alloc(a, 10), *z = clef_arena_alloc(a, 0);
         CHECK(t && z && ((uintptr_t)t & 63) == 0 && ((uintptr_t)z & 63) == 0);
-        size_t before = st.cached_blocks;
+        clef_arena_get_stats(a, &st);
+        size_t before = st.cached_bytes;
         clef_arena_free(a, t);
         clef_arena_free(a, z);
         clef_arena_free(a, NULL);
         clef_arena_get_stats(a, &st);
-        CHECK(st.cached_blocks == before);
+        CHECK(st.cached_bytes == before);
         CHECK(clef_arena_alloc(a, SIZE_MAX / 2) == NULL);
         clef_arena_destroy(a);
     }
-    {   /* forwards of other shapes after a larger one reuse its blocks: nothing new is mapped, the
-         * cache does not grow (it did, by a block per shape, while blocks over twice a request
-         * were refused) */
+    {   /* the cap: chunks never pass it; wholly free ones go first; a block that cannot fit is a
+         * mapping of its own, given back when freed */
+        clef_arena *a = clef_arena_create(128 * MB);
+        CHECK(a != NULL);
+        float *x = clef_arena_alloc(a, 15 * MB), *y = clef_arena_alloc(a, 15 * MB); /* 60 MiB each: one chunk each */
+        clef_arena_get_stats(a, &st);
+        CHECK(x && y && st.cached_blocks == 2 && st.held_bytes == 128 * MB);
+        float *w = clef_arena_alloc(a, 10 * MB); /* no room, none free: its own mapping */
+        clef_arena_get_stats(a, &st);
+        CHECK(w && st.held_bytes == 128 * MB && st.live_bytes >= 160 * MB);
+        clef_arena_free(a, w);
+        clef_arena_get_stats(a, &st);
+        CHECK(st.released == 1 && st.held_bytes == 128 * MB);
+        clef_arena_free(a, x);
+        float *v = clef_arena_alloc(a, 30 * MB); /* 122 MiB: the free chunk is released, still no room: its own mapping */
+        clef_arena_get_stats(a, &st);
+        CHECK(v && st.held_bytes <= 128 * MB);
+        clef_arena_free(a, v);
+        clef_arena_free(a, y);
+        float *u = clef_arena_alloc(a, 30 * MB); /* now both chunks are free: released, one of 122 MiB made */
+        clef_arena_get_stats(a, &st);
+        CHECK_MSG(u && st.cached_blocks == 1 && st.held_bytes == 122 * MB, "%zu chunks, %zu bytes",
+                  st.cached_blocks, st.held_bytes);
+        clef_arena_free(a, u);
+        clef_arena_destroy(a);
+    }
+    {   /* forwards of other shapes after a larger one fit in what it left: nothing new is mapped
+         * (with blocks cached whole by size class, each new shape made new blocks) */
         clef_arena *a = clef_arena_create(256 * MB);
         CHECK(a != NULL);
-        size_t shape[4][3] = {{4 * MB, 2 * MB, MB}, {MB, MB, MB}, {3 * MB / 4, 2 * MB, MB / 2}, {MB / 4 + 1, MB / 3, 3 * MB}};
-        size_t misses_after_first = 0, bytes_after_first = 0;
-        for (int f = 0; f < 4; f++) {
+        size_t shape[5][3] = {{4 * MB, 2 * MB, MB}, {MB, MB, MB}, {3 * MB / 4, 2 * MB, MB / 2},
+                              {MB / 4 + 1, MB / 3, 3 * MB}, {6 * MB, MB / 2, MB / 2}};
+        size_t misses_after_first = 0, held_after_first = 0;
+        for (int f = 0; f < 5; f++) {
             float *live[3];
             for (int i = 0; i < 3; i++) {
                 live[i] = clef_arena_alloc(a, shape[f][i]);
@@ -100,12 +123,12 @@ int main(void) {
             clef_arena_get_stats(a, &st);
             if (f == 0) {
                 misses_after_first = st.misses;
-                bytes_after_first = st.cached_bytes;
+                held_after_first = st.held_bytes;
             }
         }
-        CHECK_MSG(st.misses == misses_after_first && st.cached_bytes == bytes_after_first,
-                  "%zu misses, %zu bytes cached after the first forward; %zu, %zu after all", misses_after_first,
-                  bytes_after_first, st.misses, st.cached_bytes);
+        CHECK_MSG(st.misses == misses_after_first && st.held_bytes == held_after_first,
+                  "%zu misses, %zu bytes held after the first forward; %zu, %zu after all", misses_after_first,
+                  held_after_first, st.misses, st.held_bytes);
         clef_arena_destroy(a);
     }
     {   /* cap 0: nothing is kept */
@@ -114,7 +137,7 @@ int main(void) {
         CHECK(p != NULL);
         clef_arena_free(a, p);
         clef_arena_get_stats(a, &st);
-        CHECK(st.cached_blocks == 0 && st.cached_bytes == 0 && st.released == 1);
+        CHECK(st.cached_blocks == 0 && st.held_bytes == 0 && st.released == 1 && st.live_bytes == 0);
         clef_arena_destroy(a);
     }
     {   /* concurrent alloc/free from several threads */
@@ -131,7 +154,7 @@ int main(void) {
         }
         CHECK(bad == 0);
         clef_arena_get_stats(a, &st);
-        CHECK(st.cached_bytes <= 40 * MB && st.hits > 0);
+        CHECK(st.held_bytes <= 40 * MB && st.live_bytes == 0);
         clef_arena_destroy(a);
     }
     /* poison mode: every block handed out, fresh or reused, small or large, is NaN */

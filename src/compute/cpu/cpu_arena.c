@@ -1,4 +1,8 @@
-/* The CPU backend's buffer cache (see cpu_arena.h). */
+/* The CPU backend's buffer cache (see cpu_arena.h): large blocks carved from held chunks, freed
+ * extents coalesced. Written here rather than taken from an allocator library because what it
+ * must do is narrow and exact: never give memory back while under the cap (so the resident set
+ * stays where the largest forward put it) and never clear or purge pages behind our back
+ * (jemalloc's and glibc's purging is what made the resident set move). */
 #include "compute/cpu/cpu_arena.h"
 
 #include <pthread.h>
@@ -8,8 +12,8 @@
 
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/asan_interface.h>
-/* Cached blocks are poisoned, so a use after ops->free is still caught; a handed-out block is
- * unpoisoned only up to the requested size, so its class slack is caught as an overflow; the
+/* Free extents are poisoned, so a use after ops->free is still caught; a handed-out block is
+ * unpoisoned only up to the requested size, so its page slack is caught as an overflow; the
  * header stays poisoned outside alloc/free, so an underflow is caught too. */
 #define POISON(p, n) ASAN_POISON_MEMORY_REGION((p), (n))
 #define UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION((p), (n))
@@ -18,27 +22,39 @@
 #define UNPOISON(p, n) ((void)(p), (void)(n))
 #endif
 
-#define HDR 64                            /* header before the data: keeps the data 64-byte aligned */
-#define SLOTS 64                          /* most blocks cached */
+#define HDR 64                       /* header before the data: keeps the data 64-byte aligned */
+#define GRAIN ((size_t)4096)         /* extents are whole pages */
+#define CHUNK_MIN ((size_t)64 << 20) /* the smallest chunk mapped */
+#define CHUNK_ROUND ((size_t)2 << 20)
+#define MAX_CHUNKS 64
 
 typedef struct {
-    size_t cap; /* bytes of the whole block, header included; 0: a small block (malloc'd) */
-    size_t pad[HDR / sizeof(size_t) - 1];
+    size_t off, len;
+} extent;
+
+typedef struct chunk {
+    char *base;
+    size_t size, used;
+    int nlive;         /* blocks handed out from it */
+    extent *free;      /* free extents, by address, never adjacent (coalesced) */
+    int nfree, capfree; /* capfree >= nlive + 1 always: a free never needs memory */
+    uint64_t stamp;    /* when it was last wholly free: the oldest go first */
+} chunk;
+
+typedef struct {
+    chunk *ch;  /* NULL: not from a chunk */
+    size_t len; /* bytes of the block, header included; 0 (with ch NULL): a small malloc'd block */
+    size_t pad[HDR / sizeof(size_t) - 2];
 } hdr_t;
-
-typedef struct {
-    void *base;
-    size_t cap;
-    uint64_t stamp; /* when freed: the oldest go first */
-} slot_t;
+_Static_assert(sizeof(hdr_t) == HDR, "header size");
 
 struct clef_arena {
     pthread_mutex_t mu;
-    size_t cap, cached;
-    size_t live, peak_live; /* bytes of large blocks handed out now / at most so far */
+    size_t cap, held; /* bytes of chunks allowed / held */
+    size_t live, peak_live;
+    chunk *ch[MAX_CHUNKS];
     int n;
     uint64_t clock;
-    slot_t slot[SLOTS];
     size_t hits, misses, released;
     int poison;
 };
@@ -54,26 +70,18 @@ clef_arena *clef_arena_create(size_t cap) {
     return a;
 }
 
+static void chunk_release(chunk *c) {
+    UNPOISON(c->base, c->size);
+    free(c->base);
+    free(c->free);
+    free(c);
+}
+
 void clef_arena_destroy(clef_arena *a) {
     if (!a) return;
-    for (int i = 0; i < a->n; i++) free(a->slot[i].base);
+    for (int i = 0; i < a->n; i++) chunk_release(a->ch[i]);
     pthread_mutex_destroy(&a->mu);
     free(a);
-}
-
-/* x rounded up to 3 significant bits (8 classes per power of two). x >= CLEF_ARENA_MIN_BYTES. */
-static size_t size_class(size_t x) {
-    int b = 63 - __builtin_clzll((unsigned long long)x);
-    size_t step = (size_t)1 << (b - 3);
-    return (x + step - 1) & ~(step - 1);
-}
-
-/* Removes slot i (order does not matter: the stamps keep the age). Lock held. */
-static void *take(clef_arena *a, int i) {
-    void *base = a->slot[i].base;
-    a->cached -= a->slot[i].cap;
-    a->slot[i] = a->slot[--a->n];
-    return base;
 }
 
 void clef_arena_set_poison(clef_arena *a, int on) { a->poison = on != 0; }
@@ -87,87 +95,176 @@ static float *handed_out(const clef_arena *a, float *p, size_t n) {
     return p;
 }
 
-float *clef_arena_alloc(clef_arena *a, size_t n) {
-    if (n == 0) n = 1;
-    if (n > (SIZE_MAX / 2) / sizeof(float)) return NULL;
-    size_t bytes = n * sizeof(float), need = bytes + HDR;
-    void *base = NULL;
-    if (need < CLEF_ARENA_MIN_BYTES) {
-        if (posix_memalign(&base, 64, need) != 0) return NULL;
-        ((hdr_t *)base)->cap = 0;
-        POISON(base, HDR);
-        return handed_out(a, (float *)((char *)base + HDR), n);
-    }
-    pthread_mutex_lock(&a->mu);
-    int best = -1;
-    for (int i = 0; i < a->n; i++) { /* the smallest fitting block, however large */
-        size_t c = a->slot[i].cap;
-        if (c >= need && (best < 0 || c < a->slot[best].cap)) best = i;
-    }
-    size_t cap = 0;
-    if (best >= 0) {
-        cap = a->slot[best].cap;
-        base = take(a, best);
-        a->hits++;
-    } else {
-        a->misses++;
-    }
-    pthread_mutex_unlock(&a->mu);
-    if (!base) {
-        cap = size_class(need);
-        if (posix_memalign(&base, 64, cap) != 0) return NULL;
-        POISON((char *)base + HDR, cap - HDR);
-    }
-    pthread_mutex_lock(&a->mu);
-    a->live += cap;
-    if (a->live > a->peak_live) a->peak_live = a->live;
-    pthread_mutex_unlock(&a->mu);
+static float *finish(const clef_arena *a, void *base, chunk *c, size_t len, size_t bytes, size_t n) {
     UNPOISON(base, HDR);
-    ((hdr_t *)base)->cap = cap;
+    *(hdr_t *)base = (hdr_t){.ch = c, .len = len};
     POISON(base, HDR);
     UNPOISON((char *)base + HDR, bytes);
     return handed_out(a, (float *)((char *)base + HDR), n);
+}
+
+/* Room for one more free extent than blocks handed out, made before a block is handed out. */
+static int reserve_extents(chunk *c) {
+    if (c->capfree >= c->nlive + 2) return 0;
+    int want = c->capfree ? 2 * c->capfree : 8;
+    extent *e = realloc(c->free, (size_t)want * sizeof *e);
+    if (!e) return -1;
+    c->free = e;
+    c->capfree = want;
+    return 0;
+}
+
+/* Hands out len bytes from extent j of chunk c (its start). Lock held. */
+static void *carve(clef_arena *a, chunk *c, int j, size_t len) {
+    void *base = c->base + c->free[j].off;
+    c->free[j].off += len;
+    c->free[j].len -= len;
+    if (c->free[j].len == 0) {
+        memmove(&c->free[j], &c->free[j + 1], (size_t)(c->nfree - j - 1) * sizeof(extent));
+        c->nfree--;
+    }
+    c->used += len;
+    c->nlive++;
+    a->live += len;
+    if (a->live > a->peak_live) a->peak_live = a->live;
+    return base;
+}
+
+/* A new chunk of at least len bytes within the cap, releasing wholly free chunks (the oldest
+ * first) to make room; NULL when it cannot be. Lock held. */
+static chunk *grow(clef_arena *a, size_t len) {
+    size_t size = len > CHUNK_MIN ? (len + CHUNK_ROUND - 1) / CHUNK_ROUND * CHUNK_ROUND : CHUNK_MIN;
+    if (size > a->cap) size = len; /* a small cap: a chunk of just this block */
+    while (a->held + size > a->cap || a->n == MAX_CHUNKS) {
+        int old = -1;
+        for (int i = 0; i < a->n; i++)
+            if (a->ch[i]->used == 0 && (old < 0 || a->ch[i]->stamp < a->ch[old]->stamp)) old = i;
+        if (old < 0) return NULL;
+        chunk *c = a->ch[old];
+        a->held -= c->size;
+        a->ch[old] = a->ch[--a->n];
+        a->released++;
+        chunk_release(c);
+    }
+    chunk *c = calloc(1, sizeof *c);
+    if (!c) return NULL;
+    void *base = NULL;
+    if (posix_memalign(&base, GRAIN, size) != 0) {
+        free(c);
+        return NULL;
+    }
+    c->base = base;
+    c->size = size;
+    if (reserve_extents(c) != 0) {
+        free(base);
+        free(c);
+        return NULL;
+    }
+    c->free[0] = (extent){0, size};
+    c->nfree = 1;
+    POISON(c->base, size);
+    a->ch[a->n++] = c;
+    a->held += size;
+    return c;
+}
+
+float *clef_arena_alloc(clef_arena *a, size_t n) {
+    if (n == 0) n = 1;
+    if (n > (SIZE_MAX / 4) / sizeof(float)) return NULL;
+    size_t bytes = n * sizeof(float);
+    void *base = NULL;
+    if (bytes + HDR < CLEF_ARENA_MIN_BYTES) {
+        if (posix_memalign(&base, 64, bytes + HDR) != 0) return NULL;
+        return finish(a, base, NULL, 0, bytes, n);
+    }
+    size_t len = (bytes + HDR + GRAIN - 1) / GRAIN * GRAIN;
+    pthread_mutex_lock(&a->mu);
+    chunk *bc = NULL;
+    int bj = -1;
+    for (int i = 0; i < a->n; i++) { /* best fit: the smallest free extent that holds it */
+        chunk *c = a->ch[i];
+        for (int j = 0; j < c->nfree; j++)
+            if (c->free[j].len >= len && (!bc || c->free[j].len < bc->free[bj].len)) {
+                bc = c;
+                bj = j;
+            }
+    }
+    if (bc && reserve_extents(bc) != 0) bc = NULL;
+    if (bc) {
+        a->hits++;
+    } else {
+        a->misses++;
+        bc = grow(a, len);
+        bj = 0;
+    }
+    if (bc) {
+        base = carve(a, bc, bj, len);
+        pthread_mutex_unlock(&a->mu);
+        return finish(a, base, bc, len, bytes, n);
+    }
+    pthread_mutex_unlock(&a->mu);
+    /* over the cap (or out of memory for a chunk): a block of its own, given back when freed */
+    if (posix_memalign(&base, GRAIN, len) != 0) return NULL;
+    pthread_mutex_lock(&a->mu);
+    a->live += len;
+    if (a->live > a->peak_live) a->peak_live = a->live;
+    pthread_mutex_unlock(&a->mu);
+    return finish(a, base, NULL, len, bytes, n);
+}
+
+/* Returns [off, off + len) to chunk c's free extents, merged with its neighbours. Lock held. */
+static void give_back(clef_arena *a, chunk *c, size_t off, size_t len) {
+    int j = 0;
+    while (j < c->nfree && c->free[j].off < off) j++;
+    int left = j > 0 && c->free[j - 1].off + c->free[j - 1].len == off;
+    int right = j < c->nfree && off + len == c->free[j].off;
+    if (left && right) {
+        c->free[j - 1].len += len + c->free[j].len;
+        memmove(&c->free[j], &c->free[j + 1], (size_t)(c->nfree - j - 1) * sizeof(extent));
+        c->nfree--;
+    } else if (left) {
+        c->free[j - 1].len += len;
+    } else if (right) {
+        c->free[j].off = off;
+        c->free[j].len += len;
+    } else { /* capfree > nfree: reserved when the block was handed out */
+        memmove(&c->free[j + 1], &c->free[j], (size_t)(c->nfree - j) * sizeof(extent));
+        c->free[j] = (extent){off, len};
+        c->nfree++;
+    }
+    c->used -= len;
+    c->nlive--;
+    a->live -= len;
+    if (c->used == 0) c->stamp = ++a->clock;
 }
 
 void clef_arena_free(clef_arena *a, float *p) {
     if (!p) return;
     void *base = (char *)p - HDR;
     UNPOISON(base, HDR);
-    size_t cap = ((hdr_t *)base)->cap;
-    if (cap) {
-        pthread_mutex_lock(&a->mu);
-        a->live -= cap;
-        pthread_mutex_unlock(&a->mu);
-    }
-    if (cap == 0 || cap > a->cap) {
-        if (cap) {
+    hdr_t h = *(hdr_t *)base;
+    if (!h.ch) {
+        if (h.len) {
             pthread_mutex_lock(&a->mu);
+            a->live -= h.len;
             a->released++;
             pthread_mutex_unlock(&a->mu);
         }
         free(base);
         return;
     }
-    POISON((char *)base + HDR, cap - HDR);
-    void *drop[SLOTS];
-    int nd = 0;
+    POISON(base, h.len);
     pthread_mutex_lock(&a->mu);
-    while (a->n > 0 && (a->n == SLOTS || a->cached + cap > a->cap)) { /* evict the oldest */
-        int old = 0;
-        for (int i = 1; i < a->n; i++)
-            if (a->slot[i].stamp < a->slot[old].stamp) old = i;
-        drop[nd++] = take(a, old);
-        a->released++;
-    }
-    a->slot[a->n++] = (slot_t){base, cap, ++a->clock};
-    a->cached += cap;
+    give_back(a, h.ch, (size_t)((char *)base - h.ch->base), h.len);
     pthread_mutex_unlock(&a->mu);
-    for (int i = 0; i < nd; i++) free(drop[i]); /* munmap outside the lock */
 }
 
 void clef_arena_get_stats(clef_arena *a, clef_arena_stats *st) {
     pthread_mutex_lock(&a->mu);
-    st->cached_bytes = a->cached;
+    size_t used = 0;
+    for (int i = 0; i < a->n; i++) used += a->ch[i]->used;
+    st->held_bytes = a->held;
+    st->cached_bytes = a->held - used;
     st->cached_blocks = (size_t)a->n;
     st->hits = a->hits;
     st->misses = a->misses;

@@ -2,22 +2,26 @@
  *
  * A forward allocates a few buffers of T x width floats per op and layer and frees them at the
  * end; fresh large allocations are new anonymous mappings, so every forward paid for page faults
- * and the kernel's clearing of every page it wrote (~3% of a 2,048-token prefill). Freed large
- * blocks are kept in a cache and handed out again for requests of the same size class, so a
- * steady stream of forwards maps no new memory.
+ * and the kernel's clearing of every page it wrote (~3% of a 2,048-token prefill). So large
+ * blocks are carved from chunks the arena holds, and a steady stream of forwards maps no new
+ * memory and keeps a flat resident set.
  *
- * - Large blocks (>= CLEF_ARENA_MIN_BYTES) are rounded up to a size class (3 significant bits,
- *   <= 12.5% of virtual slack, never written) and cached on free; a request takes the smallest
- *   cached block that fits, however much larger: a cached block's pages are resident either way,
- *   and refusing a block as too large only made a new one beside it (with a "at most half
- *   unused" rule, a 10-minute soak held 190 MB cached for forwards that never had more than
- *   94 MB live at once; now what is kept converges to the largest forward's blocks). (Transparent huge pages for the blocks
- *   made the first forward slower: docs/rejected-experiments.md.)
- * - The cache holds at most `cap` bytes; over it, the least recently freed blocks are released.
+ * - Large blocks (>= CLEF_ARENA_MIN_BYTES) are whole pages carved from chunks (>= 64 MiB each,
+ *   or the block's size rounded to 2 MiB): the smallest free extent that holds the block, at its
+ *   start; a freed block's extent merges with its free neighbours, so when a forward ends every
+ *   chunk is one free extent again and the next forward, of any shape no larger, fits in what is
+ *   held. Before (blocks of fixed size classes, cached whole), forwards of new shapes kept
+ *   needing new blocks beside the cached ones: a 10-minute soak on tiny held 190 MB cached for
+ *   forwards that never had more than 94 MB in use at once (docs/reliability.md "The soak").
+ * - The chunks hold at most `cap` bytes; a chunk that would pass it first releases wholly free
+ *   chunks (the longest free first); a block that still does not fit is a mapping of its own,
+ *   given back when freed. Chunks are kept until then: never released while under the cap.
  * - Small blocks go straight to malloc (glibc reuses them without clearing).
  * - Reused memory is NOT cleared: callers never relied on zeroed buffers (posix_memalign never
  *   promised it); the poison mode below is how a test holds them to that.
- * - Thread-safe (one mutex; a handful of calls per op). */
+ * - Thread-safe (one mutex; a handful of calls per op).
+ * (Transparent huge pages for the blocks made the first forward slower:
+ * docs/rejected-experiments.md.) */
 #ifndef CLEF_COMPUTE_CPU_ARENA_H
 #define CLEF_COMPUTE_CPU_ARENA_H
 
@@ -28,7 +32,8 @@
 
 typedef struct clef_arena clef_arena;
 
-/* NULL when out of memory. cap: most bytes kept cached (0: cache nothing). */
+/* NULL when out of memory. cap: most bytes of chunks held (0: hold none; every large block is
+ * its own mapping). */
 clef_arena *clef_arena_create(size_t cap);
 /* Poison mode (CLEF_ARENA_POISON=1, docs/knobs.md): from now on every block clef_arena_alloc hands
  * out, fresh or reused, small or large, has its n floats set to CLEF_ARENA_POISON_BITS (a quiet NaN),
@@ -42,8 +47,9 @@ float *clef_arena_alloc(clef_arena *a, size_t n);
 void clef_arena_free(clef_arena *a, float *p); /* NULL ok */
 
 typedef struct {
-    size_t cached_bytes, cached_blocks; /* now in the cache */
-    size_t hits, misses, released;      /* large requests served from the cache / fresh; blocks released */
+    size_t held_bytes;                  /* bytes of the chunks held */
+    size_t cached_bytes, cached_blocks; /* free bytes inside them; the number of chunks */
+    size_t hits, misses, released;      /* large requests served from held chunks / not; chunks and own mappings given back */
     size_t live_bytes, peak_live_bytes; /* large blocks handed out now / at most at once so far */
 } clef_arena_stats;
 void clef_arena_get_stats(clef_arena *a, clef_arena_stats *st);
