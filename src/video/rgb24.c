@@ -226,6 +226,32 @@ static int local_pos(int subsample, int pos) {
     return pos >> subsample;
 }
 
+/* libswscale's horizontal chroma step (hscale) on plane k of a 4:2:0 frame: every chroma row of
+ * (w + 1) / 2 samples to dst_w 15-bit intermediates (sum of samples x 14-bit taps, >> 7 for 8 bits or
+ * >> (depth - 1), capped at 2^15 - 1) into rows, ch rows of dst_w. */
+static void hscale_chroma(const AVFrame *f, int k, int bits, int ch, int dst_w, const int *hp, const int *hc,
+                          int hn, int32_t *rows) {
+    const int cw = (f->width + 1) >> 1;
+    const int hsh = bits == 8 ? 7 : bits - 1;
+    for (int r = 0; r < ch; r++) {
+        const uint8_t *line = f->data[k] + (ptrdiff_t)r * f->linesize[k];
+        int32_t *out = rows + (size_t)r * dst_w;
+        for (int x = 0; x < dst_w; x++) {
+            int64_t acc = 0;
+            for (int j = 0; j < hn; j++) {
+                int cf = hc[(size_t)x * hn + j];
+                if (!cf) continue;
+                int sx = hp[x] + j;
+                sx = sx < 0 ? 0 : sx >= cw ? cw - 1 : sx;
+                int smp = bits == 8 ? line[sx] : ((const uint16_t *)line)[sx];
+                acc += (int64_t)smp * cf;
+            }
+            acc >>= hsh;
+            out[x] = (int32_t)(acc > 32767 ? 32767 : acc);
+        }
+    }
+}
+
 /* The chroma steps of 9.5 (see the top of this file) into c->mid: horizontal (libswscale's hscale to
  * 15-bit intermediates, filtered when the frame's chroma siting asks for it) then vertical with 9.5's
  * rounding to 8 bits. */
@@ -277,26 +303,8 @@ static int build_mid(clef_rgb24_conv *c, const AVFrame *f, const AVPixFmtDescrip
             for (int x = 0; x < w; x++) dst[x] = (uint16_t)(src[x] << ysh);
         }
     }
-    /* hscale: sum of samples x 14-bit taps, >> 7 (8-bit) or >> (depth - 1), capped at 2^15 - 1 */
-    const int hsh = bits == 8 ? 7 : bits - 1;
     for (int k = 1; k <= 2; k++) {
-        for (int r = 0; r < ch; r++) {
-            const uint8_t *line = f->data[k] + (ptrdiff_t)r * f->linesize[k];
-            int32_t *out = rows + (size_t)r * cw;
-            for (int x = 0; x < cw; x++) {
-                int64_t acc = 0;
-                for (int j = 0; j < hn; j++) {
-                    int cf = hc[(size_t)x * hn + j];
-                    if (!cf) continue;
-                    int sx = hp[x] + j;
-                    sx = sx < 0 ? 0 : sx >= cw ? cw - 1 : sx;
-                    int smp = bits == 8 ? line[sx] : ((const uint16_t *)line)[sx];
-                    acc += (int64_t)smp * cf;
-                }
-                acc >>= hsh;
-                out[x] = (int32_t)(acc > 32767 ? 32767 : acc);
-            }
-        }
+        hscale_chroma(f, k, bits, ch, cw, hp, hc, hn, rows);
         /* vertical: (sum of rows x 12-bit taps + 2^18) >> 19, clipped to 8 bits */
         for (int y = 0; y < h; y++) {
             uint16_t *dst = (uint16_t *)(m->data[k] + (size_t)y * m->linesize[k]);
