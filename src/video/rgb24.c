@@ -1,7 +1,8 @@
 /* RGB24 conversion of decoded video frames, bit-equal to the reference's (PyAV 18.1.0 frame.to_rgb():
  * sws_scale_frame(SWS_BILINEAR) on its bundled FFmpeg 8.1.2, libswscale 9.5) with Debian's FFmpeg 5.1
  * (libswscale 6.7). Measured on the fixture clips and on synthetic frames through PyAV 18.1.0 (every
- * pixel of each frame compared; docs/spec-corrections.md "Video"), the two libraries part in two places:
+ * pixel of each frame compared; docs/spec-corrections.md "Video"), the two libraries part in three
+ * places:
  *
  *  1. The destination stride. PyAV converts into a frame from av_frame_get_buffer(align 16): its rgb24
  *     row is 3 * FFALIGN(w, 16) bytes. libswscale's x86 SIMD converter for 4:2:0/4:2:2 8-bit to RGB
@@ -22,8 +23,15 @@
  *     hands Debian's libswscale a 4:2:2 frame (at the source's luma depth, luma untouched, chroma
  *     C8 << (depth - 8)) whose chroma needs no vertical filter: the writer's one-row path then gives
  *     exactly C8, and the rest (luma rounding, the yuv->rgb tables, clipping) is the same code in both
- *     versions. Odd widths are left to libswscale as they are: there both versions switch to full
- *     horizontal chroma interpolation and 6.7's rounding differs again (not reproduced; no fixture).
+ *     versions. (Even widths.)
+ *
+ *  3. The same frames of odd width. For an odd output width libswscale interpolates chroma horizontally
+ *     to the full luma width and writes RGB with its "full-chroma" writer (an integer matrix on 17-bit
+ *     Y, U, V; no tables). That writer has the same uvalpha shortcut in 6.7 and the weighting in 9.5,
+ *     U = (u0 * (4096 - a) + u1 * a - 2^26) >> 10, whose two bits below the 15-bit intermediates no frame
+ *     handed to 6.7 can carry. clef does the whole conversion itself (full_chroma_420). With 6.7 alone,
+ *     13,463 of 17,010 RGB values of av1_10bit_35x27.mkv were off (up to 54 levels) and 40,728 of
+ *     54,990 of vp9_65x47.webm (up to 84); now none.
  *
  * Colour: sws_scale_frame (9.5) reads the frame's colorspace and range; the legacy sws_scale (ours) does
  * not, so the frame's matrix and range are set with sws_setColorspaceDetails when the frame names them.
@@ -179,7 +187,8 @@ static enum AVPixelFormat mid_format(int bits) {
 }
 
 /* Does 8.1.2 take its scaled path with a 2-tap vertical chroma filter for this frame, and can we do that
- * step (planar 4:2:0 without alpha, little-endian or 8-bit samples of 8..14 bits, even width)? */
+ * step (planar 4:2:0 without alpha, little-endian or 8-bit samples of 8..14 bits)? Odd widths then take
+ * the full-chroma path (full_chroma_420), even ones the 4:2:2 intermediate (build_mid). */
 static int needs_vchroma(const AVFrame *f, const AVPixFmtDescriptor *d) {
     if (!d || (d->flags & (AV_PIX_FMT_FLAG_RGB | AV_PIX_FMT_FLAG_ALPHA | AV_PIX_FMT_FLAG_BE | AV_PIX_FMT_FLAG_PAL |
                            AV_PIX_FMT_FLAG_HWACCEL | AV_PIX_FMT_FLAG_BITSTREAM | AV_PIX_FMT_FLAG_FLOAT)))
@@ -191,7 +200,6 @@ static int needs_vchroma(const AVFrame *f, const AVPixFmtDescriptor *d) {
     if (bits < 8 || bits > 14 || mid_format(bits) == AV_PIX_FMT_NONE) return 0;
     for (int k = 0; k < 3; k++)
         if (d->comp[k].plane != k || d->comp[k].depth != bits || d->comp[k].shift != 0) return 0;
-    if (f->width & 1) return 0;
     return bits > 8 || (f->height & 1);
 }
 
@@ -224,6 +232,32 @@ static int local_pos(int subsample, int pos) {
     if (pos == -1 || pos <= -513) pos = (128 << subsample) - 128;
     pos += 128;
     return pos >> subsample;
+}
+
+/* libswscale's horizontal chroma step (hscale) on plane k of a 4:2:0 frame: every chroma row of
+ * (w + 1) / 2 samples to dst_w 15-bit intermediates (sum of samples x 14-bit taps, >> 7 for 8 bits or
+ * >> (depth - 1), capped at 2^15 - 1) into rows, ch rows of dst_w. */
+static void hscale_chroma(const AVFrame *f, int k, int bits, int ch, int dst_w, const int *hp, const int *hc,
+                          int hn, int32_t *rows) {
+    const int cw = (f->width + 1) >> 1;
+    const int hsh = bits == 8 ? 7 : bits - 1;
+    for (int r = 0; r < ch; r++) {
+        const uint8_t *line = f->data[k] + (ptrdiff_t)r * f->linesize[k];
+        int32_t *out = rows + (size_t)r * dst_w;
+        for (int x = 0; x < dst_w; x++) {
+            int64_t acc = 0;
+            for (int j = 0; j < hn; j++) {
+                int cf = hc[(size_t)x * hn + j];
+                if (!cf) continue;
+                int sx = hp[x] + j;
+                sx = sx < 0 ? 0 : sx >= cw ? cw - 1 : sx;
+                int smp = bits == 8 ? line[sx] : ((const uint16_t *)line)[sx];
+                acc += (int64_t)smp * cf;
+            }
+            acc >>= hsh;
+            out[x] = (int32_t)(acc > 32767 ? 32767 : acc);
+        }
+    }
 }
 
 /* The chroma steps of 9.5 (see the top of this file) into c->mid: horizontal (libswscale's hscale to
@@ -277,26 +311,8 @@ static int build_mid(clef_rgb24_conv *c, const AVFrame *f, const AVPixFmtDescrip
             for (int x = 0; x < w; x++) dst[x] = (uint16_t)(src[x] << ysh);
         }
     }
-    /* hscale: sum of samples x 14-bit taps, >> 7 (8-bit) or >> (depth - 1), capped at 2^15 - 1 */
-    const int hsh = bits == 8 ? 7 : bits - 1;
     for (int k = 1; k <= 2; k++) {
-        for (int r = 0; r < ch; r++) {
-            const uint8_t *line = f->data[k] + (ptrdiff_t)r * f->linesize[k];
-            int32_t *out = rows + (size_t)r * cw;
-            for (int x = 0; x < cw; x++) {
-                int64_t acc = 0;
-                for (int j = 0; j < hn; j++) {
-                    int cf = hc[(size_t)x * hn + j];
-                    if (!cf) continue;
-                    int sx = hp[x] + j;
-                    sx = sx < 0 ? 0 : sx >= cw ? cw - 1 : sx;
-                    int smp = bits == 8 ? line[sx] : ((const uint16_t *)line)[sx];
-                    acc += (int64_t)smp * cf;
-                }
-                acc >>= hsh;
-                out[x] = (int32_t)(acc > 32767 ? 32767 : acc);
-            }
-        }
+        hscale_chroma(f, k, bits, ch, cw, hp, hc, hn, rows);
         /* vertical: (sum of rows x 12-bit taps + 2^18) >> 19, clipped to 8 bits */
         for (int y = 0; y < h; y++) {
             uint16_t *dst = (uint16_t *)(m->data[k] + (size_t)y * m->linesize[k]);
@@ -317,6 +333,134 @@ static int build_mid(clef_rgb24_conv *c, const AVFrame *f, const AVPixFmtDescrip
         }
     }
     free(rows);
+    free(vp);
+    free(vc);
+    free(hp);
+    free(hc);
+    return 0;
+}
+
+/* Division by 2^s rounding toward minus infinity, as an arithmetic right shift does (C leaves >> of a
+ * negative value to the implementation). */
+static int64_t floor_shift(int64_t v, int s) { return v >= 0 ? v >> s : -((-v + ((int64_t)1 << s) - 1) >> s); }
+
+/* libswscale's roundToInt16 of a 16.16 value scaled up: (f + 2^15) >> 16, clipped to int16. */
+static int round16(int64_t f) {
+    int64_t r = floor_shift(f + (1 << 15), 16);
+    return (int)(r < -0x8000 ? -0x8000 : r > 0x7FFF ? 0x7FFF : r);
+}
+
+/* The coefficients of libswscale's full-chroma writer, as sws_setColorspaceDetails sets them (its
+ * ff_yuv2rgb_c_init_tables) for matrix `inv` (sws_getCoefficients: v->r, u->b, u->g, v->g in 16.16),
+ * source range full or limited, brightness 0, contrast and saturation 1.0 (the values both clef and 9.5's
+ * sws_scale_frame pass; at 1.0 the contrast and saturation products are exact). */
+typedef struct full_coefs {
+    int y_off, y_mul, v2r, v2g, u2g, u2b;
+} full_coefs;
+
+static full_coefs full_coefs_for(const int *inv, int full) {
+    int64_t crv = inv[0], cbu = inv[1], cgu = -(int64_t)inv[2], cgv = -(int64_t)inv[3];
+    int64_t cy = 1 << 16, oy = 0;
+    if (!full) {
+        cy = (cy * 255) / 219;
+        oy = 16 << 16;
+    } else { /* C's truncating division, as libswscale's */
+        crv = (crv * 224) / 255;
+        cbu = (cbu * 224) / 255;
+        cgu = (cgu * 224) / 255;
+        cgv = (cgv * 224) / 255;
+    }
+    full_coefs k = {round16(oy * (1 << 9)), round16(cy * (1 << 13)), round16(crv * (1 << 13)),
+                    round16(cgv * (1 << 13)), round16(cgu * (1 << 13)), round16(cbu * (1 << 13))};
+    return k;
+}
+
+/* One channel of the writer: the sum wraps as libswscale's unsigned 32-bit arithmetic does; a value with
+ * bit 31 set (negative as int) clips to 0, one of 2^30 or more to 2^30 - 1; the top 8 of 30 bits. */
+static uint8_t full_channel(int64_t v) {
+    uint32_t u = (uint32_t)v; /* modulo 2^32, well defined */
+    if (u & 0x80000000u) return 0;
+    if (u & 0x40000000u) u = 0x3FFFFFFF;
+    return (uint8_t)(u >> 22);
+}
+
+/* 4:2:0 of odd width on the scaled path, all of it by hand into out (w x h, tight rows): for an odd
+ * output width libswscale switches to full horizontal chroma interpolation (chroma scaled to the luma
+ * width, then the "full" packed-RGB writer: integer matrix, no tables), and 6.7's writer for one luma tap
+ * takes chroma row 0 alone below uvalpha 2048 and the mean of the two rows above it, with 15-bit chroma
+ * at most; 9.5's weighs the rows, U = (u0 * (4096 - a) + u1 * a - 2^26) >> 10, 17 bits. No input to
+ * 6.7's sws_scale carries those two bits (its intermediates stop at 15), so no 4:2:2 or 4:4:4 frame we
+ * could hand it gives 9.5's answer; this function is the whole conversion. Written by hand, not copied:
+ * from reading libswscale's output.c, utils.c and yuv2rgb.c (LGPL; the 6.x text, which has the 6.7
+ * writer), with 9.5's weighting as measured through PyAV 18.1, and checked against PyAV 18.1 on the two
+ * fixture clips and on synthetic frames (8 to 14 bits, widths 1 to 129, BT.601/709/2020 and untagged,
+ * both ranges): every byte equal. (Samples above their bit depth, which no decoder gives, are not
+ * matched; they were not before either.) Steps: luma to 15 bits (identity filter: sample << (15 - depth),
+ * capped at 2^15 - 1 as hscale caps); chroma hscale (cw -> w, bilinear, the frame's siting) to 15 bits;
+ * the vertical chroma filter (ch -> h); the writer, Y and chroma at 17 bits. */
+static int full_chroma_420(const AVFrame *f, const AVPixFmtDescriptor *d, const full_coefs *k, clef_rgb *out,
+                           clef_err *err) {
+    const int bits = d->comp[0].depth, w = f->width, h = f->height;
+    const int cw = (w + 1) >> 1, ch = (h + 1) >> 1;
+    if ((size_t)ch > SIZE_MAX / 2 / sizeof(int32_t) / (size_t)w)
+        return clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA, "video frame of %dx%d", w, h);
+    int xpos, ypos;
+    chroma_pos(f, &xpos, &ypos);
+    int *vp = NULL, *vc = NULL, vn = 0, *hp = NULL, *hc = NULL, hn = 0;
+    if (clef_rgb24_filter(ch, h, local_pos(1, ypos), local_pos(0, -513), 1 << 12, 1, &vp, &vc, &vn, err)) return -1;
+    if (clef_rgb24_filter(cw, w, local_pos(1, xpos), local_pos(0, -513), 1 << 14, 0, &hp, &hc, &hn, err)) {
+        free(vp);
+        free(vc);
+        return -1;
+    }
+    int32_t *u15 = malloc(sizeof *u15 * 2 * (size_t)ch * w);
+    if (!u15 || clef_rgb_alloc(out, w, h, err)) {
+        free(vp);
+        free(vc);
+        free(hp);
+        free(hc);
+        if (!u15) return clef_err_set(err, CLEF_E_OOM, "out of memory for a %dx%d video frame", w, h);
+        free(u15);
+        return -1;
+    }
+    int32_t *v15 = u15 + (size_t)ch * w;
+    hscale_chroma(f, 1, bits, ch, w, hp, hc, hn, u15);
+    hscale_chroma(f, 2, bits, ch, w, hp, hc, hn, v15);
+    const int ysh = bits == 8 ? 7 : 15 - bits;
+    for (int y = 0; y < h; y++) {
+        const int *cf = vc + (size_t)y * vn;
+        const int p0 = vp[y];
+        /* which writer 9.5's vertical step calls: one chroma tap (uvalpha 0), two summing to 4096 (the
+         * one-luma-tap writer with uvalpha = the second), else the general one (rounded sum; no frame
+         * tested needed it: a 2x upscale leaves 2 taps summing to 4096) */
+        const int one = vn == 1, two = vn == 2 && cf[0] + cf[1] == 4096 && cf[1] >= 0 && cf[1] <= 4096;
+        const uint8_t *ysrc = f->data[0] + (ptrdiff_t)y * f->linesize[0];
+        uint8_t *o = out->px + (size_t)y * 3 * w;
+        for (int x = 0; x < w; x++) {
+            int64_t U, V;
+            if (one) {
+                U = ((int64_t)u15[(size_t)p0 * w + x] - (128 << 7)) * 4;
+                V = ((int64_t)v15[(size_t)p0 * w + x] - (128 << 7)) * 4;
+            } else {
+                int64_t su = two ? 0 : (1 << 9), sv = su;
+                for (int j = 0; j < vn; j++) {
+                    int r = p0 + j;
+                    r = r < 0 ? 0 : r >= ch ? ch - 1 : r;
+                    su += (int64_t)u15[(size_t)r * w + x] * cf[j];
+                    sv += (int64_t)v15[(size_t)r * w + x] * cf[j];
+                }
+                U = floor_shift(su - ((int64_t)128 << 19), 10);
+                V = floor_shift(sv - ((int64_t)128 << 19), 10);
+            }
+            int64_t y15 = (int64_t)(bits == 8 ? ysrc[x] : ((const uint16_t *)ysrc)[x]) << ysh;
+            if (y15 > 32767) y15 = 32767; /* as C hscale caps (samples over their depth: not matched) */
+            int64_t Y = (y15 * 4 - k->y_off) * k->y_mul + (1 << 21);
+            o[3 * x] = full_channel(Y + V * k->v2r);
+            o[3 * x + 1] = full_channel(Y + V * k->v2g + U * k->u2g);
+            o[3 * x + 2] = full_channel(Y + U * k->u2b);
+        }
+    }
+    free(u15);
     free(vp);
     free(vc);
     free(hp);
@@ -362,7 +506,14 @@ int clef_rgb24_convert(clef_rgb24_conv *c, const AVFrame *f, clef_rgb *out, clef
         return clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA, "video frame of %dx%d", f->width, f->height);
     const AVFrame *src = f;
     int full = is_full_range(f);
+    /* the matrix 9.5 takes from the frame (and clef passes with sws_setColorspaceDetails below) */
+    const int cs = f->colorspace == AVCOL_SPC_UNSPECIFIED || f->colorspace == AVCOL_SPC_RGB ? SWS_CS_DEFAULT
+                                                                                         : (int)f->colorspace;
     if (needs_vchroma(f, d)) {
+        if (f->width & 1) {
+            full_coefs k = full_coefs_for(sws_getCoefficients(cs), full);
+            return full_chroma_420(f, d, &k, out, err);
+        }
         if (build_mid(c, f, d, err)) return -1;
         src = c->mid;
     }
@@ -376,8 +527,6 @@ int clef_rgb24_convert(clef_rgb24_conv *c, const AVFrame *f, clef_rgb *out, clef
     }
     if (get_sws(c, src, hpos, vpos, colour, err)) return -1;
     if (colour) {
-        int cs = f->colorspace == AVCOL_SPC_UNSPECIFIED || f->colorspace == AVCOL_SPC_RGB ? SWS_CS_DEFAULT
-                                                                                          : (int)f->colorspace;
         const int *coefs = sws_getCoefficients(cs);
         sws_setColorspaceDetails(c->sws, coefs, full, sws_getCoefficients(SWS_CS_DEFAULT), 1, 0, 1 << 16, 1 << 16);
     }

@@ -1,7 +1,8 @@
 /* A decoded video frame to RGB24 as the reference computes it: PyAV 18.1.0's frame.to_rgb() on its
- * bundled FFmpeg 8.1.2 (libswscale 9.5), reproduced with Debian's FFmpeg 5.1 libswscale 6.7 plus one
- * step of our own. Where the two libswscale versions part, and why this is what we do, is in rgb24.c
- * and docs/spec-corrections.md "Video". */
+ * bundled FFmpeg 8.1.2 (libswscale 9.5), reproduced with Debian's FFmpeg 5.1 libswscale 6.7 plus steps
+ * of our own (4:2:0 on libswscale's scaled path: the vertical chroma step for even widths, the whole
+ * conversion for odd ones). Where the two libswscale versions part, and why this is what we do, is in
+ * rgb24.c and docs/spec-corrections.md "Video". */
 #ifndef CLEF_VIDEO_RGB24_H
 #define CLEF_VIDEO_RGB24_H
 

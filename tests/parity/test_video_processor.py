@@ -8,9 +8,9 @@ Each clip's bytes are checked against the recorded sha256 first. Every clip is c
 
 KNOWN: clips whose grid, indices, fps and timestamps are equal but whose pixels are not (the RGB
 conversion: Debian's swscale 6.7 vs PyAV's bundled swscale 9.5; docs/spec-corrections.md "Video",
-src/video/rgb24.c): 4:2:0 frames of odd width that swscale takes on its scaled path (over 8 bits, or
-odd height). For an entry the test checks everything but the hash, and fails if the hash
-becomes equal (then the entry must go)."""
+src/video/rgb24.c). None now: the last two (4:2:0 of odd width on swscale's scaled path,
+av1_10bit_35x27.mkv and vp9_65x47.webm) are converted by rgb24.c's own full-chroma path. For an entry
+the test checks everything but the hash, and fails if the hash becomes equal (then the entry must go)."""
 import hashlib
 import json
 import os
@@ -23,10 +23,7 @@ BUILD = os.environ.get("CLEF_BUILD", os.path.join(ROOT, "build"))
 TOOL = os.path.join(BUILD, "tests", "video_tool")
 
 
-KNOWN = {
-    "av1_10bit_35x27.mkv": "odd width on swscale's scaled path (full chroma interpolation): 6.7's rounding, not reproduced",
-    "vp9_65x47.webm": "odd width on swscale's scaled path (full chroma interpolation): 6.7's rounding, not reproduced",
-}
+KNOWN = {}
 
 
 def main():

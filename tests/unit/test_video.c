@@ -10,7 +10,9 @@
  *   - entry forms: data: URL and bare base64 decode to the same clip; "" and garbage get the reference's
  *     TypeError text; paths only when allowed;
  *   - the chroma filter of src/video/rgb24.c (libswscale's bilinear initFilter) on sizes whose taps were
- *     read off the model that matched PyAV 18.1's output (docs/spec-corrections.md "Video").
+ *     read off the model that matched PyAV 18.1's output (docs/spec-corrections.md "Video");
+ *   - rgb24.c's full-chroma path (4:2:0 of odd width, 10-bit BT.709 full range and 8-bit odd height):
+ *     the rgb24 sha256 PyAV 18.1 gave for the same planes.
  * Peak RSS of the process is checked (< 512 MiB; 1 GiB under ASan): no limit may let the whole clip be paid for first.
  * Time is printed, not asserted. */
 #include <libavcodec/avcodec.h>
@@ -23,6 +25,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/sha256.h"
 #include "image/image_internal.h"
 #include "test.h"
 #include "video/rgb24.h"
@@ -254,6 +257,58 @@ int main(void) {
         free(pos);
         free(coef);
         CHECK(clef_rgb24_filter(0, 4, 128, 128, 1 << 12, 1, &pos, &coef, &sz, &e) == -1 && !pos && !coef);
+    }
+
+    /* 4:2:0 of odd width on libswscale's scaled path (rgb24.c's full_chroma_420): frames drawn by formula,
+     * their rgb24 sha256 as PyAV 18.1.0's to_rgb() (FFmpeg 8.1.2) gave it for the same planes and tags.
+     * 9 rows (5 of chroma), so the vertical filter has 2 taps (libswscale keeps 1 for 3 chroma rows or
+     * fewer, where Debian's 6.7 gives the same bytes); with 6.7 alone these two frames are 194 and 213
+     * values off. */
+    {
+        struct {
+            int w, h, fmt, bits, space, range, a[9];
+            const char *sha;
+        } t[] = {
+            {11, 9, AV_PIX_FMT_YUV420P10LE, 10, AVCOL_SPC_BT709, AVCOL_RANGE_JPEG, {211, 97, 40, 313, 151, 100, 173, 359, 500},
+             "eb862976e02f090fcd5630a83ccc6a8bfbe8cb780b1fe0a8de998f33a4efbfb2"},
+            {13, 9, AV_PIX_FMT_YUV420P, 8, AVCOL_SPC_UNSPECIFIED, AVCOL_RANGE_MPEG, {53, 29, 16, 71, 37, 20, 19, 83, 90},
+             "4c8f1f047872918c124ea3bfc69a71cb335be152105c559ee2fccf9dde1ea0d4"},
+        };
+        for (size_t i = 0; i < sizeof t / sizeof *t; i++) {
+            AVFrame *f = av_frame_alloc();
+            CHECK(f != NULL);
+            if (!f) break;
+            f->width = t[i].w;
+            f->height = t[i].h;
+            f->format = t[i].fmt;
+            f->colorspace = t[i].space;
+            f->color_range = t[i].range;
+            CHECK(av_frame_get_buffer(f, 32) == 0);
+            const int m = 1 << t[i].bits;
+            for (int pl = 0; pl < 3; pl++) {
+                const int pw = pl ? (t[i].w + 1) / 2 : t[i].w, ph = pl ? (t[i].h + 1) / 2 : t[i].h;
+                const int *a = t[i].a + 3 * pl;
+                for (int y = 0; y < ph; y++)
+                    for (int x = 0; x < pw; x++) {
+                        int smp = (y * a[0] + x * a[1] + a[2]) % m;
+                        uint8_t *row = f->data[pl] + (size_t)y * f->linesize[pl];
+                        if (t[i].bits == 8) row[x] = (uint8_t)smp;
+                        else ((uint16_t *)row)[x] = (uint16_t)smp;
+                    }
+            }
+            clef_rgb24_conv conv;
+            memset(&conv, 0, sizeof conv);
+            clef_rgb rgb;
+            char hex[65] = "";
+            CHECK(clef_rgb24_convert(&conv, f, &rgb, &e) == 0);
+            if (rgb.px) {
+                clef_sha256_hex(rgb.px, (size_t)3 * rgb.w * rgb.h, hex);
+                clef_rgb_free(&rgb);
+            }
+            CHECK_STR(hex, t[i].sha);
+            clef_rgb24_conv_free(&conv);
+            av_frame_free(&f);
+        }
     }
 
     struct rusage ru;
