@@ -153,6 +153,10 @@ static chunk *grow(clef_arena *a, size_t len) {
         free(c);
         return NULL;
     }
+    /* Touched whole now: the page faults are paid once, here, and the resident set is what is
+     * held from the start (untouched, a chunk's far pages went resident one forward at a time,
+     * so the resident set crept up long after what was held had stopped moving). */
+    memset(base, 0, size);
     c->base = base;
     c->size = size;
     if (reserve_extents(c) != 0) {
