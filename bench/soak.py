@@ -321,7 +321,7 @@ def main():
                 st.add("health_error", False, f"/health: {e!r}")
             time.sleep(0.1)
 
-    MEM = ("process_resident_memory_bytes", "clef_buffer_cache_bytes", "clef_buffer_peak_bytes",
+    MEM = ("process_resident_memory_bytes", "clef_buffer_held_bytes", "clef_buffer_cache_bytes", "clef_buffer_peak_bytes",
            "clef_state_cache_bytes", 'clef_malloc_bytes{kind="in_use"}', 'clef_malloc_bytes{kind="free"}',
            'clef_malloc_bytes{kind="mapped"}')
 

@@ -99,7 +99,8 @@ CLEF_API void clef_engine_cache_info(const clef_engine *e, clef_cache_info *out)
  * activation buffers (CPU: the blocks of 1 MiB and more; CLEF_CPU_CACHE_MB bounds the cached
  * ones); all 0 for a backend that does not report them. */
 typedef struct clef_memory_info {
-    size_t buffer_cache_bytes, buffer_cache_blocks; /* freed, kept for the next forward */
+    size_t buffer_held_bytes;                       /* kept for activations, in use or free */
+    size_t buffer_cache_bytes, buffer_cache_blocks; /* the free part of it; the pieces it is held in */
     size_t buffer_live_bytes, buffer_peak_bytes;    /* in use now / at most at once so far */
     uint64_t buffer_hits, buffer_misses, buffer_released;
     size_t prepared_bytes;                          /* clef_engine_prepared_bytes */

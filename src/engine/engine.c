@@ -134,6 +134,7 @@ void clef_engine_memory_info(const clef_engine *e, clef_memory_info *out) {
     if (!e->ops || !e->ops->buffer_stats) return;
     clef_ops_buffers b;
     e->ops->buffer_stats(e->ops, &b);
+    out->buffer_held_bytes = b.held_bytes;
     out->buffer_cache_bytes = b.cached_bytes;
     out->buffer_cache_blocks = b.cached_blocks;
     out->buffer_live_bytes = b.live_bytes;

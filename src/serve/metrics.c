@@ -206,6 +206,8 @@ void clef_metrics_render_memory(clef_buf *b, const clef_memory_info *mi) {
     clef_buf_printf(b, "# HELP process_resident_memory_bytes Resident memory of the process.\n"
                        "# TYPE process_resident_memory_bytes gauge\nprocess_resident_memory_bytes %zu\n",
                     resident_bytes());
+    clef_buf_printf(b, "# HELP clef_buffer_held_bytes Memory the backend keeps for activation buffers, in use or free.\n"
+                       "# TYPE clef_buffer_held_bytes gauge\nclef_buffer_held_bytes %zu\n", mi->buffer_held_bytes);
     clef_buf_printf(b, "# HELP clef_buffer_cache_bytes Freed activation buffers the backend keeps for the next forward.\n"
                        "# TYPE clef_buffer_cache_bytes gauge\nclef_buffer_cache_bytes %zu\n", mi->buffer_cache_bytes);
     clef_buf_printf(b, "# HELP clef_buffer_cache_blocks Memory chunks the buffer cache holds.\n"

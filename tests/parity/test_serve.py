@@ -272,7 +272,7 @@ def test_routes(srv):
         check(name in text, "metrics has %s" % name)
     check(hd.get("content-type", "").startswith("text/plain"), "metrics content type")
     gauges = dict(ln.rsplit(" ", 1) for ln in text.splitlines() if ln and not ln.startswith("#"))
-    for name in ["clef_buffer_cache_bytes", "clef_buffer_live_bytes", "clef_buffer_peak_bytes", "clef_state_cache_bytes",
+    for name in ["clef_buffer_held_bytes", "clef_buffer_cache_bytes", "clef_buffer_live_bytes", "clef_buffer_peak_bytes", "clef_state_cache_bytes",
                  'clef_buffer_requests_total{from="fresh"}', 'clef_malloc_bytes{kind="in_use"}']:
         check(name in gauges and float(gauges[name]) >= 0, "metrics has %s" % name)
     rss_metric, rss_proc = float(gauges.get("process_resident_memory_bytes", -1)), srv.rss_kb() * 1024

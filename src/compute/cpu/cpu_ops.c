@@ -58,7 +58,7 @@ static void cpu_free(clef_ops *ops, float *p) { clef_arena_free(((cpu_impl *)ops
 static void cpu_buffer_stats(clef_ops *ops, clef_ops_buffers *out) {
     clef_arena_stats st;
     clef_arena_get_stats(((cpu_impl *)ops->impl)->arena, &st);
-    *out = (clef_ops_buffers){.cached_bytes = st.cached_bytes, .cached_blocks = st.cached_blocks,
+    *out = (clef_ops_buffers){.held_bytes = st.held_bytes, .cached_bytes = st.cached_bytes, .cached_blocks = st.cached_blocks,
                               .live_bytes = st.live_bytes, .peak_live_bytes = st.peak_live_bytes,
                               .hits = st.hits, .misses = st.misses, .released = st.released};
 }
