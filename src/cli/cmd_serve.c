@@ -158,16 +158,10 @@ int cmd_serve(int argc, char **argv) {
         return 2;
     }
 
-    /* Steady memory. A request's buffers (its body, the JSON tree, decoded and resized pixels)
-     * are reused from the heap, not mapped and unmapped per request: a fixed mmap threshold
-     * (which also stops glibc's dynamic one from rising), heaps trimmed only past 64 MiB free,
-     * and at most 8 malloc arenas however many connection threads there are. Blocks of 32 MiB
-     * and more (an image near the pixel cap) are still mapped and given back. With freed request
-     * memory unmapped at once (a 128 KiB threshold), the resident set swung with what the
-     * requests in flight held (210-277 MB within every minute of the soak: docs/reliability.md). */
-    mallopt(M_MMAP_THRESHOLD, 32 << 20);
-    mallopt(M_TRIM_THRESHOLD, 64 << 20);
-    mallopt(M_ARENA_MAX, 8);
+    /* Steady memory: large buffers (bodies, decoded images) go back to the system when freed
+     * instead of raising glibc's dynamic mmap threshold and staying in the heap. */
+    mallopt(M_MMAP_THRESHOLD, 128 * 1024);
+    mallopt(M_TRIM_THRESHOLD, 1024 * 1024);
     /* Every thread started from here on inherits this mask; the main thread waits for them. */
     sigemptyset(&sig_set);
     sigaddset(&sig_set, SIGTERM);
