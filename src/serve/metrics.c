@@ -202,27 +202,28 @@ static size_t resident_bytes(void) {
     return n == 2 && page > 0 ? (size_t)(rss * (unsigned long long)page) : 0;
 }
 
+/* One unlabelled series with its HELP and TYPE lines. */
+static void series1(clef_buf *b, const char *name, const char *type, const char *help, unsigned long long v) {
+    clef_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n%s %llu\n", name, help, name, type, name, v);
+}
+
 void clef_metrics_render_memory(clef_buf *b, const clef_memory_info *mi) {
-    clef_buf_printf(b, "# HELP process_resident_memory_bytes Resident memory of the process.\n"
-                       "# TYPE process_resident_memory_bytes gauge\nprocess_resident_memory_bytes %zu\n",
-                    resident_bytes());
-    clef_buf_printf(b, "# HELP clef_buffer_held_bytes Memory the backend keeps for activation buffers, in use or free.\n"
-                       "# TYPE clef_buffer_held_bytes gauge\nclef_buffer_held_bytes %zu\n", mi->buffer_held_bytes);
-    clef_buf_printf(b, "# HELP clef_buffer_cache_bytes Freed activation buffers the backend keeps for the next forward.\n"
-                       "# TYPE clef_buffer_cache_bytes gauge\nclef_buffer_cache_bytes %zu\n", mi->buffer_cache_bytes);
-    clef_buf_printf(b, "# HELP clef_buffer_cache_blocks Memory chunks the buffer cache holds.\n"
-                       "# TYPE clef_buffer_cache_blocks gauge\nclef_buffer_cache_blocks %zu\n", mi->buffer_cache_blocks);
-    clef_buf_printf(b, "# HELP clef_buffer_live_bytes Activation buffers in use by the forward running now.\n"
-                       "# TYPE clef_buffer_live_bytes gauge\nclef_buffer_live_bytes %zu\n", mi->buffer_live_bytes);
-    clef_buf_printf(b, "# HELP clef_buffer_peak_bytes The most activation buffers in use at once so far.\n"
-                       "# TYPE clef_buffer_peak_bytes gauge\nclef_buffer_peak_bytes %zu\n", mi->buffer_peak_bytes);
+    series1(b, "process_resident_memory_bytes", "gauge", "Resident memory of the process.", resident_bytes());
+    series1(b, "clef_buffer_held_bytes", "gauge", "Memory the backend keeps for activation buffers, in use or free.",
+            mi->buffer_held_bytes);
+    series1(b, "clef_buffer_cache_bytes", "gauge", "Free memory the backend holds for the next forward's activations.",
+            mi->buffer_cache_bytes);
+    series1(b, "clef_buffer_cache_blocks", "gauge", "Memory chunks the buffer cache holds.", mi->buffer_cache_blocks);
+    series1(b, "clef_buffer_live_bytes", "gauge", "Activation buffers in use by the forward running now.",
+            mi->buffer_live_bytes);
+    series1(b, "clef_buffer_peak_bytes", "gauge", "The most activation buffers in use at once so far.",
+            mi->buffer_peak_bytes);
     clef_buf_printf(b, "# HELP clef_buffer_requests_total Activation buffer requests, by where they were served from.\n"
                        "# TYPE clef_buffer_requests_total counter\n"
                        "clef_buffer_requests_total{from=\"cache\"} %llu\nclef_buffer_requests_total{from=\"fresh\"} %llu\n",
                     (unsigned long long)mi->buffer_hits, (unsigned long long)mi->buffer_misses);
-    clef_buf_printf(b, "# HELP clef_buffer_released_total Activation buffers given back to the system.\n"
-                       "# TYPE clef_buffer_released_total counter\nclef_buffer_released_total %llu\n",
-                    (unsigned long long)mi->buffer_released);
+    series1(b, "clef_buffer_released_total", "counter", "Activation buffer memory given back to the system (chunks or blocks).",
+            mi->buffer_released);
 #if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33))
     struct mallinfo2 m = mallinfo2(); /* walks every malloc arena under its lock: a scrape, not a hot path */
     clef_buf_printf(b, "# HELP clef_malloc_bytes The C allocator's memory: in use, free inside its arenas, mapped for large blocks.\n"
