@@ -24,9 +24,9 @@
 
 #define HDR 64                       /* header before the data: keeps the data 64-byte aligned */
 #define GRAIN ((size_t)4096)         /* extents are whole pages */
-#define CHUNK_MIN ((size_t)64 << 20) /* the smallest chunk mapped */
+#define CHUNK_MIN CLEF_ARENA_CHUNK_MIN
 #define CHUNK_ROUND ((size_t)2 << 20)
-#define MAX_CHUNKS 64
+#define MAX_CHUNKS 256
 
 typedef struct {
     size_t off, len;

@@ -6,7 +6,7 @@
  * blocks are carved from chunks the arena holds, and a steady stream of forwards maps no new
  * memory and keeps a flat resident set.
  *
- * - Large blocks (>= CLEF_ARENA_MIN_BYTES) are whole pages carved from chunks (>= 64 MiB each,
+ * - Large blocks (>= CLEF_ARENA_MIN_BYTES) are whole pages carved from chunks (>= 8 MiB each,
  *   or the block's size rounded to 2 MiB): the smallest free extent that holds the block, at its
  *   start; a freed block's extent merges with its free neighbours, so when a forward ends every
  *   chunk is one free extent again and the next forward, of any shape no larger, fits in what is
@@ -29,6 +29,10 @@
 
 #define CLEF_ARENA_MIN_BYTES ((size_t)1 << 20)
 #define CLEF_ARENA_CAP_DEFAULT ((size_t)1 << 30)
+/* The smallest chunk: small enough that touching it whole costs a one-shot run little (a chunk
+ * is cleared once when made; 64 MiB chunks made the allocation-failure sweep, an engine per
+ * step, minutes slower), large enough that a forward's small blocks share a few chunks. */
+#define CLEF_ARENA_CHUNK_MIN ((size_t)8 << 20)
 
 typedef struct clef_arena clef_arena;
 
