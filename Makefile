@@ -22,7 +22,15 @@
 
 CC      ?= cc
 BUILD   ?= build
-PKGS    := oniguruma libutf8proc libmicrohttpd libpng libjpeg libwebp libwebpdemux libgif zlib libavformat libavcodec libswscale libavutil
+PKGS    := oniguruma libutf8proc libmicrohttpd libpng libjpeg libwebp libwebpdemux libgif zlib
+# VIDEO=0: a build without FFmpeg (videos are refused with UnsupportedMedia). FFmpeg's libraries pull
+# ~160 MB of codec libraries at load time; tools/device-check.sh builds its carried binaries so.
+VIDEO   ?= 1
+ifeq ($(VIDEO),1)
+  PKGS  += libavformat libavcodec libswscale libavutil
+else
+  EXTRA_CFLAGS += -DCLEF_NO_VIDEO
+endif
 # CLI_PKGS: linked into the clef binary only (clef pull, src/cli/pull.c); the library never touches the network
 CLI_PKGS := libcurl
 WARN    := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wno-unused-parameter

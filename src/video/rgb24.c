@@ -1,3 +1,4 @@
+#ifndef CLEF_NO_VIDEO /* a build without FFmpeg (make VIDEO=0) has no colour conversion either */
 /* RGB24 conversion of decoded video frames, bit-equal to the reference's (PyAV 18.1.0 frame.to_rgb():
  * sws_scale_frame(SWS_BILINEAR) on its bundled FFmpeg 8.1.2, libswscale 9.5) with Debian's FFmpeg 5.1
  * (libswscale 6.7). Measured on the fixture clips and on synthetic frames through PyAV 18.1.0 (every
@@ -553,3 +554,4 @@ int clef_rgb24_convert(clef_rgb24_conv *c, const AVFrame *f, clef_rgb *out, clef
     free(buf);
     return 0;
 }
+#endif /* CLEF_NO_VIDEO */

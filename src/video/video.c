@@ -10,15 +10,19 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#ifndef CLEF_NO_VIDEO
 #include <libavcodec/avcodec.h>
 #include <libavformat/avformat.h>
 #include <libavutil/imgutils.h>
 #include <libavutil/log.h>
 #include <libswscale/swscale.h>
+#endif
 
 #include "base/pyfmt.h"
 #include "image/image_internal.h"
+#ifndef CLEF_NO_VIDEO
 #include "video/rgb24.h"
+#endif
 
 void clef_video_opts_default(clef_video_opts *o) {
     memset(o, 0, sizeof *o);
@@ -197,6 +201,7 @@ int clef_video_smart_resize(int64_t num_frames, int64_t h, int64_t w, int64_t fa
     return 0;
 }
 
+#ifndef CLEF_NO_VIDEO
 /* ---- FFmpeg from memory ---- */
 
 typedef struct {
@@ -607,6 +612,17 @@ done:
     if (rc) clef_video_free(out);
     return rc;
 }
+#else /* CLEF_NO_VIDEO: a build without FFmpeg (`make VIDEO=0`, docs/building.md) */
+
+int clef_video_prepare_bytes(const uint8_t *data, size_t n, const clef_video_opts *o, clef_video *out,
+                             clef_err *err) {
+    (void)data;
+    (void)n;
+    (void)o;
+    memset(out, 0, sizeof *out);
+    return clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA, "this build of clef has no video decoding (built with VIDEO=0)");
+}
+#endif
 
 int clef_video_prepare(const char *entry, size_t len, const clef_video_opts *o, clef_video *out, clef_err *err) {
     memset(out, 0, sizeof *out);
