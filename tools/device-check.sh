@@ -28,8 +28,9 @@
 #          bf16 at 436 / 2048 / 16384 tokens (reps 3, 16k once) with per-op times and MFU, 16 x 436
 #          records one after another and packed into one forward; fp32 at 436 / 2048
 #       6. CUDA graphs: fast at 436 / 2048 and 16 x 436 packed with --graph 1 (replayed forwards)
-#       7. the previous run's kernels (CLEF_CUDA_ATTN=simt CLEF_CUDA_DELTA=v2), fast and fp32 at
-#          436 / 2048: the side-by-side of the pending v3 kernels
+#       7. other kernels side by side: by default the oldest (CLEF_CUDA_ATTN=simt CLEF_CUDA_DELTA=v2),
+#          fast and fp32 at 436 / 2048; $DEVCHECK_PREV_ATTN, _DELTA, _PRECISION, _TOKENS choose (e.g.
+#          CLEF_CUDA_ATTN=v4 for the whole run and DEVCHECK_PREV_ATTN=v3 DEVCHECK_PREV_PRECISION=bf16)
 #     Everything lands in $OUT (<= 9 files): summary.txt, device-check.log, build.log,
 #     test_cuda_ops.txt, corpus.json, batch.json, bench.jsonl, nvidia-smi.txt.
 #
@@ -371,9 +372,11 @@ if [ $((SECONDS - T0)) -lt 150 ]; then
   EXTRA="(graphs)" bench 20 --precision fast --tokens 436,2048 --reps 5 --records 0 --packed 16 --graph 1
 else say "graphs: skipped (over 150 s)"; fi
 if [ $((SECONDS - T0)) -lt 160 ]; then
-  export CLEF_CUDA_ATTN=simt CLEF_CUDA_DELTA=v2
-  EXTRA="(attn=simt delta=v2)" bench 25 --precision both --tokens 436,2048 --reps 1 --records 0
-  export CLEF_CUDA_ATTN=v3 CLEF_CUDA_DELTA=v3
+  keep_attn=$CLEF_CUDA_ATTN keep_delta=$CLEF_CUDA_DELTA
+  export CLEF_CUDA_ATTN=${DEVCHECK_PREV_ATTN:-simt} CLEF_CUDA_DELTA=${DEVCHECK_PREV_DELTA:-v2}
+  EXTRA="(attn=$CLEF_CUDA_ATTN delta=$CLEF_CUDA_DELTA)" bench 25 --precision "${DEVCHECK_PREV_PRECISION:-both}" \
+    --tokens "${DEVCHECK_PREV_TOKENS:-436,2048}" --reps 1 --records 0
+  export CLEF_CUDA_ATTN=$keep_attn CLEF_CUDA_DELTA=$keep_delta
 else say "previous kernels: skipped (over 160 s)"; fi
 python3 - "$OUT/bench.jsonl" <<'PYEOF'  | tee -a "$SUM"
 import json, sys

@@ -13,7 +13,9 @@
  *                          delta rule (fp32 GEMM / fp32 online softmax vs the CPU's double sums);
  *   fast backend: the same, except linear: with the two-term split of the activations the bar
  *                 derived in split_bar (~1e-4 here); the old one-term path 1e-2. The fast attention
- *                 (3xTF32 tensor cores) and delta rule (fp32 sums) keep 1e-5.
+ *                 (3xTF32 tensor cores) and delta rule (fp32 sums) keep 1e-5;
+ *   bf16 backend: linear 1e-2; its one-term attention (v4) 1e-2 against the CPU on the same
+ *                 bf16-rounded inputs (t_attention_bf16).
  * Also checked: the same call twice gives the same bits (linear, attention, delta rule), and the
  * arena reuses memory (no growth over repeated calls). */
 #include <math.h>
@@ -89,7 +91,8 @@ static void wkeep(clef_tensor t) {
  * modes 0 and 1 only. */
 #define NMODES 4
 static clef_ops *cpu, *gpu[2], *gpu_bf16; /* gpu_bf16: CLEF_CUDA_BF16 (one-term GEMMs, bias in the epilogue) */
-static const char *mode_name[NMODES] = {"fp32", "fast", "fp32/old", "fast/old"};
+#define MODE_BF16 NMODES /* the bf16 precision's own rows (cmpv's name and worst only) */
+static const char *mode_name[NMODES + 1] = {"fp32", "fast", "fp32/old", "fast/old", "bf16"};
 
 /* The backend of mode m with the kernels of that mode selected. */
 static clef_ops *G_of(int m) {
@@ -115,7 +118,7 @@ static float *host_of(clef_ops *g, const float *d, size_t n) {
     return h;
 }
 
-static double worst[NMODES];
+static double worst[NMODES + 1];
 
 static void cmpv(const char *op, int m, size_t T, const float *got, const float *ref, size_t n, double tol) {
     double maxref = 0, maxd = 0;
@@ -213,7 +216,7 @@ static void t_linear(size_t T, size_t N, size_t K, size_t row0, int bias) {
         CHECK_MSG(!clef_ops_failed(g), "linear (bf16): backend failed: %s", clef_cuda_last_error(g));
         char name[48];
         snprintf(name, sizeof name, "linear%zux%zu%s/bf16", N, K, bias ? "+b" : "");
-        cmpv(name, 1, T, got, ref, T * N, 1e-2);
+        cmpv(name, MODE_BF16, T, got, ref, T * N, 1e-2);
         g->linear(g, dy, dx, T, &w, row0, N, bias ? &b : NULL);
         float *again = host_of(g, dy, T * N);
         CHECK_MSG(!memcmp(again, got, T * N * sizeof(float)), "linear bf16 T=%zu: not deterministic", T);
@@ -410,6 +413,50 @@ static void t_attention(const char *name, size_t Tq, size_t Tk, size_t nh, size_
         if (!packed) { g->free(g, dk); g->free(g, dv); }
         g->free(g, o);
     }
+    free(q);
+    if (!packed) { free(k); free(v); }
+    free(ref);
+}
+
+/* The bf16 precision's one-term attention (CLEF_CUDA_ATTN=v4): Q, K, V (and P) rounded to bf16. The
+ * reference is the CPU's attention on the same bf16-rounded Q, K, V, so what is left is P's rounding
+ * (2^-9 relative per weight) and fp32 sums: rel <= 1e-2, as the bf16 linear. Indexing or fragment
+ * errors give O(1) differences. Also: the same bits on repeat; packed segments = each alone (bits). */
+static float bf_round(float x) { return clef_bf16_to_f32(f2bf(x)); }
+static void t_attention_bf16(const char *name, size_t Tq, size_t Tk, size_t nh, size_t nkv, size_t hd, int causal,
+                             int packed) {
+    clef_ops *g = gpu_bf16;
+    clef_cuda_kernels kv;
+    clef_cuda_get_kernels(g, &kv);
+    kv.attn = CLEF_CUDA_ATTN_V4;
+    clef_cuda_set_kernels(g, &kv);
+    size_t ldq = packed ? 3 * nh * hd : nh * hd, ldk = packed ? 3 * nh * hd : nkv * hd;
+    size_t nq = Tq * ldq, nk = Tk * ldk;
+    float *q = rvec(nq, 1.5f, 0.0f), *k = packed ? q : rvec(nk, 1.5f, 0.0f), *v = packed ? q : rvec(nk, 1.0f, 0.0f);
+    for (size_t i = 0; i < nq; i++) q[i] = bf_round(q[i]);
+    if (!packed)
+        for (size_t i = 0; i < nk; i++) { k[i] = bf_round(k[i]); v[i] = bf_round(v[i]); }
+    const float *qp = q, *kp = packed ? q + nh * hd : k, *vp = packed ? q + 2 * nh * hd : v;
+    size_t ldo = nh * hd;
+    float *ref = malloc(Tq * ldo * 4);
+    float scale = (float)(1.0 / sqrt((double)hd));
+    clef_attention1(cpu, ref, ldo, qp, ldq, kp, ldk, vp, ldk, Tq, Tk, nh, nkv, hd, scale, causal);
+    float *dq = dev(g, q, nq), *dk = packed ? dq : dev(g, k, nk), *dv = packed ? dq : dev(g, v, nk);
+    float *dqp = dq, *dkp = packed ? dq + nh * hd : dk, *dvp = packed ? dq + 2 * nh * hd : dv;
+    float *o = dev(g, NULL, Tq * ldo);
+    clef_attention1(g, o, ldo, dqp, ldq, dkp, ldk, dvp, ldk, Tq, Tk, nh, nkv, hd, scale, causal);
+    float *got = host_of(g, o, Tq * ldo);
+    CHECK_MSG(!clef_ops_failed(g), "attention (bf16): backend failed: %s", clef_cuda_last_error(g));
+    char nm[64];
+    snprintf(nm, sizeof nm, "%s/bf16", name);
+    cmpv(nm, MODE_BF16, Tq, got, ref, Tq * ldo, 1e-2);
+    clef_attention1(g, o, ldo, dqp, ldq, dkp, ldk, dvp, ldk, Tq, Tk, nh, nkv, hd, scale, causal);
+    float *again = host_of(g, o, Tq * ldo);
+    CHECK_MSG(!memcmp(got, again, Tq * ldo * 4), "attention %s bf16: not deterministic", name);
+    free(got); free(again);
+    g->free(g, dq);
+    if (!packed) { g->free(g, dk); g->free(g, dv); }
+    g->free(g, o);
     free(q);
     if (!packed) { free(k); free(v); }
     free(ref);
@@ -659,6 +706,47 @@ static void t_packed_attention(int m, size_t nh, size_t nkv, size_t hd, int caus
     g->free(g, dq); g->free(g, dk); g->free(g, dv); g->free(g, o);
 }
 
+/* The same on packed segments (one with 40 cached keys): vs the CPU on the rounded inputs, and each
+ * segment alone = packed, bit for bit. */
+static void t_packed_attention_bf16(size_t nh, size_t nkv, size_t hd, int causal) {
+    ps_layout();
+    clef_ops *g = gpu_bf16;
+    clef_cuda_kernels kv;
+    clef_cuda_get_kernels(g, &kv);
+    kv.attn = CLEF_CUDA_ATTN_V4;
+    clef_cuda_set_kernels(g, &kv);
+    const size_t T = ps_T + 40, ldq = nh * hd, ldk = nkv * hd;
+    float *q = rvec(T * ldq, 1.5f, 0.0f), *k = rvec(T * ldk, 1.5f, 0.0f), *v = rvec(T * ldk, 1.0f, 0.0f);
+    for (size_t i = 0; i < T * ldq; i++) q[i] = bf_round(q[i]);
+    for (size_t i = 0; i < T * ldk; i++) { k[i] = bf_round(k[i]); v[i] = bf_round(v[i]); }
+    clef_attn_seg seg[NPS];
+    for (int i = 0; i < NPS; i++) seg[i] = (clef_attn_seg){ps_row0[i], ps_n[i], ps_row0[i], ps_n[i]};
+    seg[3].k0 = ps_row0[3] - 40;
+    seg[3].nk = ps_n[3] + 40;
+    if (!causal) seg[1].nk = 30;
+    float scale = (float)(1.0 / sqrt((double)hd));
+    float *ref = calloc(T * ldq, 4), *zero = calloc(T * ldq, 4);
+    cpu->attention(cpu, ref, ldq, q, ldq, k, ldk, v, ldk, seg, NPS, nh, nkv, hd, scale, causal);
+    float *dq = dev(g, q, T * ldq), *dk = dev(g, k, T * ldk), *dv = dev(g, v, T * ldk), *o = dev(g, NULL, T * ldq);
+    g->upload(g, o, zero, T * ldq);
+    g->attention(g, o, ldq, dq, ldq, dk, ldk, dv, ldk, seg, NPS, nh, nkv, hd, scale, causal);
+    float *got = host_of(g, o, T * ldq);
+    CHECK_MSG(!clef_ops_failed(g), "attention packed (bf16): backend failed: %s", clef_cuda_last_error(g));
+    char name[48];
+    snprintf(name, sizeof name, "attn%zu/%zux%zu%s/packed/bf16", nh, nkv, hd, causal ? "c" : "");
+    cmpv(name, MODE_BF16, T, got, ref, T * ldq, 1e-2);
+    for (int i = 0; i < NPS; i++) {
+        g->upload(g, o, zero, T * ldq);
+        g->attention(g, o, ldq, dq, ldq, dk, ldk, dv, ldk, &seg[i], 1, nh, nkv, hd, scale, causal);
+        float *one = host_of(g, o, T * ldq);
+        CHECK_MSG(same_bits(one + seg[i].q0 * ldq, got + seg[i].q0 * ldq, seg[i].nq * ldq),
+                  "%s: segment %d alone != packed", name, i);
+        free(one);
+    }
+    free(got); free(q); free(k); free(v); free(ref); free(zero);
+    g->free(g, dq); g->free(g, dk); g->free(g, dv); g->free(g, o);
+}
+
 /* ------------------------------------------------------------------ CUDA graphs */
 
 /* A small "forward": upload host rows, embed ids, a Linear with bias, rmsnorm, silu_mul, attention;
@@ -785,6 +873,8 @@ int main(void) {
         t_delta(T, 16, 32, 128, 128);
         t_attention("attn16/4x256c", T, T, 16, 4, 256, 1, 0);
         t_attention("vis16x72", T, T, 16, 16, 72, 0, 1);
+        t_attention_bf16("attn16/4x256c", T, T, 16, 4, 256, 1, 0);
+        t_attention_bf16("vis16x72", T, T, 16, 16, 72, 0, 1);
         t_misc(T);
     }
     t_linear(65, 4096, 4096, 0, 0);           /* a full square projection */
@@ -800,10 +890,19 @@ int main(void) {
     t_attention("a8/2x128c", 200, 200, 8, 2, 128, 1, 0); /* the tensor-core kernel's DP = 128 */
     t_attention("a2/1x100c", 130, 130, 2, 1, 100, 1, 0);  /* hd padded to 128, GQA 2 */
     t_attention("a3x80", 65, 40, 3, 3, 80, 0, 0);         /* fp32 kernel's DP = 80 exactly, Tq > Tk */
+    t_attention_bf16("head16x64", 7, 512, 16, 16, 64, 0, 0);
+    t_attention_bf16("tiny4/2x32c", 100, 100, 4, 2, 32, 1, 0);
+    t_attention_bf16("a2/1x100c", 130, 130, 2, 1, 100, 1, 0); /* hd padded to 128 by the pre-pass */
+    t_attention_bf16("a3x80", 65, 40, 3, 3, 80, 0, 0);
     /* long: many chunks / key tiles, T not a multiple of the tiles */
     t_delta(1500, 16, 32, 128, 128);
     t_attention("attn16/4x256c", 1500, 1500, 16, 4, 256, 1, 0);
     t_attention("vis16x72", 1100, 1100, 16, 16, 72, 0, 1);
+    t_attention_bf16("attn16/4x256c", 1500, 1500, 16, 4, 256, 1, 0);
+    t_attention_bf16("vis16x72", 1100, 1100, 16, 16, 72, 0, 1);
+    t_packed_attention_bf16(16, 4, 256, 1);
+    t_packed_attention_bf16(4, 2, 32, 1);
+    t_packed_attention_bf16(16, 16, 72, 0);
     for (int m = 0; m < NMODES; m++) {
         t_packed_conv(m);
         t_packed_delta(m, 16, 32, 128, 128);
@@ -822,7 +921,8 @@ int main(void) {
     t_attention("attn16/4x256c", 512, 512, 16, 4, 256, 1, 0);
     clef_cuda_memory(gpu[0], &a1, NULL);
     CHECK_MSG(a0 == a1, "arena grew from %zu to %zu bytes on a repeated request", a0, a1);
-    printf("worst rel: fp32 %.3e, fast %.3e, fp32/old %.3e, fast/old %.3e\n", worst[0], worst[1], worst[2], worst[3]);
+    printf("worst rel: fp32 %.3e, fast %.3e, fp32/old %.3e, fast/old %.3e, bf16 %.3e\n", worst[0], worst[1],
+           worst[2], worst[3], worst[MODE_BF16]);
     gpu_bf16->destroy(gpu_bf16);
     gpu[1]->destroy(gpu[1]);
     gpu[0]->destroy(gpu[0]);

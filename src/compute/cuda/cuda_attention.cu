@@ -531,6 +531,252 @@ static bool launch_rt(clef_ops *ops, float *o, size_t ldo, const float *q, size_
     return true;
 }
 
+/* ---- v4: one-term bf16 attention on the tensor cores (the bf16 precision only; CLEF_CUDA_ATTN=v4) ----
+ *
+ * Run 2026-12-04a: at 16,384 tokens the 3xTF32 kernel took 890 ms of bf16's 1,639 ms prefill (~19
+ * TFLOP/s of real work: three MMAs per product, every K and V element split into TF32 halves by
+ * every warp that reads it). The bf16 precision rounds each GEMM input to bf16 once; v4 does the same
+ * for attention, as bf16 inference engines do: a pre-pass writes Q, K and V once as bf16, each head's
+ * row zero-padded to DP (so every row starts 32-byte aligned and the kernel needs no masks over d),
+ * then FlashAttention-2's loop with mma.sync m16n8k16 (bf16 products, fp32 accumulation): S = Q K^T
+ * per 32-key tile, the online softmax in fp32 (exp2 of log2e-scaled scores), P rounded to bf16 as the
+ * A operand of P V (S's accumulator layout of two adjacent 8-key tiles is exactly the A fragment of
+ * a 16-key step, so P never leaves registers), O in fp32. V stays row-major in shared memory (its tile
+ * is stored as K's is: 16-byte copies, conflict-free) and ldmatrix.trans reads its B fragments, two
+ * 8-column tiles a call. Fixed order, no atomics: the same bits on repeat, and a
+ * segment's rows do not depend on the other segments. Error: what rounding Q, K, V and P to bf16
+ * gives (test_cuda_ops compares against the CPU on bf16-rounded inputs, 1e-2).
+ *
+ * Fragments (PTX ISA, mma.m16n8k16 .bf16), g = lane / 4, c = lane % 4, two bf16 per register, the
+ * lower-indexed element in the low half:
+ *   A 16x16: a0 (g, 2c..2c+1), a1 (g + 8, 2c..), a2 (g, 2c + 8..), a3 (g + 8, 2c + 8..)
+ *   B 16x8:  b0 (k = 2c..2c+1, n = g), b1 (k = 2c + 8.., n = g)
+ *   C 16x8:  c0 (g, 2c), c1 (g, 2c + 1), c2 (g + 8, 2c), c3 (g + 8, 2c + 1) */
+static const int T4_BQ = 64, T4_BK = 32, T4_NT = 128;
+
+template <int DP> static size_t t4_smem_bytes() {
+    return (size_t)(T4_BQ + 2 * T4_BK) * (DP + 8) * sizeof(__nv_bfloat16);
+}
+
+/* dst[r][h][d] = bf16(src[r * ld + h * hd + d]) for d < hd, 0 for hd <= d < DP */
+__global__ void k_heads_to_bf16(__nv_bfloat16 *dst, const float *src, size_t ld, size_t rows, size_t heads, size_t hd,
+                                size_t DP) {
+    const size_t n = rows * heads * DP;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        const size_t d = i % DP, rh = i / DP, hh = rh % heads, r = rh / heads;
+        dst[i] = __float2bfloat16_rn(d < hd ? src[r * ld + hh * hd + d] : 0.0f);
+    }
+}
+
+static unsigned pre_grid(size_t n) {
+    unsigned g = grid1d(n, 256);
+    return g > 16384 ? 16384 : g; /* a grid-stride loop does the rest */
+}
+
+__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+    __nv_bfloat162 t = __floats2bfloat162_rn(lo, hi); /* .x (the low half) = lo */
+    return *reinterpret_cast<uint32_t *>(&t);
+}
+__device__ __forceinline__ uint32_t ld32(const __nv_bfloat16 *p) { return *reinterpret_cast<const uint32_t *>(p); }
+/* Four 8x8 bf16 matrices, transposed: lanes 8i..8i+7 give the row addresses of matrix i (16-byte
+ * aligned); r[i] is this lane's pair (rows 2c, 2c + 1; column g) of matrix i: an mma B fragment
+ * register when the rows are the k dimension. */
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const __nv_bfloat16 *row_addr) {
+    const unsigned a = (unsigned)__cvta_generic_to_shared(row_addr);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+}
+
+/* q, k, v: the pre-pass's [rows][heads][DP] bf16 arrays (ldq = nh * DP, ldk = ldv = nkv * DP) */
+template <int DP>
+__global__ void __launch_bounds__(T4_NT)
+k_attention_bf16(float *o, size_t ldo, const __nv_bfloat16 *q, size_t ldq, const __nv_bfloat16 *k, size_t ldk,
+                 const __nv_bfloat16 *v, size_t ldv, AttnTab tab, size_t nh, size_t nkv, int hd, float scale_log2,
+                 int causal) {
+    constexpr int LQ = DP + 8; /* a row of Qs / Ks / Vs: (DP + 8) / 2 words, rows 4 or 12 (mod 32) banks apart */
+    constexpr int NO = DP / 8, KS = DP / 16, NS = T4_BK / 8, D8 = DP / 8;
+    extern __shared__ float4 sm4b[]; /* float4: 16-byte alignment */
+    __nv_bfloat16 *Qs = reinterpret_cast<__nv_bfloat16 *>(sm4b); /* [BQ][LQ] */
+    __nv_bfloat16 *Ks = Qs + T4_BQ * LQ;                          /* [BK][LQ] */
+    __nv_bfloat16 *Vs = Ks + T4_BK * LQ;                          /* [BK][LQ] */
+    ATTN_SEGMENT(T4_BQ);
+    const size_t h = blockIdx.y, jh = h / (nh / nkv);
+    const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, g = lane >> 2, c4 = lane & 3;
+    const int wr = w * 16;
+    const uint4 z4 = make_uint4(0, 0, 0, 0);
+
+    for (int p = tid; p < T4_BQ * D8; p += T4_NT) { /* 8 bf16 (16 bytes) a step */
+        const int r = p / D8, c8 = p % D8;
+        *reinterpret_cast<uint4 *>(Qs + r * LQ + 8 * c8) =
+            i0 + r < Tq ? *reinterpret_cast<const uint4 *>(q + (i0 + r) * ldq + h * DP + 8 * c8) : z4;
+    }
+    float oacc[NO][4];
+#pragma unroll
+    for (int n = 0; n < NO; n++) oacc[n][0] = oacc[n][1] = oacc[n][2] = oacc[n][3] = 0.0f;
+    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f; /* rows g and g + 8 of the warp */
+    const size_t row0 = i0 + wr + g, row1 = row0 + 8;
+    size_t kend = Tk;
+    if (causal) {
+        const size_t last = (i0 + T4_BQ < Tq ? i0 + T4_BQ : Tq) + off;
+        kend = last < Tk ? last : Tk;
+    }
+    for (size_t k0 = 0; k0 < kend; k0 += T4_BK) {
+        __syncthreads(); /* the previous tile is consumed (and Qs is written, the first time) */
+        for (int p = tid; p < T4_BK * D8; p += T4_NT) {
+            const int t = p / D8, c8 = p % D8;
+            const bool ok = k0 + t < Tk;
+            *reinterpret_cast<uint4 *>(Ks + t * LQ + 8 * c8) =
+                ok ? *reinterpret_cast<const uint4 *>(k + (k0 + t) * ldk + jh * DP + 8 * c8) : z4;
+            *reinterpret_cast<uint4 *>(Vs + t * LQ + 8 * c8) =
+                ok ? *reinterpret_cast<const uint4 *>(v + (k0 + t) * ldv + jh * DP + 8 * c8) : z4;
+        }
+        __syncthreads();
+        if (causal && k0 > i0 + wr + 15 + off) continue; /* every key after this warp's rows (warp-uniform) */
+        /* S = Q K^T */
+        float sacc[NS][4];
+#pragma unroll
+        for (int j = 0; j < NS; j++) sacc[j][0] = sacc[j][1] = sacc[j][2] = sacc[j][3] = 0.0f;
+#pragma unroll 4
+        for (int ks = 0; ks < KS; ks++) {
+            const int d0 = ks * 16 + 2 * c4;
+            uint32_t a[4];
+            a[0] = ld32(Qs + (wr + g) * LQ + d0);
+            a[1] = ld32(Qs + (wr + g + 8) * LQ + d0);
+            a[2] = ld32(Qs + (wr + g) * LQ + d0 + 8);
+            a[3] = ld32(Qs + (wr + g + 8) * LQ + d0 + 8);
+#pragma unroll
+            for (int j = 0; j < NS; j++)
+                mma_bf16(sacc[j], a, ld32(Ks + (j * 8 + g) * LQ + d0), ld32(Ks + (j * 8 + g) * LQ + d0 + 8));
+        }
+        /* scale (to log2 units), mask, online softmax: each row's values sit in the 4 lanes of a quad */
+        float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+        for (int j = 0; j < NS; j++) {
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const size_t key = k0 + j * 8 + 2 * c4 + (e & 1), row = e < 2 ? row0 : row1;
+                const bool valid = key < Tk && (!causal || key <= row + off);
+                sacc[j][e] = valid ? sacc[j][e] * scale_log2 : -INFINITY;
+            }
+            mx0 = fmaxf(mx0, fmaxf(sacc[j][0], sacc[j][1]));
+            mx1 = fmaxf(mx1, fmaxf(sacc[j][2], sacc[j][3]));
+        }
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+        const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
+        /* m == -inf: nothing valid yet, l and O are 0 (corr 0 avoids inf - inf) */
+        const float corr0 = m0 == -INFINITY ? 0.0f : exp2f(m0 - mn0), corr1 = m1 == -INFINITY ? 0.0f : exp2f(m1 - mn1);
+        float ps0 = 0.0f, ps1 = 0.0f;
+#pragma unroll
+        for (int j = 0; j < NS; j++) {
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const float mn = e < 2 ? mn0 : mn1;
+                sacc[j][e] = sacc[j][e] == -INFINITY ? 0.0f : exp2f(sacc[j][e] - mn);
+            }
+            ps0 += sacc[j][0] + sacc[j][1];
+            ps1 += sacc[j][2] + sacc[j][3];
+        }
+        ps0 += __shfl_xor_sync(0xffffffffu, ps0, 1);
+        ps0 += __shfl_xor_sync(0xffffffffu, ps0, 2);
+        ps1 += __shfl_xor_sync(0xffffffffu, ps1, 1);
+        ps1 += __shfl_xor_sync(0xffffffffu, ps1, 2);
+        l0 = l0 * corr0 + ps0;
+        l1 = l1 * corr1 + ps1;
+        m0 = mn0;
+        m1 = mn1;
+#pragma unroll
+        for (int n = 0; n < NO; n++) {
+            oacc[n][0] *= corr0;
+            oacc[n][1] *= corr0;
+            oacc[n][2] *= corr1;
+            oacc[n][3] *= corr1;
+        }
+        /* O += P V, 16 keys a step: the 8-key tiles 2t and 2t + 1 of S are P's A fragment */
+#pragma unroll
+        for (int t = 0; t < NS / 2; t++) {
+            uint32_t a[4];
+            a[0] = pack_bf16(sacc[2 * t][0], sacc[2 * t][1]);
+            a[1] = pack_bf16(sacc[2 * t][2], sacc[2 * t][3]);
+            a[2] = pack_bf16(sacc[2 * t + 1][0], sacc[2 * t + 1][1]);
+            a[3] = pack_bf16(sacc[2 * t + 1][2], sacc[2 * t + 1][3]);
+            /* lane l addresses key row 16t + (l & 15), columns 8 (n + l / 16): matrices (keys 0-7, tile n),
+             * (keys 8-15, tile n), (0-7, n + 1), (8-15, n + 1) = b0, b1 of tiles n and n + 1 */
+            const __nv_bfloat16 *vrow = Vs + (t * 16 + (lane & 15)) * LQ + 8 * (lane >> 4);
+#pragma unroll /* fully: oacc must stay in registers */
+            for (int n = 0; n < NO; n += 2) {
+                uint32_t b[4];
+                ldsm_x4_trans(b, vrow + 8 * n);
+                mma_bf16(oacc[n], a, b[0], b[1]);
+                mma_bf16(oacc[n + 1], a, b[2], b[3]);
+            }
+        }
+    }
+#pragma unroll
+    for (int n = 0; n < NO; n++) {
+        const int d = n * 8 + 2 * c4;
+        if (row0 < Tq) {
+            float *orow = o + row0 * ldo + h * hd;
+            if (d < hd) orow[d] = oacc[n][0] / l0;
+            if (d + 1 < hd) orow[d + 1] = oacc[n][1] / l0;
+        }
+        if (row1 < Tq) {
+            float *orow = o + row1 * ldo + h * hd;
+            if (d < hd) orow[d] = oacc[n][2] / l1;
+            if (d + 1 < hd) orow[d + 1] = oacc[n][3] / l1;
+        }
+    }
+}
+
+/* The bf16 kernel for the padded head dim DP: the pre-pass into scratch, then the attention; false when
+ * it does not apply (shared memory, scratch) so the caller falls back. */
+template <int DP>
+static bool launch_bf16(clef_ops *ops, float *o, size_t ldo, const float *q, size_t ldq, const float *k, size_t ldk,
+                        const float *v, size_t ldv, const clef_attn_seg *segs, size_t nseg, size_t nh, size_t nkv,
+                        size_t hd, float scale, int causal) {
+    Impl *im = IM(ops);
+    const size_t smem = t4_smem_bytes<DP>();
+    if (smem > (size_t)im->max_smem_optin) return false;
+    size_t qrows = 0, krows = 0;
+    for (size_t i = 0; i < nseg; i++) {
+        if (!segs[i].nq) continue;
+        if (segs[i].q0 + segs[i].nq > qrows) qrows = segs[i].q0 + segs[i].nq;
+        if (segs[i].k0 + segs[i].nk > krows) krows = segs[i].k0 + segs[i].nk;
+    }
+    if (!qrows) return true;
+    const size_t nqe = qrows * nh * DP, nke = krows * nkv * DP;
+    __nv_bfloat16 *qb = (__nv_bfloat16 *)scratch_alloc(ops, (nqe + 2 * nke + 8) * sizeof(__nv_bfloat16));
+    if (!qb) return true; /* failed is set */
+    __nv_bfloat16 *kb = qb + nqe, *vb = kb + nke; /* nqe, nke are multiples of DP (16): 32-byte aligned */
+    if (!smem_optin(ops, k_attention_bf16<DP>, smem, "attention (shared memory)")) {
+        scratch_free(ops, qb);
+        return true;
+    }
+    k_heads_to_bf16<<<pre_grid(nqe), 256, 0, im->stream>>>(qb, q, ldq, qrows, nh, hd, DP);
+    if (krows) {
+        k_heads_to_bf16<<<pre_grid(nke), 256, 0, im->stream>>>(kb, k, ldk, krows, nkv, hd, DP);
+        k_heads_to_bf16<<<pre_grid(nke), 256, 0, im->stream>>>(vb, v, ldv, krows, nkv, hd, DP);
+    }
+    const float scale_log2 = scale * 1.4426950408889634f; /* softmax in base 2: exp(x) = exp2(x log2 e) */
+    for_seg_groups(segs, nseg, T4_BQ, [&](const AttnTab &tab, unsigned nb) {
+        dim3 grid(nb, (unsigned)nh);
+        k_attention_bf16<DP><<<grid, T4_NT, smem, im->stream>>>(o, ldo, qb, nh * DP, kb, nkv * DP, vb, nkv * DP, tab, nh,
+                                                                nkv, (int)hd, scale_log2, causal);
+    });
+    launch_ok(ops, "attention (bf16)");
+    scratch_free(ops, qb);
+    return true;
+}
+
 void op_attention(clef_ops *ops, float *o, size_t ldo, const float *q, size_t ldq, const float *k, size_t ldk,
                   const float *v, size_t ldv, const clef_attn_seg *segs, size_t nseg, size_t nh, size_t nkv, size_t hd,
                   float scale, int causal) {
@@ -564,7 +810,16 @@ void op_attention(clef_ops *ops, float *o, size_t ldo, const float *q, size_t ld
         return;
     }
     const bool tc = im->attn_kernel != CLEF_CUDA_ATTN_SIMT && im->precision != CLEF_CUDA_FP32 && im->cc_major >= 8;
-    prof_flop(ops, OP_ATTENTION, 4.0 * pairs * (double)hd * (double)nh * (tc ? 3.0 : 1.0));
+    const bool one_term = tc && im->attn_kernel == CLEF_CUDA_ATTN_V4 && im->precision == CLEF_CUDA_BF16;
+    prof_flop(ops, OP_ATTENTION, 4.0 * pairs * (double)hd * (double)nh * (tc && !one_term ? 3.0 : 1.0));
+    if (one_term) {
+        bool done = hd <= 32    ? launch_bf16<32>(ops, o, ldo, q, ldq, k, ldk, v, ldv, segs, nseg, nh, nkv, hd, scale, causal)
+                    : hd <= 64  ? launch_bf16<64>(ops, o, ldo, q, ldq, k, ldk, v, ldv, segs, nseg, nh, nkv, hd, scale, causal)
+                    : hd <= 80  ? launch_bf16<80>(ops, o, ldo, q, ldq, k, ldk, v, ldv, segs, nseg, nh, nkv, hd, scale, causal)
+                    : hd <= 128 ? launch_bf16<128>(ops, o, ldo, q, ldq, k, ldk, v, ldv, segs, nseg, nh, nkv, hd, scale, causal)
+                                : launch_bf16<256>(ops, o, ldo, q, ldq, k, ldk, v, ldv, segs, nseg, nh, nkv, hd, scale, causal);
+        if (done) return;
+    }
     if (tc) {
         bool done = hd <= 32    ? launch_tc<32>(ops, o, ldo, q, ldq, k, ldk, v, ldv, segs, nseg, nh, nkv, hd, scale, causal)
                     : hd <= 64  ? launch_tc<64>(ops, o, ldo, q, ldq, k, ldk, v, ldv, segs, nseg, nh, nkv, hd, scale, causal)

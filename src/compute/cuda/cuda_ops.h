@@ -72,7 +72,8 @@ int clef_cuda_synthetic_weight(clef_ops *ops, clef_tensor *t, int dtype, const i
 /* attention: SIMT = the first kernel (both precisions); V2 = fast: tensor cores 3xTF32 (verified
  * 2026-11-30b), fp32: SIMT; V3 (default) = V2 + the register-tiled fp32 kernel (verified 2026-12-04a:
  * fp32 attention 2.0 / 18.4 ms at 436 / 2,048 tokens on the 9B shape, SIMT 6.4 / 87.9) */
-enum { CLEF_CUDA_ATTN_SIMT = 0, CLEF_CUDA_ATTN_V2 = 1, CLEF_CUDA_ATTN_V3 = 2 };
+/* V4 = V3 + one-term bf16 tensor-core attention in the bf16 precision (NOT YET RUN) */
+enum { CLEF_CUDA_ATTN_SIMT = 0, CLEF_CUDA_ATTN_V2 = 1, CLEF_CUDA_ATTN_V3 = 2, CLEF_CUDA_ATTN_V4 = 3 };
 /* delta: V1 = the first kernels A and B; V2 = A v1 + B v2 (verified 2026-11-30b); V3 (default) =
  * A v2 + B v2 (verified 2026-12-04a: kernel A 2.9 / 13.4 ms at 436 / 2,048 tokens, v1 17.1 / 62.1) */
 enum { CLEF_CUDA_DELTA_V1 = 0, CLEF_CUDA_DELTA_V2 = 1, CLEF_CUDA_DELTA_V3 = 2 };
