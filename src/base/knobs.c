@@ -28,7 +28,7 @@ const clef_knob_info clef_knob_table[] = {
      "diagnostic", "clef_knobs"},
     {"CLEF_CUDA_LINEAR", "split", "=bf16: the fast CUDA GEMMs take one bf16 term per activation, not two",
      "diagnostic", "clef_knobs"},
-    {"CLEF_CUDA_ATTN", "v3", "=simt|v2|v3|v4: the CUDA attention kernel", "diagnostic", "clef_knobs"},
+    {"CLEF_CUDA_ATTN", "v4", "=simt|v2|v3|v4: the CUDA attention kernel", "diagnostic", "clef_knobs"},
     {"CLEF_CUDA_DELTA", "v3", "=v1|v2|v3: the CUDA delta-rule kernels", "diagnostic", "clef_knobs"},
     {"CLEF_CUDA_GRAPH", "0", "=1: CUDA forwards run through CUDA graphs keyed by shape (not yet measured on a GPU)",
      "diagnostic", "clef_knobs"},
@@ -93,7 +93,7 @@ void clef_knobs_parse(clef_knobs *k, const char *(*lookup)(const char *name, voi
     if (v) snprintf(k->cpu_mask, sizeof k->cpu_mask, "%s", v);
     k->cuda_linear_split = !is(lookup("CLEF_CUDA_LINEAR", ctx), "bf16");
     v = lookup("CLEF_CUDA_ATTN", ctx);
-    k->cuda_attn = is(v, "simt") ? 0 : is(v, "v2") ? 1 : is(v, "v4") ? 3 : 2;
+    k->cuda_attn = is(v, "simt") ? 0 : is(v, "v2") ? 1 : is(v, "v3") ? 2 : 3;
     v = lookup("CLEF_CUDA_DELTA", ctx);
     k->cuda_delta = is(v, "v1") ? 0 : is(v, "v2") ? 1 : 2;
     k->cuda_graph = is(lookup("CLEF_CUDA_GRAPH", ctx), "1");

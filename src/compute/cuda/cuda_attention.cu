@@ -828,7 +828,7 @@ void op_attention(clef_ops *ops, float *o, size_t ldo, const float *q, size_t ld
                                 : launch_tc<256>(ops, o, ldo, q, ldq, k, ldk, v, ldv, segs, nseg, nh, nkv, hd, scale, causal);
         if (done) return;
     }
-    if (im->attn_kernel == CLEF_CUDA_ATTN_V3 && im->precision == CLEF_CUDA_FP32) {
+    if (im->attn_kernel >= CLEF_CUDA_ATTN_V3 && im->precision == CLEF_CUDA_FP32) { /* v4 is v3 outside bf16 */
         bool done = hd <= 32    ? launch_rt<32>(ops, o, ldo, q, ldq, k, ldk, v, ldv, segs, nseg, nh, nkv, hd, scale, causal)
                     : hd <= 64  ? launch_rt<64>(ops, o, ldo, q, ldq, k, ldk, v, ldv, segs, nseg, nh, nkv, hd, scale, causal)
                     : hd <= 80  ? launch_rt<80>(ops, o, ldo, q, ldq, k, ldk, v, ldv, segs, nseg, nh, nkv, hd, scale, causal)

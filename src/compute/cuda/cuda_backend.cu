@@ -466,9 +466,9 @@ extern "C" void clef_cuda_get_kernels(const clef_ops *ops, clef_cuda_kernels *k)
 extern "C" void clef_cuda_set_kernels(clef_ops *ops, const clef_cuda_kernels *k) {
     Impl *im = IM(ops);
     im->linear_split = k->linear_split != 0;
-    im->attn_kernel = k->attn == CLEF_CUDA_ATTN_SIMT || k->attn == CLEF_CUDA_ATTN_V2 || k->attn == CLEF_CUDA_ATTN_V4
+    im->attn_kernel = k->attn == CLEF_CUDA_ATTN_SIMT || k->attn == CLEF_CUDA_ATTN_V2 || k->attn == CLEF_CUDA_ATTN_V3
                           ? k->attn
-                          : CLEF_CUDA_ATTN_V3;
+                          : CLEF_CUDA_ATTN_V4;
     im->delta_kernel = k->delta == CLEF_CUDA_DELTA_V1 || k->delta == CLEF_CUDA_DELTA_V2 ? k->delta : CLEF_CUDA_DELTA_V3;
 }
 

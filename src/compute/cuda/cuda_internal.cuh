@@ -107,7 +107,7 @@ struct Impl {
     size_t lt_ws_size = 0;
     std::map<GemmKey, GemmPlan> plans;
     bool linear_split = true;      /* clef_cuda_kernels (cuda_ops.h) */
-    int attn_kernel = CLEF_CUDA_ATTN_V3;
+    int attn_kernel = CLEF_CUDA_ATTN_V4;
     int delta_kernel = CLEF_CUDA_DELTA_V3;
     int max_smem_optin = 48 * 1024;
     int sm_count = 0;
