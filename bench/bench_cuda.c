@@ -8,7 +8,7 @@
  * both = fast and fp32, all = fast, bf16 and fp32. --graph 1 runs each forward through
  * clef_cuda_graph_run keyed by the token count (the timed reps replay the captured graph; the warm-up
  * runs eagerly and the capture is untimed). Kernel variants come from the environment
- * (CLEF_CUDA_LINEAR=bf16, CLEF_CUDA_ATTN=simt|v2|v3|v4, CLEF_CUDA_DELTA=v1|v2|v3; cuda_ops.h says which
+ * (CLEF_CUDA_LINEAR=bf16, CLEF_CUDA_ATTN=simt|v2|v3|v4, CLEF_CUDA_DELTA=v1|v2|v3|v4; cuda_ops.h says which
  * are verified and default); every line names them in "kernels". Kernels inside an op are reported
  * as "op.X" lines (delta_rule.A / .B) and are not added to the total.
  *
@@ -240,6 +240,7 @@ static int run_precision(int precision, const size_t *Ts, int nT, int reps, int 
              precision == CLEF_CUDA_FP32 ? "fp32" : precision == CLEF_CUDA_BF16 || !kv.linear_split ? "bf16" : "split",
              kv.attn == CLEF_CUDA_ATTN_SIMT ? "simt" : kv.attn == CLEF_CUDA_ATTN_V2 ? "v2" : kv.attn == CLEF_CUDA_ATTN_V4 ? "v4" : "v3", kv.delta == CLEF_CUDA_DELTA_V1   ? "v1"
              : kv.delta == CLEF_CUDA_DELTA_V2 ? "v2"
+             : kv.delta == CLEF_CUDA_DELTA_V4 ? "v4"
                                               : "v3", use_graph ? "true" : "false");
     clef_config cfg;
     real_config(&cfg, layers);

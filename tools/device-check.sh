@@ -31,8 +31,9 @@
 #       7. other kernels side by side: by default the oldest (CLEF_CUDA_ATTN=simt CLEF_CUDA_DELTA=v2),
 #          fast and fp32 at 436 / 2048; $DEVCHECK_PREV_ATTN, _DELTA, _PRECISION, _TOKENS choose (e.g.
 #          CLEF_CUDA_ATTN=v4 for the whole run and DEVCHECK_PREV_ATTN=v3 DEVCHECK_PREV_PRECISION=bf16)
+#       8. with DEVCHECK_NCU=1: Nsight Compute on chosen kernels (ncu.txt)
 #     Everything lands in $OUT (<= 9 files): summary.txt, device-check.log, build.log,
-#     test_cuda_ops.txt, corpus.json, batch.json, bench.jsonl, nvidia-smi.txt.
+#     test_cuda_ops.txt, corpus.json, batch.json, bench.jsonl, nvidia-smi.txt, ncu.txt.
 #
 # The device tool call (from the repo root, after `prep`):
 #   run(command="bash tools/device-check.sh", carry=["build-cuda/devcheck"], timeout_s=540)
@@ -411,5 +412,17 @@ for d in rows:
 for (p, t, op, k), (ms, tf) in sorted(ops.items()):
     print("  kernel %-4s %6d %-12s %-30s %9.2f ms %7.1f TFLOP/s" % (p, t, op, k, ms, tf))
 PYEOF
+# ---- 8. (DEVCHECK_NCU=1) Nsight Compute on the kernels named by $DEVCHECK_NCU_KERNELS (a regex; default
+# the delta rule's and the bf16 attention), the first $DEVCHECK_NCU_COUNT launches (default 7: layers 0-2
+# kernels A and B and layer 3's attention) of a 2,048-token bf16 forward: speed of light, occupancy, warp stalls, memory; into ncu.txt (<= 60 s)
+if [ -n "${DEVCHECK_NCU:-}" ] && [ $((SECONDS - T0)) -lt 200 ]; then
+  if command -v ncu >/dev/null; then
+    timeout 90 ncu --target-processes all -k "regex:${DEVCHECK_NCU_KERNELS:-k_delta|k_attention_bf16}" \
+      -c "${DEVCHECK_NCU_COUNT:-7}" --section SpeedOfLight --section LaunchStats --section Occupancy \
+      --section WarpStateStats --section MemoryWorkloadAnalysis \
+      "$BIN_BENCH" --precision bf16 --tokens 2048 --reps 1 --records 0 > "$OUT/ncu.txt" 2>&1
+    say "ncu: exit $? ($((SECONDS - T0))s), $(grep -c 'k_' "$OUT/ncu.txt") kernel lines in ncu.txt"
+  else say "ncu: not found"; fi
+fi
 say "total $((SECONDS - T0))s"
 cat "$SUM"

@@ -4,8 +4,8 @@
  * delta rule and attention), for both precisions, each with the newest kernels (modes "fp32",
  * "fast") and the old ones (modes "fp32/old", "fast/old": one-term bf16 GEMMs, SIMT attention,
  * delta rule v1; in the fp32 modes "attention" is the register-tiled kernel vs the first SIMT one).
- * The delta rule also runs v2 (kernel A v1 + kernel B v2), which must give the same
- * bits as the default v3 (kernel A v2 computes the same numbers in the same order).
+ * The delta rule also runs v2 (kernel A v1 + kernel B v2) and v3 (A v2 + B v2), which must give
+ * the same bits as the newest v4 (A v2 + B v3): every variant computes the same sums in the same order.
  * Built only with `make CUDA=1`; exits 77 when no GPU is present at run time.
  *
  * Error measure: rel = max |gpu - cpu| / max |cpu| over the output (NaNs must match). Bars:
@@ -100,7 +100,7 @@ static clef_ops *G_of(int m) {
     clef_cuda_kernels k;
     k.linear_split = m < 2;
     k.attn = m < 2 ? CLEF_CUDA_ATTN_V3 : CLEF_CUDA_ATTN_SIMT; /* the newest, verified or not */
-    k.delta = m < 2 ? CLEF_CUDA_DELTA_V3 : CLEF_CUDA_DELTA_V1;
+    k.delta = m < 2 ? CLEF_CUDA_DELTA_V4 : CLEF_CUDA_DELTA_V1;
     clef_cuda_set_kernels(g, &k);
     return g;
 }
@@ -365,22 +365,24 @@ static void t_delta(size_t T, size_t Hk, size_t Hv, size_t dk, size_t dv) {
             free(got);
         free(again);
     }
-    /* v2 (kernel A v1) must give v3's bits: the two kernel A compute the same sums in the same order */
-    for (int m = 0; m < 2; m++) {
-        clef_ops *G = G_of(m);
-        clef_cuda_kernels kv;
-        clef_cuda_get_kernels(G, &kv);
-        kv.delta = CLEF_CUDA_DELTA_V2;
-        clef_cuda_set_kernels(G, &kv);
-        float *got = delta_on(G, q, k, v, beta, g, T, Hk, Hv, dk, dv, NULL);
-        check_ok(m, "delta_rule v2");
-        char name[48];
-        snprintf(name, sizeof name, "delta%zux%zu/v2", Hv, dk);
-        cmpv(name, m, T, got, ref, T * Hv * dv, 1e-5);
-        CHECK_MSG(!memcmp(got, newest[m], T * Hv * dv * 4), "delta_rule %s T=%zu dk=%zu: v2 and v3 differ", mode_name[m], T,
-                  dk);
-        free(got);
-    }
+    /* v2 (kernel A v1 + B v2) and v3 (A v2 + B v2) must give v4's bits (A v2 + B v3): every variant of
+     * A and of B computes the same sums in the same order */
+    for (int m = 0; m < 2; m++)
+        for (int var = CLEF_CUDA_DELTA_V2; var <= CLEF_CUDA_DELTA_V3; var++) {
+            clef_ops *G = G_of(m);
+            clef_cuda_kernels kv;
+            clef_cuda_get_kernels(G, &kv);
+            kv.delta = var;
+            clef_cuda_set_kernels(G, &kv);
+            float *got = delta_on(G, q, k, v, beta, g, T, Hk, Hv, dk, dv, NULL);
+            check_ok(m, "delta_rule v2/v3");
+            char name[48];
+            snprintf(name, sizeof name, "delta%zux%zu/v%d", Hv, dk, var + 1);
+            cmpv(name, m, T, got, ref, T * Hv * dv, 1e-5);
+            CHECK_MSG(!memcmp(got, newest[m], T * Hv * dv * 4), "delta_rule %s T=%zu dk=%zu: v%d and v4 differ",
+                      mode_name[m], T, dk, var + 1);
+            free(got);
+        }
     free(newest[0]); free(newest[1]);
     free(q); free(k); free(v); free(beta); free(g); free(ref);
 }

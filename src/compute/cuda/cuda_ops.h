@@ -67,7 +67,7 @@ int clef_cuda_synthetic_weight(clef_ops *ops, clef_tensor *t, int dtype, const i
  * the corpus on an H200: runs 2026-12-04a and b); newer ones written since are opt-in until a run checks
  * them, and the old ones stay selectable for side-by-side runs and as a fallback. At create, the
  * knobs CLEF_CUDA_LINEAR=bf16 (one bf16 term per activation in the fast GEMMs instead of the two-term
- * split), $CLEF_CUDA_ATTN=simt|v2|v3|v4 and $CLEF_CUDA_DELTA=v1|v2|v3 choose; clef_cuda_set_kernels
+ * split), $CLEF_CUDA_ATTN=simt|v2|v3|v4 and $CLEF_CUDA_DELTA=v1|v2|v3|v4 choose; clef_cuda_set_kernels
  * switches later (tests, bench_cuda). */
 /* attention: SIMT = the first kernel (both precisions); V2 = fast: tensor cores 3xTF32 (verified
  * 2026-11-30b), fp32: SIMT; V3 = V2 + the register-tiled fp32 kernel (verified 2026-12-04a:
@@ -77,7 +77,8 @@ int clef_cuda_synthetic_weight(clef_ops *ops, clef_tensor *t, int dtype, const i
 enum { CLEF_CUDA_ATTN_SIMT = 0, CLEF_CUDA_ATTN_V2 = 1, CLEF_CUDA_ATTN_V3 = 2, CLEF_CUDA_ATTN_V4 = 3 };
 /* delta: V1 = the first kernels A and B; V2 = A v1 + B v2 (verified 2026-11-30b); V3 (default) =
  * A v2 + B v2 (verified 2026-12-04a: kernel A 2.9 / 13.4 ms at 436 / 2,048 tokens, v1 17.1 / 62.1) */
-enum { CLEF_CUDA_DELTA_V1 = 0, CLEF_CUDA_DELTA_V2 = 1, CLEF_CUDA_DELTA_V3 = 2 };
+/* V4 = A v2 + B v3 (the same sums with 16-byte operand loads; NOT YET RUN) */
+enum { CLEF_CUDA_DELTA_V1 = 0, CLEF_CUDA_DELTA_V2 = 1, CLEF_CUDA_DELTA_V3 = 2, CLEF_CUDA_DELTA_V4 = 3 };
 typedef struct clef_cuda_kernels {
     int linear_split; /* fast GEMMs: 1 = x = h + l in two bf16 terms, 0 = one bf16 term */
     int attn;         /* CLEF_CUDA_ATTN_* */
