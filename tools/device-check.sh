@@ -24,7 +24,7 @@
 #          no bar: its max |dp| and argmax agreement (vs the CPU and vs cuda fp32) are the figures
 #       4. packed on the device: the corpus (one line per request) through `clef batch` (packed
 #          forwards, the state cache) with CLEF_DEVICE=cpu, and cuda fp32 / fast, line by line
-#       5. bench_cuda (synthetic 9B), newest kernels (CLEF_CUDA_ATTN=v3 CLEF_CUDA_DELTA=v3): fast and
+#       5. bench_cuda (synthetic 9B), newest kernels (CLEF_CUDA_ATTN=v4 CLEF_CUDA_DELTA=v4): fast and
 #          bf16 at 436 / 2048 / 16384 tokens (reps 3, 16k once) with per-op times and MFU, 16 x 436
 #          records one after another and packed into one forward; fp32 at 436 / 2048
 #       6. CUDA graphs: fast at 436 / 2048 and 16 x 436 packed with --graph 1 (replayed forwards)
@@ -32,8 +32,9 @@
 #          fast and fp32 at 436 / 2048; $DEVCHECK_PREV_ATTN, _DELTA, _PRECISION, _TOKENS choose (e.g.
 #          CLEF_CUDA_ATTN=v4 for the whole run and DEVCHECK_PREV_ATTN=v3 DEVCHECK_PREV_PRECISION=bf16)
 #       8. with DEVCHECK_NCU=1: Nsight Compute on chosen kernels (ncu.txt)
-#     Everything lands in $OUT (<= 9 files): summary.txt, device-check.log, build.log,
-#     test_cuda_ops.txt, corpus.json, batch.json, bench.jsonl, nvidia-smi.txt, ncu.txt.
+#     Everything lands in $OUT (8 files at most come back): summary.txt, device-check.log (with the
+#     build log at its end), test_cuda_ops.txt, corpus.json, batch.json, bench.jsonl, nvidia-smi.txt,
+#     ncu.txt.
 #
 # The device tool call (from the repo root, after `prep`):
 #   run(command="bash tools/device-check.sh", carry=["build-cuda/devcheck"], timeout_s=540)
@@ -88,7 +89,7 @@ log() { echo "[$((SECONDS - T0))s] $*" >> "$LOG"; }
 export PATH=/usr/local/cuda/bin:$PATH
 # The newest kernels, whether a device run has verified them yet or not (the library's defaults are
 # the verified ones: src/compute/cuda/cuda_ops.h); test_cuda_ops selects its own.
-export CLEF_CUDA_ATTN=${CLEF_CUDA_ATTN:-v3} CLEF_CUDA_DELTA=${CLEF_CUDA_DELTA:-v3}
+export CLEF_CUDA_ATTN=${CLEF_CUDA_ATTN:-v4} CLEF_CUDA_DELTA=${CLEF_CUDA_DELTA:-v4}
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 # CUDA libraries: the toolkit's, else the pip wheels next to PyTorch
 extra_ld="$root/$DC/lib:$CUDA_HOME/lib64"
@@ -425,4 +426,6 @@ if [ -n "${DEVCHECK_NCU:-}" ] && [ $((SECONDS - T0)) -lt 200 ]; then
   else say "ncu: not found"; fi
 fi
 say "total $((SECONDS - T0))s"
+# at most 8 files come back: the build log joins device-check.log
+{ echo "== build.log"; cat "$OUT/build.log"; } >> "$LOG" 2>/dev/null && rm -f "$OUT/build.log"
 cat "$SUM"

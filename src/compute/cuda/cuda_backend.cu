@@ -470,9 +470,9 @@ extern "C" void clef_cuda_set_kernels(clef_ops *ops, const clef_cuda_kernels *k)
     im->attn_kernel = k->attn == CLEF_CUDA_ATTN_SIMT || k->attn == CLEF_CUDA_ATTN_V2 || k->attn == CLEF_CUDA_ATTN_V3
                           ? k->attn
                           : CLEF_CUDA_ATTN_V4;
-    im->delta_kernel = k->delta == CLEF_CUDA_DELTA_V1 || k->delta == CLEF_CUDA_DELTA_V2 || k->delta == CLEF_CUDA_DELTA_V4
+    im->delta_kernel = k->delta == CLEF_CUDA_DELTA_V1 || k->delta == CLEF_CUDA_DELTA_V2 || k->delta == CLEF_CUDA_DELTA_V3
                            ? k->delta
-                           : CLEF_CUDA_DELTA_V3;
+                           : CLEF_CUDA_DELTA_V4;
 }
 
 extern "C" const char *clef_cuda_device_name(const clef_ops *ops) { return static_cast<const Impl *>(ops->impl)->name; }

@@ -108,7 +108,7 @@ struct Impl {
     std::map<GemmKey, GemmPlan> plans;
     bool linear_split = true;      /* clef_cuda_kernels (cuda_ops.h) */
     int attn_kernel = CLEF_CUDA_ATTN_V4;
-    int delta_kernel = CLEF_CUDA_DELTA_V3;
+    int delta_kernel = CLEF_CUDA_DELTA_V4;
     int max_smem_optin = 48 * 1024;
     int sm_count = 0;
     int cc_major = 0;             /* compute capability (mma.sync TF32 needs 8.0) */

@@ -64,7 +64,7 @@ int clef_cuda_synthetic_weight(clef_ops *ops, clef_tensor *t, int dtype, const i
                                uint64_t seed, float center, float scale, clef_err *err);
 
 /* Kernel variants. The default is the newest variant a device run has verified (test_cuda_ops and
- * the corpus on an H200: runs 2026-12-04a and b); newer ones written since are opt-in until a run checks
+ * the corpus on an H200: runs 2026-12-04a, b and c); newer ones written since are opt-in until a run checks
  * them, and the old ones stay selectable for side-by-side runs and as a fallback. At create, the
  * knobs CLEF_CUDA_LINEAR=bf16 (one bf16 term per activation in the fast GEMMs instead of the two-term
  * split), $CLEF_CUDA_ATTN=simt|v2|v3|v4 and $CLEF_CUDA_DELTA=v1|v2|v3|v4 choose; clef_cuda_set_kernels
@@ -75,9 +75,10 @@ int clef_cuda_synthetic_weight(clef_ops *ops, clef_tensor *t, int dtype, const i
 /* V4 (default) = V3 + one-term bf16 tensor-core attention in the bf16 precision (verified 2026-12-04b:
  * bf16 attention 114 ms at 16,384 tokens on the 9B shape, v3 896 ms; corpus argmax 123/125 vs 124/125) */
 enum { CLEF_CUDA_ATTN_SIMT = 0, CLEF_CUDA_ATTN_V2 = 1, CLEF_CUDA_ATTN_V3 = 2, CLEF_CUDA_ATTN_V4 = 3 };
-/* delta: V1 = the first kernels A and B; V2 = A v1 + B v2 (verified 2026-11-30b); V3 (default) =
- * A v2 + B v2 (verified 2026-12-04a: kernel A 2.9 / 13.4 ms at 436 / 2,048 tokens, v1 17.1 / 62.1) */
-/* V4 = A v2 + B v3 (the same sums with 16-byte operand loads; NOT YET RUN) */
+/* delta: V1 = the first kernels A and B; V2 = A v1 + B v2 (verified 2026-11-30b); V3 = A v2 + B v2
+ * (verified 2026-12-04a: kernel A 2.9 / 13.4 ms at 436 / 2,048 tokens, v1 17.1 / 62.1); V4 (default)
+ * = A v2 + B v3, the same sums with 16-byte operand loads (verified 2026-12-04c: the same bits as v3,
+ * kernel B 2.8 / 12.9 / 104 ms at 436 / 2,048 / 16,384 tokens in bf16, v2 3.7 / 17.2 / 141) */
 enum { CLEF_CUDA_DELTA_V1 = 0, CLEF_CUDA_DELTA_V2 = 1, CLEF_CUDA_DELTA_V3 = 2, CLEF_CUDA_DELTA_V4 = 3 };
 typedef struct clef_cuda_kernels {
     int linear_split; /* fast GEMMs: 1 = x = h + l in two bf16 terms, 0 = one bf16 term */
