@@ -145,6 +145,11 @@ int cmd_serve(int argc, char **argv) {
     sc.client_share = (unsigned)client_share;
     sc.batch_wait_s = batch_wait_ms * 1e-3;
     sc.keepalive_requests = (unsigned)ka_requests;
+    const char *sd = getenv("CLEF_SERVE_TEST_SUBMIT_DELAY_MS"); /* test hook: server.h */
+    if (sd) {
+        long ms = strtol(sd, NULL, 10);
+        if (ms > 0 && ms <= 10000) sc.test_submit_delay_ms = (unsigned)ms;
+    }
     if (key_file) {
         if (!read_key_file(key_file, key_buf, sizeof key_buf)) {
             fprintf(stderr, "clef serve: --api-key-file %s: no key read (a missing file, or an empty first line)\n",

@@ -531,9 +531,16 @@ static void prepare_one(void *ctx, void *item) {
     r->t_queued = clef_now();
     atomic_store(&r->state, R_QUEUED);
     pthread_rwlock_rdlock(&s->gate);
+    /* r is the batch's once submitted: it may be answered, and freed by the connection's end, before
+     * this thread runs another line, so it is uncounted first (inside the gate: a shutdown waiting for
+     * the count to reach 0 cannot close the scheduler between the two) and not touched after a
+     * successful submit (fuzz_http found the use after free) */
+    uncount(r);
     int rc = s->sched ? clef_sched_submit(s->sched, &r->item) : -2;
     pthread_rwlock_unlock(&s->gate);
-    uncount(r);
+    if (s->cfg.test_submit_delay_ms) /* test hook (server.h): the batch answers first */
+        nanosleep(&(struct timespec){s->cfg.test_submit_delay_ms / 1000, (long)(s->cfg.test_submit_delay_ms % 1000) * 1000000L},
+                  NULL);
     if (rc != 0) {
         clef_job_free(r->job);
         r->job = NULL;

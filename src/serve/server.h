@@ -43,6 +43,9 @@ typedef struct clef_server_config {
     int auth_all;            /* 1: /health and /metrics need the key too (default: they do not) */
     const char *cors_origin; /* NULL = no CORS headers; an origin or "*" */
     size_t gzip_min;         /* answers of at least this many bytes are gzipped when asked (default 1024; 0 = never) */
+    /* tests only ($CLEF_SERVE_TEST_SUBMIT_DELAY_MS): a prepare thread waits this long after queueing a
+     * request, so the batch can answer it first (the hand-off's ownership; test_hostile.py) */
+    unsigned test_submit_delay_ms;
 } clef_server_config;
 
 void clef_server_config_default(clef_server_config *c);

@@ -457,6 +457,36 @@ def test_shutdown_accounting():
     check(stopped and stopped[0].get("dropped", 0) >= 1, "the stopped line counts the dropped upload: %s" % stopped)
 
 
+def test_handoff_after_answer():
+    """A prepare thread hands a request to the scheduler and must not touch it after: the batch may
+    answer it and the connection's end free it first (fuzz_http found a heap-use-after-free in
+    prepare_one, 2026-12-04: uncount(r) after clef_sched_submit). CLEF_SERVE_TEST_SUBMIT_DELAY_MS
+    holds the prepare thread after the submit so that the answer always comes first; under ASan the
+    old code aborts, in build/ it decremented the receiving count twice."""
+    srv = Server(env={"CLEF_SERVE_TEST_SUBMIT_DELAY_MS": "400"})
+    try:
+        body = json.dumps({"model": "clef-flash", "state": "handoff", "questions": {"q": {"type": "noul"}}}).encode()
+        for _ in range(3):
+            try:
+                st, _, out = request(srv.port, "POST", "/v1/systemone", body, {"Content-Type": "application/json"})
+            except OSError as e:
+                st, out = None, repr(e).encode()
+            check(st == 200, "a request queued before its prepare thread lets go: 200 (%s %r)" % (st, out[:200]))
+        time.sleep(0.6)  # the last prepare thread wakes after its answer went out
+        check(srv.p.poll() is None, "alive after the hand-offs")
+        if srv.p.poll() is not None:
+            sys.stderr.write(srv.logtext()[-3000:])
+            return
+        rc = srv.stop(signal.SIGTERM)
+        stopped = [json.loads(l) for l in srv.logtext().splitlines() if '"event":"shutdown"' in l]
+        check(rc == 0, "exit 0 after the hand-offs (%s)" % rc)
+        check("Sanitizer" not in srv.logtext(), "no sanitizer report after the hand-offs")
+        check(stopped and stopped[0].get("receiving") == 0, "the receiving count back to 0, not below: %s" % stopped)
+    finally:
+        if srv.p.poll() is None:
+            srv.stop(signal.SIGKILL)
+
+
 # ---------------------------------------------------------------- issue 19, server side
 
 def test_ids_and_log(srv):
@@ -551,6 +581,7 @@ def main():
             srv.stop(signal.SIGKILL)
     test_health_not_starved()
     test_shutdown_accounting()
+    test_handoff_after_answer()
     test_api_key()
     test_cors_gzip()
     print("%d checks, %d failed (%.1fs)" % (checks, len(failures), time.time() - t_start))
