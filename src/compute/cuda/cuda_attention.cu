@@ -600,7 +600,7 @@ __global__ void __launch_bounds__(T4_NT)
 k_attention_bf16(float *o, size_t ldo, const __nv_bfloat16 *q, size_t ldq, const __nv_bfloat16 *k, size_t ldk,
                  const __nv_bfloat16 *v, size_t ldv, AttnTab tab, size_t nh, size_t nkv, int hd, float scale_log2,
                  int causal) {
-    constexpr int LQ = DP + 8; /* a row of Qs / Ks / Vs: (DP + 8) / 2 words, rows 4 or 12 (mod 32) banks apart */
+    constexpr int LQ = DP + 8; /* a row of Qs / Ks / Vs: (DP + 8) / 2 words, rows 4, 12 or 20 banks apart (mod 32) */
     constexpr int NO = DP / 8, KS = DP / 16, NS = T4_BK / 8, D8 = DP / 8;
     extern __shared__ float4 sm4b[]; /* float4: 16-byte alignment */
     __nv_bfloat16 *Qs = reinterpret_cast<__nv_bfloat16 *>(sm4b); /* [BQ][LQ] */
