@@ -132,7 +132,7 @@ __global__ void k_delta_prep(DeltaScratch S, const float *q, const float *k, con
     if (threadIdx.x == 0) S.lam[blk] = expf(Gl);
 }
 
-/* ---- v2 of kernel A (CLEF_CUDA_DELTA=v3: opt-in, not yet run on a GPU; v1 / v2 keep the kernel above) ----
+/* ---- v2 of kernel A (CLEF_CUDA_DELTA=v3 and v4, verified by run 2026-12-04a; v1 / v2 keep the kernel above) ----
  *
  * Run 2026-11-30b: delta_rule took 0.85 ms per layer at 436 tokens although kernel B v2 does ~7 chunk
  * steps; the cost is kernel A's products: each thread reads its own row k_s straight from global
@@ -417,7 +417,7 @@ __global__ void k_delta_scan(DeltaScratch S, float *o, DeltaTab tab, size_t Hv, 
     }
 }
 
-/* ---- v2 of kernel B (the default; CLEF_CUDA_DELTA=v1 selects the one above) ----
+/* ---- v2 of kernel B (CLEF_CUDA_DELTA=v2 and v3; v1 selects the one above, v4 v3 below) ----
  *
  * The first device run measured kernel B at ~190 us per chunk step (v1: one output per thread with a
  * serial double chain, few warps, 12 synchronised tile loads per chunk), i.e. 50 ms per call at 16k
@@ -571,7 +571,7 @@ k_delta_scan2(DeltaScratch S, float *o, DeltaTab tab, size_t Hv, size_t dk, size
     }
 }
 
-/* ---- v3 of kernel B (CLEF_CUDA_DELTA=v4: A v2 + B v3; not yet run) ----
+/* ---- v3 of kernel B (CLEF_CUDA_DELTA=v4 = A v2 + B v3, the default since run 2026-12-04c) ----
  *
  * Run 2026-12-04a: kernel B v2 takes ~22 us a chunk step (3.7 ms at 436 tokens, 139 ms at 16k for 24
  * layers) for ~4,000 FMAs a thread: it is bound by shared-memory loads, ~10 scalar loads per 16 FMAs
