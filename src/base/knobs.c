@@ -57,8 +57,8 @@ void clef_knobs_default(clef_knobs *k) {
     k->cuda_pool_mb = 1024;
     k->amx_packed = 1;
     k->cuda_linear_split = 1;
-    k->cuda_attn = 1;
-    k->cuda_delta = 1;
+    k->cuda_attn = 3; /* CLEF_CUDA_ATTN_V4 */
+    k->cuda_delta = 3; /* CLEF_CUDA_DELTA_V4 */
     k->cuda_graph_max = 8;
 }
 

@@ -33,7 +33,7 @@ static void test_parse(void) {
     CHECK(memcmp(&k, &d, sizeof k) == 0);
     CHECK(k.device == CLEF_KNOB_UNSET && k.precision == CLEF_KNOB_UNSET && k.cpu_cache_mb == -1);
     CHECK(k.cuda_pool_mb == 1024 && k.amx_packed == 1 && !k.linear_double && !k.gemm[0] && !k.cpu_mask[0]);
-    CHECK(k.cuda_linear_split == 1 && k.cuda_attn == 1 && k.cuda_delta == 1);
+    CHECK(k.cuda_linear_split == 1 && k.cuda_attn == 3 && k.cuda_delta == 3);
 
     static const char *const all[] = {"CLEF_DEVICE", "cuda", "CLEF_PRECISION", "fast", "CLEF_CPU_CACHE_MB", "0",
                                       "CLEF_CUDA_POOL_MB", "256", "CLEF_LINEAR", "double", "CLEF_GEMM", "avx2",
@@ -64,7 +64,7 @@ static void test_parse(void) {
     CHECK_STR(k.device_raw, "gpu");
     CHECK_STR(k.precision_raw, "half");
     CHECK(k.cpu_cache_mb == -1 && k.cuda_pool_mb == 1024 && !k.linear_double && k.amx_packed == 1);
-    CHECK(k.cuda_attn == 1 && k.cuda_delta == 1);
+    CHECK(k.cuda_attn == 3 && k.cuda_delta == 3);
     static const char *const empty[] = {"CLEF_DEVICE", "", "CLEF_PRECISION", "", NULL};
     parse(&k, empty);
     CHECK(k.device == CLEF_KNOB_UNSET && k.precision == CLEF_KNOB_UNSET);
