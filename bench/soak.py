@@ -322,8 +322,8 @@ def main():
             time.sleep(0.1)
 
     MEM = ("process_resident_memory_bytes", "clef_buffer_held_bytes", "clef_buffer_cache_bytes", "clef_buffer_peak_bytes",
-           "clef_state_cache_bytes", 'clef_malloc_bytes{kind="in_use"}', 'clef_malloc_bytes{kind="free"}',
-           'clef_malloc_bytes{kind="mapped"}')
+           "clef_state_cache_bytes", "clef_request_pool_held_bytes", "clef_request_pool_live_bytes",
+           'clef_malloc_bytes{kind="in_use"}', 'clef_malloc_bytes{kind="free"}', 'clef_malloc_bytes{kind="mapped"}')
 
     def metrics_sampler():  # what the memory is, every 10 s (docs/reliability.md "The soak")
         while time.time() < stop_at:
@@ -396,6 +396,10 @@ def main():
 
     after = [kb for t, kb in rss if t >= a.warmup]
     rss_ok = bool(after) and max(after) <= 1.10 * min(after)
+    per_minute = {}  # minute -> [min, max] MB of the 1-s samples
+    for t, kb in rss:
+        m = per_minute.setdefault(int(t // 60), [kb, kb])
+        m[0], m[1] = min(m[0], kb), max(m[1], kb)
     hl = sorted(d for t, d, s in st.health)
     bad_health = [s for _, _, s in st.health if s != 200]
     p99 = hl[int(0.99 * (len(hl) - 1))] * 1e3 if hl else float("nan")
@@ -405,6 +409,7 @@ def main():
         "rss_kB_after_warmup": {"min": min(after) if after else None, "max": max(after) if after else None,
                                 "first": after[0] if after else None, "last": after[-1] if after else None},
         "rss_flat_within_10pct": rss_ok,
+        "rss_MB_per_minute": {m: [round(v[0] / 1024, 1), round(v[1] / 1024, 1)] for m, v in sorted(per_minute.items())},
         "health": {"n": len(hl), "p50_ms": round(hl[len(hl) // 2] * 1e3, 2) if hl else None,
                    "p99_ms": round(p99, 2), "max_ms": round(hl[-1] * 1e3, 2) if hl else None,
                    "not_200": len(bad_health)},

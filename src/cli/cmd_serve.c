@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "cli/cmds.h"
+#include "base/bufpool.h"
 #include "cli/cli_opts.h"
 #include "clef.h"
 #include "serve/scheduler.h"
@@ -66,6 +67,7 @@ int cmd_serve(int argc, char **argv) {
     int max_connections = (int)sc.max_connections, timeout = (int)sc.io_timeout_s, quiet = 0;
     int max_pending = 0, client_share = (int)sc.client_share, ka_requests = (int)sc.keepalive_requests;
     double batch_wait_ms = sc.batch_wait_s * 1e3;
+    size_t request_pool = (size_t)256 << 20;
     const char *key_file = NULL;
     /* one line per flag, in the order of the old usage text (docs/cli.md has the same table) */
     const cli_opt opts[] = {
@@ -105,6 +107,9 @@ int cmd_serve(int argc, char **argv) {
         CLI_OPT_TILE(&o.image_tile),
         CLI_OPT_TEXT_ONLY(&o.text_only),
         CLI_OPT_STATE_CACHE(&o.state_cache_mb),
+        {.name = "--request-pool", .kind = CLI_SIZE, .dst = &request_pool, .arg = "BYTES", .lo = 0,
+         .hi = 1099511627776.0, .def = "256M",
+         .help = "memory kept for reuse by images' pixel arrays (flat RSS under load); 0 = none"},
         {.name = "--quiet", .kind = CLI_FLAG, .dst = &quiet, .help = "no per-request log lines"},
         {.name = "--no-ui", .kind = CLI_FLAG, .dst = &sc.no_ui, .help = "no web playground at / (then / is 404)"},
         /* hostile clients and access (docs/reliability.md, docs/serving.md) */
@@ -239,10 +244,16 @@ int cmd_serve(int argc, char **argv) {
         return 1;
     }
     clef_result_free(&wr);
+    /* Images' pixel arrays from a pool that keeps them (base/bufpool.h); without one (0, or no
+     * memory for it) they are plain allocations, as before. */
+    clef_bufpool *pool = request_pool ? clef_bufpool_create(request_pool) : NULL;
+    clef_bufpool_set_process(pool);
     if (clef_server_attach(srv, e) != 0) {
         clef_log_fatal("clef serve: cannot start the scheduler and prepare threads");
         clef_server_shutdown(srv);
         clef_close(e);
+        clef_bufpool_set_process(NULL);
+        clef_bufpool_destroy(pool);
         return 1;
     }
     clef_cache_info ci; /* the state cache's bound as the engine applies it (0: off) */
@@ -261,5 +272,7 @@ int cmd_serve(int argc, char **argv) {
     clef_log_line("\"event\":\"signal\",\"signal\":\"%s\"", sig == SIGTERM ? "SIGTERM" : "SIGINT");
     clef_server_shutdown(srv);
     clef_close(e);
+    clef_bufpool_set_process(NULL);
+    clef_bufpool_destroy(pool);
     return 0;
 }

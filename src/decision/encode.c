@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/bufpool.h"
 #include "base/utf8.h"
 
 static const char SYSTEM_PROMPT[] =
@@ -311,7 +312,7 @@ static int encode_videos(const clef_tokenizer *tok, const json_value **entries, 
             f->image.n_images = 1;
             f->image.n_patches = per;
             f->image.patch_dim = x->patch_dim;
-            f->image.pixel_values = malloc(per * x->patch_dim * sizeof(float));
+            f->image.pixel_values = clef_bufpool_alloc(clef_bufpool_process(), per * x->patch_dim * sizeof(float));
             if (!f->image.pixel_values) {
                 clef_err_set(err, CLEF_E_OOM, "out of memory for video frame group pixels");
                 goto done;

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/bufpool.h"
 #include "image/image_internal.h"
 
 void clef_image_opts_default(clef_image_opts *o) {
@@ -21,7 +22,7 @@ void clef_image_opts_default(clef_image_opts *o) {
 
 void clef_image_free(clef_image *im) {
     if (!im) return;
-    free(im->pixel_values);
+    clef_bufpool_free(im->pixel_values);
     memset(im, 0, sizeof *im);
 }
 
@@ -173,7 +174,7 @@ static int prepare_frames(const clef_rgb *frames, int n, const clef_image_opts *
         goto done;
     }
     *out = part[0];
-    out->pixel_values = malloc(sizeof(float) * rows * dim);
+    out->pixel_values = clef_bufpool_alloc(clef_bufpool_process(), sizeof(float) * rows * dim);
     if (!out->pixel_values) {
         memset(out, 0, sizeof *out);
         clef_err_set(err, CLEF_E_OOM, "out of memory for %zu image patches", rows);
@@ -197,7 +198,7 @@ done:
  * canvas size, so the first one's processing raises whatever processing all of them would. */
 static int frames_grid(const clef_rgb *first, int n, const clef_image_opts *o, clef_image *out, clef_err *err) {
     if (clef_image_prepare_rgb(first, o, out, err)) return -1;
-    free(out->pixel_values);
+    clef_bufpool_free(out->pixel_values);
     out->pixel_values = NULL;
     out->n_patches *= (size_t)n;
     out->n_images = n;

@@ -70,7 +70,8 @@ typedef struct clef_image {
     size_t n_patches;            /* all rows: n_images * grid_t * grid_h * grid_w */
     size_t patch_dim;            /* 3 * temporal_patch_size * patch_size^2 = 1536 */
     float *pixel_values;         /* [n_patches, patch_dim], rows in the processor's block order,
-                                    image after image */
+                                    image after image; from the process's request-buffer pool
+                                    (base/bufpool.h): freed by clef_image_free, never free() */
 } clef_image;
 
 /* Decodes one `images` entry (a data: URL, bare base64, or a path when allowed) and preprocesses it.

@@ -4,6 +4,7 @@
  * slots. */
 #include <stdlib.h>
 
+#include "base/bufpool.h"
 #include "image/image_internal.h"
 
 int clef_patchify(const clef_rgb *im, const clef_image_opts *o, clef_image *out, clef_err *err) {
@@ -12,7 +13,7 @@ int clef_patchify(const clef_rgb *im, const clef_image_opts *o, clef_image *out,
         return clef_err_set(err, CLEF_E_INTERNAL, "patchify: %dx%d is not a multiple of %d", im->w, im->h, P * M);
     const int gh = im->h / P, gw = im->w / P;
     const size_t dim = (size_t)3 * T * P * P, n = (size_t)gh * gw;
-    float *pv = malloc(sizeof(float) * n * dim);
+    float *pv = clef_bufpool_alloc(clef_bufpool_process(), sizeof(float) * n * dim);
     if (!pv) return clef_err_set(err, CLEF_E_OOM, "out of memory for %zu image patches", n);
     float lut[256];
     for (int v = 0; v < 256; v++) lut[v] = ((float)v - 127.5f) / 127.5f;

@@ -18,6 +18,7 @@
 #include <libswscale/swscale.h>
 #endif
 
+#include "base/bufpool.h"
 #include "base/pyfmt.h"
 #include "image/image_internal.h"
 #ifndef CLEF_NO_VIDEO
@@ -43,7 +44,7 @@ void clef_video_opts_default(clef_video_opts *o) {
 
 void clef_video_free(clef_video *v) {
     if (!v) return;
-    free(v->pixel_values);
+    clef_bufpool_free(v->pixel_values);
     free(v->timestamps);
     free(v->indices);
     memset(v, 0, sizeof *v);
@@ -458,7 +459,7 @@ static int patchify_video(const clef_rgb *frames, int nf, const clef_video_opts 
     if (w % (P * M) || h % (P * M)) return clef_err_set(err, CLEF_E_INTERNAL, "video patchify: %dx%d", w, h);
     const int gt = (nf + T - 1) / T, gh = h / P, gw = w / P;
     const size_t dim = (size_t)3 * T * P * P, n = (size_t)gt * gh * gw;
-    float *pv = malloc(sizeof(float) * n * dim);
+    float *pv = clef_bufpool_alloc(clef_bufpool_process(), sizeof(float) * n * dim);
     if (!pv) return clef_err_set(err, CLEF_E_OOM, "out of memory for %zu video patches", n);
     float lut[256];
     for (int v = 0; v < 256; v++) lut[v] = ((float)v - 127.5f) / 127.5f;

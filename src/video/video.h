@@ -52,7 +52,8 @@ void clef_video_opts_default(clef_video_opts *o);
 typedef struct clef_video {
     int grid_t, grid_h, grid_w; /* video_grid_thw */
     size_t n_patches, patch_dim; /* grid_t*grid_h*grid_w, 3*2*16*16 */
-    float *pixel_values;         /* [n_patches, patch_dim]: pixel_values_videos rows of this video */
+    float *pixel_values;         /* [n_patches, patch_dim]: pixel_values_videos rows of this video
+                                    (base/bufpool.h: freed by clef_video_free) */
     double *timestamps;          /* [grid_t] seconds of each frame group (mean of its two frames) */
     double fps;                  /* the stream's average frame rate (metadata.fps) */
     int64_t total_frames;        /* frames decoded (metadata.total_num_frames) */

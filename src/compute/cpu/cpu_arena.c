@@ -38,7 +38,6 @@ typedef struct chunk {
     int nlive;         /* blocks handed out from it */
     extent *free;      /* free extents, by address, never adjacent (coalesced) */
     int nfree, capfree; /* capfree >= nlive + 1 always: a free never needs memory */
-    uint64_t stamp;    /* when it was last wholly free: the oldest go first */
 } chunk;
 
 typedef struct {
@@ -54,7 +53,6 @@ struct clef_arena {
     size_t live, peak_live;
     chunk *ch[MAX_CHUNKS];
     int n;
-    uint64_t clock;
     size_t hits, misses, released;
     int poison;
 };
@@ -130,22 +128,34 @@ static void *carve(clef_arena *a, chunk *c, int j, size_t len) {
     return base;
 }
 
-/* A new chunk of at least len bytes within the cap, releasing wholly free chunks (the oldest
- * first) to make room; NULL when it cannot be. Lock held. */
+static size_t chunk_size(size_t len) {
+    return len > CHUNK_MIN ? (len + CHUNK_ROUND - 1) / CHUNK_ROUND * CHUNK_ROUND : CHUNK_MIN;
+}
+
+/* A new chunk of at least len bytes within the cap; NULL when it cannot be. Lock held.
+ * Every wholly free chunk is folded into it (released, its size added to the new one's):
+ * otherwise each block larger than any free extent got a chunk of just its size beside the
+ * free ones, and a soak on tiny held 256 MB of chunks for forwards that never had more than
+ * 88 MB in use at once; folded, the chunks become few and large, and a forward of any shape no
+ * larger than one seen before fits (docs/reliability.md "The soak"). */
 static chunk *grow(clef_arena *a, size_t len) {
-    size_t size = len > CHUNK_MIN ? (len + CHUNK_ROUND - 1) / CHUNK_ROUND * CHUNK_ROUND : CHUNK_MIN;
-    if (size > a->cap) size = len; /* a small cap: a chunk of just this block */
-    while (a->held + size > a->cap || a->n == MAX_CHUNKS) {
-        int old = -1;
-        for (int i = 0; i < a->n; i++)
-            if (a->ch[i]->used == 0 && (old < 0 || a->ch[i]->stamp < a->ch[old]->stamp)) old = i;
-        if (old < 0) return NULL;
-        chunk *c = a->ch[old];
+    size_t fold = 0;
+    for (int i = 0; i < a->n;) {
+        chunk *c = a->ch[i];
+        if (c->used) {
+            i++;
+            continue;
+        }
+        fold += c->size;
         a->held -= c->size;
-        a->ch[old] = a->ch[--a->n];
+        a->ch[i] = a->ch[--a->n];
         a->released++;
         chunk_release(c);
     }
+    size_t size = chunk_size(len + fold);
+    if (a->held + size > a->cap) size = chunk_size(len); /* the folded bytes do not fit under the cap */
+    if (size > a->cap) size = len;                       /* a small cap: a chunk of just this block */
+    if (a->held + size > a->cap || a->n == MAX_CHUNKS) return NULL;
     chunk *c = calloc(1, sizeof *c);
     if (!c) return NULL;
     void *base = NULL;
@@ -239,7 +249,6 @@ static void give_back(clef_arena *a, chunk *c, size_t off, size_t len) {
     c->used -= len;
     c->nlive--;
     a->live -= len;
-    if (c->used == 0) c->stamp = ++a->clock;
 }
 
 void clef_arena_free(clef_arena *a, float *p) {

@@ -10,12 +10,14 @@
  *   or the block's size rounded to 2 MiB): the smallest free extent that holds the block, at its
  *   start; a freed block's extent merges with its free neighbours, so when a forward ends every
  *   chunk is one free extent again and the next forward, of any shape no larger, fits in what is
- *   held. Before (blocks of fixed size classes, cached whole), forwards of new shapes kept
+ *   held. A block that fits nowhere gets a new chunk into which every wholly free chunk is folded
+ *   (released, its size added), so the chunks become few and large instead of one per new
+ *   block size. Before (blocks of fixed size classes, cached whole), forwards of new shapes kept
  *   needing new blocks beside the cached ones: a 10-minute soak on tiny held 190 MB cached for
  *   forwards that never had more than 94 MB in use at once (docs/reliability.md "The soak").
- * - The chunks hold at most `cap` bytes; a chunk that would pass it first releases wholly free
- *   chunks (the longest free first); a block that still does not fit is a mapping of its own,
- *   given back when freed. Chunks are kept until then: never released while under the cap.
+ * - The chunks hold at most `cap` bytes (a new chunk whose folded size would pass it is just the
+ *   block's size); a block that still does not fit is a mapping of its own, given back when
+ *   freed. What is held never shrinks while under the cap (folding moves bytes, it frees none).
  * - Small blocks go straight to malloc (glibc reuses them without clearing).
  * - Reused memory is NOT cleared: callers never relied on zeroed buffers (posix_memalign never
  *   promised it); the poison mode below is how a test holds them to that.
