@@ -1,56 +1,75 @@
-/* Large request buffers (images' pixel arrays) from a bounded pool that is reused.
+/* Large buffers kept for reuse: blocks carved from chunks a pool holds, up to a cap.
  *
- * `clef serve` maps and unmaps a request's large buffers per request (glibc's mmap threshold is
- * 128 KiB there), so its resident set followed how many images were in flight at each instant:
- * the 64-client soak on tiny swung by 40-60 MB within every minute, nearly all of it the patch
- * arrays of prepared and queued jobs (docs/reliability.md "The soak"). Kept in glibc's heap
- * instead, it was higher and crept (docs/rejected-experiments.md). This pool keeps them:
+ * Fresh large allocations are new anonymous mappings (glibc maps blocks over its threshold; `clef
+ * serve` sets it to 128 KiB), so memory that is allocated and freed again and again both costs
+ * page faults and clearing each time and makes the resident set follow how much is in use at each
+ * instant. A pool keeps what it has touched and hands it out again, so the resident set rises to
+ * what the most demanding moment needed (at most the cap) and stays there. Two kinds of pool:
+ * - the CPU backend's activation buffers (src/compute/cpu/cpu_arena.h, one pool per backend);
+ * - request buffers: images' and videos' pixel arrays, which a prepared job holds until its
+ *   forward, from the process pool below (`clef serve --request-pool`). Without it the 64-client
+ *   soak on tiny swung by 40-60 MB within every minute with the images in flight
+ *   (docs/reliability.md "The soak"); kept in glibc's heap instead they crept
+ *   (docs/rejected-experiments.md).
  *
- * - Buffers of >= CLEF_BUFPOOL_MIN bytes come in size classes (four per doubling: at most 25%
- *   slack); one is made on the first request its class (or one of the next four classes) has no
- *   free buffer for, touched whole when made, and kept on its class's free list when freed.
- * - What the pool holds (buffers in use and free) stays within its cap: a buffer that would pass
- *   it first evicts free buffers (the largest first); one that still does not fit, a smaller
- *   request, or a pool that cannot make a buffer gives a plain allocation (malloc: under `clef
- *   serve`'s threshold a mapping of its own, returned when freed). Never an error: NULL only
- *   when the plain allocation fails too.
- * - So the resident set rises to what the most buffers in flight at once needed (at most the cap)
- *   and stays there, whatever the instant's count.
- * - Reused memory is not cleared (malloc never promised it; every caller writes the whole array).
- * - Thread-safe: one mutex, two short holds per buffer.
- *
- * Every buffer, pooled or plain, is freed with clef_bufpool_free (a 64-byte header before the
- * data says where it came from); the data is 64-byte aligned. The process pool (NULL unless a
- * driver sets one: clef serve's --request-pool) is the one the image and video code use. */
+ * - Blocks of >= min_bytes are whole pages carved from chunks (>= 8 MiB each, or the block's size
+ *   rounded to 2 MiB): the smallest free extent that holds the block, at its start; a freed
+ *   block's extent merges with its free neighbours, so blocks of any mix of sizes share the held
+ *   memory (size classes would each hold their own peak).
+ * - A block that fits nowhere gets a new chunk, and every wholly free chunk is folded into it
+ *   (released, its size added), so the chunks become few and large instead of one per new size;
+ *   the new chunk is at least half of what is held besides (growth by half at least: a level
+ *   with headroom, reached early, rather than a step each time a slightly larger need comes).
+ * - The chunks hold at most `cap` bytes (a chunk that would pass it shrinks to the block's own
+ *   size, or is not made); a block that still does not fit is a mapping of its own, given back
+ *   when freed. What is held never shrinks while under the cap.
+ * - Chunks are touched whole when made: the page faults are paid once and the resident set is
+ *   what is held from the start.
+ * - Smaller blocks, blocks without a pool (p NULL) and blocks the pool cannot make are plain
+ *   allocations (malloc): never an error; NULL only when the system has no memory.
+ * - Reused memory is NOT cleared (malloc never promised it either).
+ * - Thread-safe (one mutex).
+ * Every block, pooled or plain, is freed with clef_bufpool_free: a 64-byte header before the data
+ * (which is 64-byte aligned) says where it came from. (Written here rather than taken from an
+ * allocator library because what it must do is narrow and exact: never give memory back while
+ * under the cap, never clear or purge pages behind our back: jemalloc's and glibc's purging is
+ * what made the resident set move.) */
 #ifndef CLEF_BASE_BUFPOOL_H
 #define CLEF_BASE_BUFPOOL_H
 
 #include <stddef.h>
 
-#define CLEF_BUFPOOL_MIN ((size_t)128 << 10)
+/* The smallest chunk: small enough that touching it whole costs a one-shot run little (64 MiB
+ * chunks made the allocation-failure sweep, an engine per step, minutes slower), large enough
+ * that small blocks share a few chunks. */
+#define CLEF_BUFPOOL_CHUNK_MIN ((size_t)8 << 20)
+/* min_bytes of the process pool for request buffers */
+#define CLEF_BUFPOOL_REQUEST_MIN ((size_t)128 << 10)
 
 typedef struct clef_bufpool clef_bufpool;
 
-/* NULL when out of memory. cap: most bytes of buffers held, in use or free (0: a pool that holds
- * nothing: every buffer plain). */
-clef_bufpool *clef_bufpool_create(size_t cap);
-/* Gives back the free buffers; every buffer of the pool must have been freed before. NULL ok. */
+/* NULL when out of memory. cap: most bytes of chunks held (0: hold none: every block of >=
+ * min_bytes is a mapping of its own). min_bytes: smaller blocks are plain allocations. */
+clef_bufpool *clef_bufpool_create(size_t cap, size_t min_bytes);
+/* Gives back the chunks; every block of the pool must have been freed before. NULL ok. */
 void clef_bufpool_destroy(clef_bufpool *p);
 
-/* n bytes (from p, or plain when p is NULL); NULL only when out of memory. */
+/* n bytes, 64-byte aligned (from p, or plain when p is NULL); NULL only when out of memory (or n
+ * absurdly large). */
 void *clef_bufpool_alloc(clef_bufpool *p, size_t n);
-/* A buffer of clef_bufpool_alloc, from any pool or none; NULL ok. */
+/* A block of clef_bufpool_alloc, from any pool or none; NULL ok. */
 void clef_bufpool_free(void *ptr);
 
 typedef struct {
     size_t cap;
-    size_t held_bytes, live_bytes; /* buffers the pool holds (in use or free) / in use now */
-    size_t peak_live_bytes;        /* in use at most at once so far */
-    size_t buffers;                /* buffers held */
-    size_t hits, made, plain;      /* requests served by a free buffer / by a new one / plain (of >= MIN bytes) */
-    size_t evicted;                /* free buffers given back to make room under the cap */
+    size_t held_bytes;                  /* bytes of the chunks held */
+    size_t free_bytes, chunks;          /* free bytes inside them; the number of chunks */
+    size_t hits, misses;                /* blocks of >= min_bytes served from held chunks / not */
+    size_t own;                         /* of the misses, blocks mapped on their own (over the cap) */
+    size_t released;                    /* chunks and own mappings given back */
+    size_t live_bytes, peak_live_bytes; /* blocks of >= min_bytes handed out now / at most at once so far */
 } clef_bufpool_stats;
-void clef_bufpool_get_stats(clef_bufpool *p, clef_bufpool_stats *st);
+void clef_bufpool_get_stats(clef_bufpool *p, clef_bufpool_stats *st); /* all 0 for NULL */
 
 /* The process's pool for request buffers (NULL: none, every buffer plain). Set it before the
  * threads that allocate start, and back to NULL before destroying it. */

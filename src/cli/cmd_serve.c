@@ -246,7 +246,7 @@ int cmd_serve(int argc, char **argv) {
     clef_result_free(&wr);
     /* Images' pixel arrays from a pool that keeps them (base/bufpool.h); without one (0, or no
      * memory for it) they are plain allocations, as before. */
-    clef_bufpool *pool = request_pool ? clef_bufpool_create(request_pool) : NULL;
+    clef_bufpool *pool = request_pool ? clef_bufpool_create(request_pool, CLEF_BUFPOOL_REQUEST_MIN) : NULL;
     clef_bufpool_set_process(pool);
     if (clef_server_attach(srv, e) != 0) {
         clef_log_fatal("clef serve: cannot start the scheduler and prepare threads");

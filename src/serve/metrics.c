@@ -233,14 +233,12 @@ void clef_metrics_render_memory(clef_buf *b, const clef_memory_info *mi) {
     series1(b, "clef_request_pool_peak_bytes", "gauge", "The most request buffers of the pool in use at once so far.",
             ps.peak_live_bytes);
     series1(b, "clef_request_pool_limit_bytes", "gauge", "The pool's cap (--request-pool; 0: off).", ps.cap);
-    clef_buf_printf(b, "# HELP clef_request_pool_requests_total Large request buffers, by how they were served: a free pooled "
-                       "buffer, a new pooled one, or a plain allocation (over the cap).\n"
+    clef_buf_printf(b, "# HELP clef_request_pool_requests_total Large request buffers, by where they came from: the held "
+                       "chunks, a new chunk, or a mapping of their own (over the cap).\n"
                        "# TYPE clef_request_pool_requests_total counter\n"
                        "clef_request_pool_requests_total{from=\"pool\"} %zu\nclef_request_pool_requests_total{from=\"new\"} %zu\n"
-                       "clef_request_pool_requests_total{from=\"plain\"} %zu\n",
-                    ps.hits, ps.made, ps.plain);
-    series1(b, "clef_request_pool_evicted_total", "counter", "Free pooled buffers given back to make room under the cap.",
-            ps.evicted);
+                       "clef_request_pool_requests_total{from=\"own\"} %zu\n",
+                    ps.hits, ps.misses - ps.own, ps.own);
 #if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33))
     struct mallinfo2 m = mallinfo2(); /* walks every malloc arena under its lock: a scrape, not a hot path */
     clef_buf_printf(b, "# HELP clef_malloc_bytes The C allocator's memory: in use, free inside its arenas, mapped for large blocks.\n"
