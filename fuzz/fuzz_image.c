@@ -4,7 +4,8 @@
 //
 //   clang -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -Isrc \
 //     $(pkg-config --cflags libpng) fuzz/fuzz_image.c src/image/*.c src/base/err.c src/base/buf.c \
-//     src/base/sha256.c src/base/pyfmt.c $(pkg-config --libs libpng libjpeg libwebp libwebpdemux libgif) -lm \
+//     src/base/bufpool.c src/base/sha256.c src/base/pyfmt.c $(pkg-config --libs libpng libjpeg libwebp libwebpdemux libgif) \
+//     -lm -pthread \
 //     -o build/fuzz_image
 //   mkdir -p build/fuzz-corpus && cp tests/fixtures/images/*.{png,jpg,webp,gif} build/fuzz-corpus/
 //   build/fuzz_image -max_len=65536 -max_total_time=120 -rss_limit_mb=2048 build/fuzz-corpus

@@ -15,7 +15,8 @@
 //
 //   clang -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -Isrc \
 //     $(pkg-config --cflags oniguruma libutf8proc libpng libavformat) fuzz/fuzz_request.c src/decision/*.c \
-//     src/text/*.c src/image/*.c src/video/*.c src/base/err.c src/base/buf.c src/base/sha256.c src/base/mapfile.c \
+//     src/text/*.c src/image/*.c src/video/*.c src/base/err.c src/base/buf.c src/base/bufpool.c src/base/sha256.c \
+//     src/base/mapfile.c \
 //     $(pkg-config --libs oniguruma libutf8proc libpng libjpeg libwebp libwebpdemux libgif libavformat libavcodec \
 //       libswscale libavutil) -lm \
 //     -o build/fuzz_request

@@ -7,9 +7,9 @@
 //
 //   clang -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -Isrc \
 //     $(pkg-config --cflags libpng libavformat) fuzz/fuzz_video.c src/video/*.c src/image/*.c src/base/err.c \
-//     src/base/buf.c src/base/sha256.c src/base/pyfmt.c \
+//     src/base/buf.c src/base/bufpool.c src/base/sha256.c src/base/pyfmt.c \
 //     $(pkg-config --libs libpng libjpeg libwebp libwebpdemux libgif libavformat libavcodec libswscale libavutil) \
-//     -lm -o build/fuzz_video
+//     -lm -pthread -o build/fuzz_video
 //   mkdir -p build/fuzz-video && cp tests/fixtures/video/*.{mp4,mkv,webm} fuzz/regress/video/* build/fuzz-video/
 //   build/fuzz_video -max_len=65536 -max_total_time=120 -rss_limit_mb=2048 build/fuzz-video
 #include <stdint.h>

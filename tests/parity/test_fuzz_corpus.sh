@@ -35,7 +35,7 @@ echo "fuzz_request: $ran fixed inputs, every invariant held"
 # shellcheck disable=SC2046
 clang -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
   -Iinclude -Isrc $(pkg-config --cflags $pkgs) fuzz/fuzz_video.c src/video/*.c src/image/*.c src/base/err.c \
-  src/base/buf.c src/base/sha256.c src/base/pyfmt.c $(pkg-config --libs $pkgs) -lm \
+  src/base/buf.c src/base/bufpool.c src/base/sha256.c src/base/pyfmt.c $(pkg-config --libs $pkgs) -lm -pthread \
   -o "$dir/fuzz_video" >"$dir/build_video.log" 2>&1 || { cat "$dir/build_video.log"; exit 1; }
 vin=$(ls tests/fixtures/video/*.mp4 tests/fixtures/video/*.mkv tests/fixtures/video/*.webm fuzz/regress/video/*)
 n=$(echo "$vin" | wc -l)
