@@ -15,7 +15,7 @@
  *                 derived in split_bar (~1e-4 here); the old one-term path 1e-2. The fast attention
  *                 (3xTF32 tensor cores) and delta rule (fp32 sums) keep 1e-5;
  *   bf16 backend: linear 1e-2; its one-term attention (v4) 1e-2 against the CPU on the same
- *                 bf16-rounded inputs (t_attention_bf16).
+ *                 bf16-rounded inputs (t_attention and t_packed_attention in MODE_BF16).
  * Also checked: the same call twice gives the same bits (linear, attention, delta rule), and the
  * arena reuses memory (no growth over repeated calls). */
 #include <math.h>
@@ -94,10 +94,18 @@ static clef_ops *cpu, *gpu[2], *gpu_bf16; /* gpu_bf16: CLEF_CUDA_BF16 (one-term 
 #define MODE_BF16 NMODES /* the bf16 precision's own rows (cmpv's name and worst only) */
 static const char *mode_name[NMODES + 1] = {"fp32", "fast", "fp32/old", "fast/old", "bf16"};
 
-/* The backend of mode m with the kernels of that mode selected. */
+static clef_ops *backend_of(int m) { return m == MODE_BF16 ? gpu_bf16 : gpu[m & 1]; }
+
+/* The backend of mode m with the kernels of that mode selected (bf16: its defaults, attention v4). */
 static clef_ops *G_of(int m) {
-    clef_ops *g = gpu[m & 1];
+    clef_ops *g = backend_of(m);
     clef_cuda_kernels k;
+    if (m == MODE_BF16) {
+        clef_cuda_get_kernels(g, &k);
+        k.attn = CLEF_CUDA_ATTN_V4;
+        clef_cuda_set_kernels(g, &k);
+        return g;
+    }
     k.linear_split = m < 2;
     k.attn = m < 2 ? CLEF_CUDA_ATTN_V3 : CLEF_CUDA_ATTN_SIMT; /* the newest, verified or not */
     k.delta = m < 2 ? CLEF_CUDA_DELTA_V4 : CLEF_CUDA_DELTA_V1;
@@ -142,7 +150,7 @@ static void cmpv(const char *op, int m, size_t T, const float *got, const float 
 }
 
 static void check_ok(int m, const char *op) {
-    CHECK_MSG(!clef_ops_failed(gpu[m & 1]), "%s (%s): backend failed: %s", op, mode_name[m], clef_cuda_last_error(gpu[m & 1]));
+    CHECK_MSG(!clef_ops_failed(backend_of(m)), "%s (%s): backend failed: %s", op, mode_name[m], clef_cuda_last_error(backend_of(m)));
 }
 
 /* ------------------------------------------------------------------ per-op tests */
@@ -387,18 +395,34 @@ static void t_delta(size_t T, size_t Hk, size_t Hv, size_t dk, size_t dv) {
     free(q); free(k); free(v); free(beta); free(g); free(ref);
 }
 
+/* The bf16 precision's one-term attention (attention v4) rounds Q, K, V (and P) to bf16; its reference
+ * is the CPU's attention on the same bf16-rounded Q, K, V, so what is left is P's rounding (2^-9
+ * relative per weight) and fp32 sums: rel <= 1e-2, as the bf16 linear. Indexing or fragment errors
+ * give O(1) differences. The other modes: the CPU's attention within 1e-5. */
+static float bf_round(float x) { return clef_bf16_to_f32(f2bf(x)); }
+static void bf_round_all(float *x, size_t n) {
+    for (size_t i = 0; i < n; i++) x[i] = bf_round(x[i]);
+}
+static double attn_tol(int m) { return m == MODE_BF16 ? 1e-2 : 1e-5; }
+
+/* Modes 0..NMODES-1, or the bf16 precision alone (bf16 = 1); against the CPU, and the same bits on
+ * repeat. */
 static void t_attention(const char *name, size_t Tq, size_t Tk, size_t nh, size_t nkv, size_t hd, int causal,
-                        int packed) {
+                        int packed, int bf16) {
     /* packed: q, k, v interleaved in one [T, 3 * nh * hd] buffer, as the vision tower passes them */
     size_t ldq = packed ? 3 * nh * hd : nh * hd, ldk = packed ? 3 * nh * hd : nkv * hd;
     size_t nq = Tq * ldq, nk = Tk * ldk;
     float *q = rvec(nq, 1.5f, 0.0f), *k = packed ? q : rvec(nk, 1.5f, 0.0f), *v = packed ? q : rvec(nk, 1.0f, 0.0f);
+    if (bf16) {
+        bf_round_all(q, nq);
+        if (!packed) { bf_round_all(k, nk); bf_round_all(v, nk); }
+    }
     const float *qp = q, *kp = packed ? q + nh * hd : k, *vp = packed ? q + 2 * nh * hd : v;
     size_t ldo = nh * hd;
     float *ref = malloc(Tq * ldo * 4);
     float scale = (float)(1.0 / sqrt((double)hd));
     clef_attention1(cpu, ref, ldo, qp, ldq, kp, ldk, vp, ldk, Tq, Tk, nh, nkv, hd, scale, causal);
-    for (int m = 0; m < NMODES; m++) {
+    for (int m = bf16 ? MODE_BF16 : 0; m < (bf16 ? MODE_BF16 + 1 : NMODES); m++) {
         clef_ops *g = G_of(m);
         float *dq = dev(g, q, nq), *dk = packed ? dq : dev(g, k, nk), *dv = packed ? dq : dev(g, v, nk);
         float *dqp = dq, *dkp = packed ? dq + nh * hd : dk, *dvp = packed ? dq + 2 * nh * hd : dv;
@@ -406,7 +430,7 @@ static void t_attention(const char *name, size_t Tq, size_t Tk, size_t nh, size_
         clef_attention1(g, o, ldo, dqp, ldq, dkp, ldk, dvp, ldk, Tq, Tk, nh, nkv, hd, scale, causal);
         float *got = host_of(g, o, Tq * ldo);
         check_ok(m, "attention");
-        cmpv(name, m, Tq, got, ref, Tq * ldo, 1e-5);
+        cmpv(name, m, Tq, got, ref, Tq * ldo, attn_tol(m));
         clef_attention1(g, o, ldo, dqp, ldq, dkp, ldk, dvp, ldk, Tq, Tk, nh, nkv, hd, scale, causal);
         float *again = host_of(g, o, Tq * ldo);
         CHECK_MSG(!memcmp(got, again, Tq * ldo * 4), "attention %s %s: not deterministic", name, mode_name[m]);
@@ -415,50 +439,6 @@ static void t_attention(const char *name, size_t Tq, size_t Tk, size_t nh, size_
         if (!packed) { g->free(g, dk); g->free(g, dv); }
         g->free(g, o);
     }
-    free(q);
-    if (!packed) { free(k); free(v); }
-    free(ref);
-}
-
-/* The bf16 precision's one-term attention (CLEF_CUDA_ATTN=v4): Q, K, V (and P) rounded to bf16. The
- * reference is the CPU's attention on the same bf16-rounded Q, K, V, so what is left is P's rounding
- * (2^-9 relative per weight) and fp32 sums: rel <= 1e-2, as the bf16 linear. Indexing or fragment
- * errors give O(1) differences. Also: the same bits on repeat; packed segments = each alone (bits). */
-static float bf_round(float x) { return clef_bf16_to_f32(f2bf(x)); }
-static void t_attention_bf16(const char *name, size_t Tq, size_t Tk, size_t nh, size_t nkv, size_t hd, int causal,
-                             int packed) {
-    clef_ops *g = gpu_bf16;
-    clef_cuda_kernels kv;
-    clef_cuda_get_kernels(g, &kv);
-    kv.attn = CLEF_CUDA_ATTN_V4;
-    clef_cuda_set_kernels(g, &kv);
-    size_t ldq = packed ? 3 * nh * hd : nh * hd, ldk = packed ? 3 * nh * hd : nkv * hd;
-    size_t nq = Tq * ldq, nk = Tk * ldk;
-    float *q = rvec(nq, 1.5f, 0.0f), *k = packed ? q : rvec(nk, 1.5f, 0.0f), *v = packed ? q : rvec(nk, 1.0f, 0.0f);
-    for (size_t i = 0; i < nq; i++) q[i] = bf_round(q[i]);
-    if (!packed)
-        for (size_t i = 0; i < nk; i++) { k[i] = bf_round(k[i]); v[i] = bf_round(v[i]); }
-    const float *qp = q, *kp = packed ? q + nh * hd : k, *vp = packed ? q + 2 * nh * hd : v;
-    size_t ldo = nh * hd;
-    float *ref = malloc(Tq * ldo * 4);
-    float scale = (float)(1.0 / sqrt((double)hd));
-    clef_attention1(cpu, ref, ldo, qp, ldq, kp, ldk, vp, ldk, Tq, Tk, nh, nkv, hd, scale, causal);
-    float *dq = dev(g, q, nq), *dk = packed ? dq : dev(g, k, nk), *dv = packed ? dq : dev(g, v, nk);
-    float *dqp = dq, *dkp = packed ? dq + nh * hd : dk, *dvp = packed ? dq + 2 * nh * hd : dv;
-    float *o = dev(g, NULL, Tq * ldo);
-    clef_attention1(g, o, ldo, dqp, ldq, dkp, ldk, dvp, ldk, Tq, Tk, nh, nkv, hd, scale, causal);
-    float *got = host_of(g, o, Tq * ldo);
-    CHECK_MSG(!clef_ops_failed(g), "attention (bf16): backend failed: %s", clef_cuda_last_error(g));
-    char nm[64];
-    snprintf(nm, sizeof nm, "%s/bf16", name);
-    cmpv(nm, MODE_BF16, Tq, got, ref, Tq * ldo, 1e-2);
-    clef_attention1(g, o, ldo, dqp, ldq, dkp, ldk, dvp, ldk, Tq, Tk, nh, nkv, hd, scale, causal);
-    float *again = host_of(g, o, Tq * ldo);
-    CHECK_MSG(!memcmp(got, again, Tq * ldo * 4), "attention %s bf16: not deterministic", name);
-    free(got); free(again);
-    g->free(g, dq);
-    if (!packed) { g->free(g, dk); g->free(g, dv); }
-    g->free(g, o);
     free(q);
     if (!packed) { free(k); free(v); }
     free(ref);
@@ -660,11 +640,13 @@ static void t_packed_delta(int m, size_t Hk, size_t Hv, size_t dk, size_t dv) {
 }
 
 /* Block-diagonal attention: packed segments (causal; one with 40 cached keys before its queries)
- * against the CPU (1e-5) and each segment alone (same bits); more segments than one launch holds. */
+ * against the CPU (attn_tol; for MODE_BF16 on bf16-rounded inputs) and each segment alone (same
+ * bits); more segments than one launch holds. */
 static void t_packed_attention(int m, size_t nh, size_t nkv, size_t hd, int causal, size_t nseg_many) {
     ps_layout();
     const size_t T = ps_T + 40, ldq = nh * hd, ldk = nkv * hd;
     float *q = rvec(T * ldq, 1.5f, 0.0f), *k = rvec(T * ldk, 1.5f, 0.0f), *v = rvec(T * ldk, 1.0f, 0.0f);
+    if (m == MODE_BF16) { bf_round_all(q, T * ldq); bf_round_all(k, T * ldk); bf_round_all(v, T * ldk); }
     clef_attn_seg seg[NPS];
     for (int i = 0; i < NPS; i++) seg[i] = (clef_attn_seg){ps_row0[i], ps_n[i], ps_row0[i], ps_n[i]};
     /* segment 3 has 40 cached keys: its queries are the last nq of nk = nq + 40 keys starting 40 rows
@@ -683,7 +665,7 @@ static void t_packed_attention(int m, size_t nh, size_t nkv, size_t hd, int caus
     check_ok(m, "attention packed");
     char name[48];
     snprintf(name, sizeof name, "attn%zu/%zux%zu%s/packed", nh, nkv, hd, causal ? "c" : "");
-    cmpv(name, m, T, got, ref, T * ldq, 1e-5);
+    cmpv(name, m, T, got, ref, T * ldq, attn_tol(m));
     for (int i = 0; i < NPS; i++) {
         g->upload(g, o, zero, T * ldq);
         g->attention(g, o, ldq, dq, ldq, dk, ldk, dv, ldk, &seg[i], 1, nh, nkv, hd, scale, causal);
@@ -701,49 +683,8 @@ static void t_packed_attention(int m, size_t nh, size_t nkv, size_t hd, int caus
         g->attention(g, o, ldq, dq, ldq, dk, ldk, dv, ldk, many, nseg_many, nh, nkv, hd, scale, causal);
         float *h2 = host_of(g, o, T * ldq);
         snprintf(name, sizeof name, "attn/%zu-segs", nseg_many);
-        cmpv(name, m, nseg_many, h2, r2, T * ldq, 1e-5);
+        cmpv(name, m, nseg_many, h2, r2, T * ldq, attn_tol(m));
         free(many); free(r2); free(h2);
-    }
-    free(got); free(q); free(k); free(v); free(ref); free(zero);
-    g->free(g, dq); g->free(g, dk); g->free(g, dv); g->free(g, o);
-}
-
-/* The same on packed segments (one with 40 cached keys): vs the CPU on the rounded inputs, and each
- * segment alone = packed, bit for bit. */
-static void t_packed_attention_bf16(size_t nh, size_t nkv, size_t hd, int causal) {
-    ps_layout();
-    clef_ops *g = gpu_bf16;
-    clef_cuda_kernels kv;
-    clef_cuda_get_kernels(g, &kv);
-    kv.attn = CLEF_CUDA_ATTN_V4;
-    clef_cuda_set_kernels(g, &kv);
-    const size_t T = ps_T + 40, ldq = nh * hd, ldk = nkv * hd;
-    float *q = rvec(T * ldq, 1.5f, 0.0f), *k = rvec(T * ldk, 1.5f, 0.0f), *v = rvec(T * ldk, 1.0f, 0.0f);
-    for (size_t i = 0; i < T * ldq; i++) q[i] = bf_round(q[i]);
-    for (size_t i = 0; i < T * ldk; i++) { k[i] = bf_round(k[i]); v[i] = bf_round(v[i]); }
-    clef_attn_seg seg[NPS];
-    for (int i = 0; i < NPS; i++) seg[i] = (clef_attn_seg){ps_row0[i], ps_n[i], ps_row0[i], ps_n[i]};
-    seg[3].k0 = ps_row0[3] - 40;
-    seg[3].nk = ps_n[3] + 40;
-    if (!causal) seg[1].nk = 30;
-    float scale = (float)(1.0 / sqrt((double)hd));
-    float *ref = calloc(T * ldq, 4), *zero = calloc(T * ldq, 4);
-    cpu->attention(cpu, ref, ldq, q, ldq, k, ldk, v, ldk, seg, NPS, nh, nkv, hd, scale, causal);
-    float *dq = dev(g, q, T * ldq), *dk = dev(g, k, T * ldk), *dv = dev(g, v, T * ldk), *o = dev(g, NULL, T * ldq);
-    g->upload(g, o, zero, T * ldq);
-    g->attention(g, o, ldq, dq, ldq, dk, ldk, dv, ldk, seg, NPS, nh, nkv, hd, scale, causal);
-    float *got = host_of(g, o, T * ldq);
-    CHECK_MSG(!clef_ops_failed(g), "attention packed (bf16): backend failed: %s", clef_cuda_last_error(g));
-    char name[48];
-    snprintf(name, sizeof name, "attn%zu/%zux%zu%s/packed/bf16", nh, nkv, hd, causal ? "c" : "");
-    cmpv(name, MODE_BF16, T, got, ref, T * ldq, 1e-2);
-    for (int i = 0; i < NPS; i++) {
-        g->upload(g, o, zero, T * ldq);
-        g->attention(g, o, ldq, dq, ldq, dk, ldk, dv, ldk, &seg[i], 1, nh, nkv, hd, scale, causal);
-        float *one = host_of(g, o, T * ldq);
-        CHECK_MSG(same_bits(one + seg[i].q0 * ldq, got + seg[i].q0 * ldq, seg[i].nq * ldq),
-                  "%s: segment %d alone != packed", name, i);
-        free(one);
     }
     free(got); free(q); free(k); free(v); free(ref); free(zero);
     g->free(g, dq); g->free(g, dk); g->free(g, dv); g->free(g, o);
@@ -873,10 +814,10 @@ int main(void) {
         t_norms(T);
         t_gdn_small(T);
         t_delta(T, 16, 32, 128, 128);
-        t_attention("attn16/4x256c", T, T, 16, 4, 256, 1, 0);
-        t_attention("vis16x72", T, T, 16, 16, 72, 0, 1);
-        t_attention_bf16("attn16/4x256c", T, T, 16, 4, 256, 1, 0);
-        t_attention_bf16("vis16x72", T, T, 16, 16, 72, 0, 1);
+        for (int bf16 = 0; bf16 < 2; bf16++) {
+            t_attention("attn16/4x256c", T, T, 16, 4, 256, 1, 0, bf16);
+            t_attention("vis16x72", T, T, 16, 16, 72, 0, 1, bf16);
+        }
         t_misc(T);
     }
     t_linear(65, 4096, 4096, 0, 0);           /* a full square projection */
@@ -887,24 +828,22 @@ int main(void) {
     t_delta(100, 2, 2, 32, 80);               /* dk + dv = 112 < one column per thread */
     t_delta(70, 1, 2, 18, 20);                /* dk % 4 != 0: kernel A v1 and kernel B v1 in every mode */
     t_delta(129, 1, 1, 160, 96);              /* dk > 128: the same fallback; dk + dv > 256 columns */
-    t_attention("head16x64", 7, 512, 16, 16, 64, 0, 0); /* Tq != Tk, as the head's cross attention */
-    t_attention("tiny4/2x32c", 100, 100, 4, 2, 32, 1, 0);
-    t_attention("a8/2x128c", 200, 200, 8, 2, 128, 1, 0); /* the tensor-core kernel's DP = 128 */
-    t_attention("a2/1x100c", 130, 130, 2, 1, 100, 1, 0);  /* hd padded to 128, GQA 2 */
-    t_attention("a3x80", 65, 40, 3, 3, 80, 0, 0);         /* fp32 kernel's DP = 80 exactly, Tq > Tk */
-    t_attention_bf16("head16x64", 7, 512, 16, 16, 64, 0, 0);
-    t_attention_bf16("tiny4/2x32c", 100, 100, 4, 2, 32, 1, 0);
-    t_attention_bf16("a2/1x100c", 130, 130, 2, 1, 100, 1, 0); /* hd padded to 128 by the pre-pass */
-    t_attention_bf16("a3x80", 65, 40, 3, 3, 80, 0, 0);
+    for (int bf16 = 0; bf16 < 2; bf16++) {
+        t_attention("head16x64", 7, 512, 16, 16, 64, 0, 0, bf16); /* Tq != Tk, as the head's cross attention */
+        t_attention("tiny4/2x32c", 100, 100, 4, 2, 32, 1, 0, bf16);
+        t_attention("a8/2x128c", 200, 200, 8, 2, 128, 1, 0, bf16); /* the tensor-core kernels' DP = 128 */
+        t_attention("a2/1x100c", 130, 130, 2, 1, 100, 1, 0, bf16);  /* hd padded to 128, GQA 2 */
+        t_attention("a3x80", 65, 40, 3, 3, 80, 0, 0, bf16);         /* DP = 80 exactly, Tq > Tk */
+    }
     /* long: many chunks / key tiles, T not a multiple of the tiles */
     t_delta(1500, 16, 32, 128, 128);
-    t_attention("attn16/4x256c", 1500, 1500, 16, 4, 256, 1, 0);
-    t_attention("vis16x72", 1100, 1100, 16, 16, 72, 0, 1);
-    t_attention_bf16("attn16/4x256c", 1500, 1500, 16, 4, 256, 1, 0);
-    t_attention_bf16("vis16x72", 1100, 1100, 16, 16, 72, 0, 1);
-    t_packed_attention_bf16(16, 4, 256, 1);
-    t_packed_attention_bf16(4, 2, 32, 1);
-    t_packed_attention_bf16(16, 16, 72, 0);
+    for (int bf16 = 0; bf16 < 2; bf16++) {
+        t_attention("attn16/4x256c", 1500, 1500, 16, 4, 256, 1, 0, bf16);
+        t_attention("vis16x72", 1100, 1100, 16, 16, 72, 0, 1, bf16);
+    }
+    t_packed_attention(MODE_BF16, 16, 4, 256, 1, 70);
+    t_packed_attention(MODE_BF16, 4, 2, 32, 1, 0);
+    t_packed_attention(MODE_BF16, 16, 16, 72, 0, 0);
     for (int m = 0; m < NMODES; m++) {
         t_packed_conv(m);
         t_packed_delta(m, 16, 32, 128, 128);
@@ -920,7 +859,7 @@ int main(void) {
     size_t a0 = 0, a1 = 0;
     clef_cuda_memory(gpu[0], &a0, NULL);
     t_delta(512, 16, 32, 128, 128);
-    t_attention("attn16/4x256c", 512, 512, 16, 4, 256, 1, 0);
+    t_attention("attn16/4x256c", 512, 512, 16, 4, 256, 1, 0, 0);
     clef_cuda_memory(gpu[0], &a1, NULL);
     CHECK_MSG(a0 == a1, "arena grew from %zu to %zu bytes on a repeated request", a0, a1);
     printf("worst rel: fp32 %.3e, fast %.3e, fp32/old %.3e, fast/old %.3e, bf16 %.3e\n", worst[0], worst[1],

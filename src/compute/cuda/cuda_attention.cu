@@ -202,6 +202,83 @@ __device__ __forceinline__ void mma3(float (&c)[4], const uint32_t (&ab)[4], con
     mma_tf32(c, ab, bb0, bb1);
 }
 
+/* The online-softmax step both tensor-core kernels share, on one warp's 16 rows x 8 NS keys of S in
+ * the m16n8 accumulator layout (rows g and g + 8; each row's values sit in the 4 lanes of a quad):
+ * scale, mask (keys past Tk, causal), the new row maxima, S -> P = exp(S - max) in place, the rows'
+ * sums l and the rescale of the O accumulators. EXP2: scores and maxima in log2 units (the caller's
+ * scale includes log2 e) and exp2f; else expf. */
+template <int NS, int NO, bool EXP2>
+__device__ __forceinline__ void softmax_step(float (&sacc)[NS][4], float (&oacc)[NO][4], float &m0, float &m1,
+                                             float &l0, float &l1, size_t k0, int c4, size_t row0, size_t row1,
+                                             size_t Tk, size_t off, int causal, float scale) {
+    float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < NS; j++) {
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const size_t key = k0 + j * 8 + 2 * c4 + (e & 1), row = e < 2 ? row0 : row1;
+            const bool valid = key < Tk && (!causal || key <= row + off);
+            sacc[j][e] = valid ? sacc[j][e] * scale : -INFINITY;
+        }
+        mx0 = fmaxf(mx0, fmaxf(sacc[j][0], sacc[j][1]));
+        mx1 = fmaxf(mx1, fmaxf(sacc[j][2], sacc[j][3]));
+    }
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+    const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
+    /* m == -inf: nothing valid yet, l and O are 0 (corr 0 avoids inf - inf) */
+    const float corr0 = m0 == -INFINITY ? 0.0f : EXP2 ? exp2f(m0 - mn0) : expf(m0 - mn0);
+    const float corr1 = m1 == -INFINITY ? 0.0f : EXP2 ? exp2f(m1 - mn1) : expf(m1 - mn1);
+    float ps0 = 0.0f, ps1 = 0.0f;
+#pragma unroll
+    for (int j = 0; j < NS; j++) {
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const float mn = e < 2 ? mn0 : mn1;
+            sacc[j][e] = sacc[j][e] == -INFINITY ? 0.0f : EXP2 ? exp2f(sacc[j][e] - mn) : expf(sacc[j][e] - mn);
+        }
+        ps0 += sacc[j][0] + sacc[j][1];
+        ps1 += sacc[j][2] + sacc[j][3];
+    }
+    ps0 += __shfl_xor_sync(0xffffffffu, ps0, 1);
+    ps0 += __shfl_xor_sync(0xffffffffu, ps0, 2);
+    ps1 += __shfl_xor_sync(0xffffffffu, ps1, 1);
+    ps1 += __shfl_xor_sync(0xffffffffu, ps1, 2);
+    l0 = l0 * corr0 + ps0;
+    l1 = l1 * corr1 + ps1;
+    m0 = mn0;
+    m1 = mn1;
+#pragma unroll
+    for (int n = 0; n < NO; n++) {
+        oacc[n][0] *= corr0;
+        oacc[n][1] *= corr0;
+        oacc[n][2] *= corr1;
+        oacc[n][3] *= corr1;
+    }
+}
+
+/* O / l for the warp's rows g and g + 8 (the accumulator layout): columns below hd, rows below Tq. */
+template <int NO>
+__device__ __forceinline__ void store_rows(float *o, size_t ldo, size_t h, int hd, size_t Tq, size_t row0,
+                                           size_t row1, int c4, const float (&oacc)[NO][4], float l0, float l1) {
+#pragma unroll
+    for (int n = 0; n < NO; n++) {
+        const int d = n * 8 + 2 * c4;
+        if (row0 < Tq) {
+            float *orow = o + row0 * ldo + h * hd;
+            if (d < hd) orow[d] = oacc[n][0] / l0;
+            if (d + 1 < hd) orow[d + 1] = oacc[n][1] / l0;
+        }
+        if (row1 < Tq) {
+            float *orow = o + row1 * ldo + h * hd;
+            if (d < hd) orow[d] = oacc[n][2] / l1;
+            if (d + 1 < hd) orow[d + 1] = oacc[n][3] / l1;
+        }
+    }
+}
+
 template <int DP> static size_t t2_smem_bytes() { return (size_t)(T2_BQ + 2 * T2_BK) * (DP + 4) * sizeof(float); }
 
 /* Fragment layouts (PTX ISA, mma.m16n8k8 .tf32), g = lane / 4, c = lane % 4:
@@ -267,52 +344,7 @@ k_attention_tc(float *o, size_t ldo, const float *q, size_t ldq, const float *k,
                 mma3(sacc[j], ab, as, bb0, bb1, bs0, bs1);
             }
         }
-        /* scale, mask, online softmax (each row's values sit in the 4 lanes of a quad) */
-        float mx0 = -INFINITY, mx1 = -INFINITY;
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                size_t key = k0 + j * 8 + 2 * c4 + (e & 1), row = e < 2 ? row0 : row1;
-                bool valid = key < Tk && (!causal || key <= row + off);
-                sacc[j][e] = valid ? sacc[j][e] * scale : -INFINITY;
-            }
-            mx0 = fmaxf(mx0, fmaxf(sacc[j][0], sacc[j][1]));
-            mx1 = fmaxf(mx1, fmaxf(sacc[j][2], sacc[j][3]));
-        }
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-        const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
-        /* m == -inf: nothing valid yet, l and O are 0 (corr 0 avoids inf - inf) */
-        const float corr0 = m0 == -INFINITY ? 0.0f : expf(m0 - mn0), corr1 = m1 == -INFINITY ? 0.0f : expf(m1 - mn1);
-        float ps0 = 0.0f, ps1 = 0.0f;
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                float mn = e < 2 ? mn0 : mn1;
-                sacc[j][e] = sacc[j][e] == -INFINITY ? 0.0f : expf(sacc[j][e] - mn);
-            }
-            ps0 += sacc[j][0] + sacc[j][1];
-            ps1 += sacc[j][2] + sacc[j][3];
-        }
-        ps0 += __shfl_xor_sync(0xffffffffu, ps0, 1);
-        ps0 += __shfl_xor_sync(0xffffffffu, ps0, 2);
-        ps1 += __shfl_xor_sync(0xffffffffu, ps1, 1);
-        ps1 += __shfl_xor_sync(0xffffffffu, ps1, 2);
-        l0 = l0 * corr0 + ps0;
-        l1 = l1 * corr1 + ps1;
-        m0 = mn0;
-        m1 = mn1;
-#pragma unroll
-        for (int n = 0; n < NO; n++) {
-            oacc[n][0] *= corr0;
-            oacc[n][1] *= corr0;
-            oacc[n][2] *= corr1;
-            oacc[n][3] *= corr1;
-        }
+        softmax_step<4, NO, false>(sacc, oacc, m0, m1, l0, l1, k0, c4, row0, row1, Tk, off, causal, scale);
         /* O += P V, 8 keys per step: P's A operand is S's accumulator with the keys of column slots
          * c and c + 4 taken as keys 2c and 2c + 1; V's rows are read in that same order */
 #pragma unroll
@@ -332,20 +364,7 @@ k_attention_tc(float *o, size_t ldo, const float *q, size_t ldq, const float *k,
             }
         }
     }
-#pragma unroll
-    for (int n = 0; n < NO; n++) {
-        const int d = n * 8 + 2 * c4;
-        if (row0 < Tq) {
-            float *orow = o + row0 * ldo + h * hd;
-            if (d < hd) orow[d] = oacc[n][0] / l0;
-            if (d + 1 < hd) orow[d + 1] = oacc[n][1] / l0;
-        }
-        if (row1 < Tq) {
-            float *orow = o + row1 * ldo + h * hd;
-            if (d < hd) orow[d] = oacc[n][2] / l1;
-            if (d + 1 < hd) orow[d + 1] = oacc[n][3] / l1;
-        }
-    }
+    store_rows<NO>(o, ldo, h, hd, Tq, row0, row1, c4, oacc, l0, l1);
 }
 
 /* Launches the tensor-core kernel for the padded head dim DP; false when it does not apply (shared
@@ -558,19 +577,38 @@ template <int DP> static size_t t4_smem_bytes() {
     return (size_t)(T4_BQ + 2 * T4_BK) * (DP + 8) * sizeof(__nv_bfloat16);
 }
 
-/* dst[r][h][d] = bf16(src[r * ld + h * hd + d]) for d < hd, 0 for hd <= d < DP */
-__global__ void k_heads_to_bf16(__nv_bfloat16 *dst, const float *src, size_t ld, size_t rows, size_t heads, size_t hd,
-                                size_t DP) {
-    const size_t n = rows * heads * DP;
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        const size_t d = i % DP, rh = i / DP, hh = rh % heads, r = rh / heads;
-        dst[i] = __float2bfloat16_rn(d < hd ? src[r * ld + hh * hd + d] : 0.0f);
-    }
-}
-
 static unsigned pre_grid(size_t n) {
     unsigned g = grid1d(n, 256);
     return g > 16384 ? 16384 : g; /* a grid-stride loop does the rest */
+}
+
+/* dst[r][h][d] = bf16(src[r * ld + h * hd + d]) for d < hd, 0 for hd <= d < DP: one thread writes 8
+ * elements (16 bytes). I: the index type, 32-bit whenever the count fits (a 64-bit division per
+ * element was ~15% of the op at 16k tokens, run 2026-12-04d). */
+template <int DP, typename I>
+__global__ void k_heads_to_bf16(__nv_bfloat16 *dst, const float *src, size_t ld, I rows, I heads, int hd) {
+    constexpr int D8 = DP / 8;
+    const I n = rows * heads * (I)D8;
+    for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (I)gridDim.x * blockDim.x) {
+        const I rh = i / (I)D8, hh = rh % heads, r = rh / heads;
+        const int d0 = (int)(i % (I)D8) * 8;
+        const float *row = src + (size_t)r * ld + (size_t)hh * (size_t)hd;
+        __align__(16) __nv_bfloat16 t[8];
+#pragma unroll
+        for (int e = 0; e < 8; e++) t[e] = __float2bfloat16_rn(d0 + e < hd ? row[d0 + e] : 0.0f);
+        *reinterpret_cast<uint4 *>(dst + (size_t)i * 8) = *reinterpret_cast<const uint4 *>(t);
+    }
+}
+
+/* The pre-pass for rows x heads heads of hd (DP padded) starting at src, into dst. */
+template <int DP>
+static void heads_to_bf16(cudaStream_t st, __nv_bfloat16 *dst, const float *src, size_t ld, size_t rows, size_t heads,
+                          size_t hd) {
+    const size_t n = rows * heads * (DP / 8);
+    if (n <= 0x7fffffffu) /* i + the grid's stride stays below 2^32 */
+        k_heads_to_bf16<DP, unsigned><<<pre_grid(n), 256, 0, st>>>(dst, src, ld, (unsigned)rows, (unsigned)heads, (int)hd);
+    else
+        k_heads_to_bf16<DP, size_t><<<pre_grid(n), 256, 0, st>>>(dst, src, ld, rows, heads, (int)hd);
 }
 
 __device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
@@ -655,52 +693,8 @@ k_attention_bf16(float *o, size_t ldo, const __nv_bfloat16 *q, size_t ldq, const
             for (int j = 0; j < NS; j++)
                 mma_bf16(sacc[j], a, ld32(Ks + (j * 8 + g) * LQ + d0), ld32(Ks + (j * 8 + g) * LQ + d0 + 8));
         }
-        /* scale (to log2 units), mask, online softmax: each row's values sit in the 4 lanes of a quad */
-        float mx0 = -INFINITY, mx1 = -INFINITY;
-#pragma unroll
-        for (int j = 0; j < NS; j++) {
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const size_t key = k0 + j * 8 + 2 * c4 + (e & 1), row = e < 2 ? row0 : row1;
-                const bool valid = key < Tk && (!causal || key <= row + off);
-                sacc[j][e] = valid ? sacc[j][e] * scale_log2 : -INFINITY;
-            }
-            mx0 = fmaxf(mx0, fmaxf(sacc[j][0], sacc[j][1]));
-            mx1 = fmaxf(mx1, fmaxf(sacc[j][2], sacc[j][3]));
-        }
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-        const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
-        /* m == -inf: nothing valid yet, l and O are 0 (corr 0 avoids inf - inf) */
-        const float corr0 = m0 == -INFINITY ? 0.0f : exp2f(m0 - mn0), corr1 = m1 == -INFINITY ? 0.0f : exp2f(m1 - mn1);
-        float ps0 = 0.0f, ps1 = 0.0f;
-#pragma unroll
-        for (int j = 0; j < NS; j++) {
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const float mn = e < 2 ? mn0 : mn1;
-                sacc[j][e] = sacc[j][e] == -INFINITY ? 0.0f : exp2f(sacc[j][e] - mn);
-            }
-            ps0 += sacc[j][0] + sacc[j][1];
-            ps1 += sacc[j][2] + sacc[j][3];
-        }
-        ps0 += __shfl_xor_sync(0xffffffffu, ps0, 1);
-        ps0 += __shfl_xor_sync(0xffffffffu, ps0, 2);
-        ps1 += __shfl_xor_sync(0xffffffffu, ps1, 1);
-        ps1 += __shfl_xor_sync(0xffffffffu, ps1, 2);
-        l0 = l0 * corr0 + ps0;
-        l1 = l1 * corr1 + ps1;
-        m0 = mn0;
-        m1 = mn1;
-#pragma unroll
-        for (int n = 0; n < NO; n++) {
-            oacc[n][0] *= corr0;
-            oacc[n][1] *= corr0;
-            oacc[n][2] *= corr1;
-            oacc[n][3] *= corr1;
-        }
+        /* scores in log2 units (scale_log2 = scale log2 e) */
+        softmax_step<NS, NO, true>(sacc, oacc, m0, m1, l0, l1, k0, c4, row0, row1, Tk, off, causal, scale_log2);
         /* O += P V, 16 keys a step: the 8-key tiles 2t and 2t + 1 of S are P's A fragment */
 #pragma unroll
         for (int t = 0; t < NS / 2; t++) {
@@ -721,20 +715,7 @@ k_attention_bf16(float *o, size_t ldo, const __nv_bfloat16 *q, size_t ldq, const
             }
         }
     }
-#pragma unroll
-    for (int n = 0; n < NO; n++) {
-        const int d = n * 8 + 2 * c4;
-        if (row0 < Tq) {
-            float *orow = o + row0 * ldo + h * hd;
-            if (d < hd) orow[d] = oacc[n][0] / l0;
-            if (d + 1 < hd) orow[d + 1] = oacc[n][1] / l0;
-        }
-        if (row1 < Tq) {
-            float *orow = o + row1 * ldo + h * hd;
-            if (d < hd) orow[d] = oacc[n][2] / l1;
-            if (d + 1 < hd) orow[d + 1] = oacc[n][3] / l1;
-        }
-    }
+    store_rows<NO>(o, ldo, h, hd, Tq, row0, row1, c4, oacc, l0, l1);
 }
 
 /* The bf16 kernel for the padded head dim DP: the pre-pass into scratch, then the attention; false when
@@ -761,10 +742,10 @@ static bool launch_bf16(clef_ops *ops, float *o, size_t ldo, const float *q, siz
         scratch_free(ops, qb);
         return true;
     }
-    k_heads_to_bf16<<<pre_grid(nqe), 256, 0, im->stream>>>(qb, q, ldq, qrows, nh, hd, DP);
+    heads_to_bf16<DP>(im->stream, qb, q, ldq, qrows, nh, hd);
     if (krows) {
-        k_heads_to_bf16<<<pre_grid(nke), 256, 0, im->stream>>>(kb, k, ldk, krows, nkv, hd, DP);
-        k_heads_to_bf16<<<pre_grid(nke), 256, 0, im->stream>>>(vb, v, ldv, krows, nkv, hd, DP);
+        heads_to_bf16<DP>(im->stream, kb, k, ldk, krows, nkv, hd);
+        heads_to_bf16<DP>(im->stream, vb, v, ldv, krows, nkv, hd);
     }
     const float scale_log2 = scale * 1.4426950408889634f; /* softmax in base 2: exp(x) = exp2(x log2 e) */
     for_seg_groups(segs, nseg, T4_BQ, [&](const AttnTab &tab, unsigned nb) {

@@ -440,6 +440,32 @@ template <> __device__ __forceinline__ double fma_acc<double>(float a, float b, 
 }
 template <> __device__ __forceinline__ float fma_acc<float>(float a, float b, float c) { return __fmaf_rn(a, b, c); }
 
+/* Kernel B's chunk tiles (v2 and v3): float4 copies of the contiguous per-chunk blocks kernel A
+ * wrote, rows >= n zero-filled so garbage in the scratch never reaches a sum.
+ * W and Qd ([n][dk] each) into A and B ([CMAX][ldw]). */
+__device__ __forceinline__ void load_rows2(float *A, float *B, const float4 *W4, const float4 *Q4, int n, int dk4,
+                                           int ldw, int tid) {
+    const float4 z4 = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (int p = tid; p < CMAX * dk4; p += S2_NT) { /* p = r * dk4 + q: the global layout for r < n */
+        const int r = p / dk4, q = p % dk4;
+        *reinterpret_cast<float4 *>(A + r * ldw + 4 * q) = r < n ? W4[p] : z4;
+        *reinterpret_cast<float4 *>(B + r * ldw + 4 * q) = r < n ? Q4[p] : z4;
+    }
+}
+/* Kd ([n][dk]) into A ([CMAX][ldw]) and the lower triangle of Intra (In: [C][C]) into B ([CMAX][ldi]). */
+__device__ __forceinline__ void load_kd_intra(float *A, float *B, const float4 *K4, const float *In, int n, int dk4,
+                                              int ldw, int ldi, int C, int tid) {
+    const float4 z4 = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (int p = tid; p < CMAX * dk4; p += S2_NT) {
+        const int r = p / dk4, q = p % dk4;
+        *reinterpret_cast<float4 *>(A + r * ldw + 4 * q) = r < n ? K4[p] : z4;
+    }
+    for (int p = tid; p < CMAX * CMAX; p += S2_NT) {
+        const int r = p / CMAX, s2 = p % CMAX;
+        B[r * ldi + s2] = r < n && s2 <= r ? In[(size_t)r * C + s2] : 0.0f;
+    }
+}
+
 /* Shared memory of v2: always CMAX rows (the 4 x 16 row tiling covers 64 rows; rows >= n are zero),
  * whatever the chunk size. */
 static size_t scan2_smem_floats(size_t dk) {
@@ -484,13 +510,8 @@ k_delta_scan2(DeltaScratch S, float *o, DeltaTab tab, size_t Hv, size_t dk, size
         const float4 *K4 = reinterpret_cast<const float4 *>(S.Kd + blk * (size_t)C * dk);
         const float *U = S.U + blk * (size_t)C * dv, *In = S.In + blk * (size_t)C * C;
         const float lam = S.lam[blk];
-        const float4 z4 = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         __syncthreads(); /* the previous chunk is done with A, B, R, Vn (and the R zeroing) */
-        for (int p = tid; p < CMAX * dk4; p += S2_NT) { /* p = r * dk4 + q: the global layout for r < n */
-            int r = p / dk4, q = p % dk4;
-            *reinterpret_cast<float4 *>(A + r * ldw + 4 * q) = r < n ? W4[p] : z4;
-            *reinterpret_cast<float4 *>(B + r * ldw + 4 * q) = r < n ? Q4[p] : z4;
-        }
+        load_rows2(A, B, W4, Q4, n, dk4, ldw, tid);
         __syncthreads();
         /* Vn = U - W R and O1 = Qd R, both over i in order (the CPU's order) */
         Acc av[4][2], ao[4][2];
@@ -515,14 +536,7 @@ k_delta_scan2(DeltaScratch S, float *o, DeltaTab tab, size_t Hv, size_t dk, size
             Vn[r * S2_VS + cj + 16] = r < n && okb ? U[(size_t)r * dv + jb] - (float)av[m][1] : 0.0f;
         }
         __syncthreads(); /* Vn complete; A and B free */
-        for (int p = tid; p < CMAX * dk4; p += S2_NT) {
-            int r = p / dk4, q = p % dk4;
-            *reinterpret_cast<float4 *>(A + r * ldw + 4 * q) = r < n ? K4[p] : z4;
-        }
-        for (int p = tid; p < CMAX * CMAX; p += S2_NT) {
-            int r = p / CMAX, s2 = p % CMAX;
-            B[r * ldi + s2] = r < n && s2 <= r ? In[(size_t)r * C + s2] : 0.0f; /* In is [C][C] */
-        }
+        load_kd_intra(A, B, K4, In, n, dk4, ldw, ldi, C, tid);
         __syncthreads();
         /* O = (float)(Qd R) + (float)(Intra Vn), the sum over s <= r in order */
 #pragma unroll
@@ -632,11 +646,7 @@ k_delta_scan3(DeltaScratch S, float *o, DeltaTab tab, size_t Hv, size_t dk, size
         const float lam = S.lam[blk];
         const float4 z4 = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         __syncthreads(); /* the previous chunk is done with A, B, Rt, Vn, Vnt (and the Rt zeroing) */
-        for (int p = tid; p < CMAX * dk4; p += S2_NT) {
-            int r = p / dk4, q = p % dk4;
-            *reinterpret_cast<float4 *>(A + r * ldw + 4 * q) = r < n ? W4[p] : z4;
-            *reinterpret_cast<float4 *>(B + r * ldw + 4 * q) = r < n ? Q4[p] : z4;
-        }
+        load_rows2(A, B, W4, Q4, n, dk4, ldw, tid);
         __syncthreads();
         /* Vn = U - W R and O1 = Qd R, over i in order, 4 i a step */
         Acc av[4][2], ao[4][2];
@@ -679,14 +689,7 @@ k_delta_scan3(DeltaScratch S, float *o, DeltaTab tab, size_t Hv, size_t dk, size
             Vnt[(cj + 16) * ldi + r] = vb;
         }
         __syncthreads(); /* Vn complete; A and B free */
-        for (int p = tid; p < CMAX * dk4; p += S2_NT) {
-            int r = p / dk4, q = p % dk4;
-            *reinterpret_cast<float4 *>(A + r * ldw + 4 * q) = r < n ? K4[p] : z4;
-        }
-        for (int p = tid; p < CMAX * CMAX; p += S2_NT) {
-            int r = p / CMAX, s2 = p % CMAX;
-            B[r * ldi + s2] = r < n && s2 <= r ? In[(size_t)r * C + s2] : 0.0f; /* In is [C][C] */
-        }
+        load_kd_intra(A, B, K4, In, n, dk4, ldw, ldi, C, tid);
         __syncthreads();
         /* O = (float)(Qd R) + (float)(Intra Vn), the sum over s <= r in order: 4 keys a step while a
          * whole step is <= r, then one at a time (v2's terms exactly, no zero products added) */
