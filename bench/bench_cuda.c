@@ -241,6 +241,7 @@ static int run_precision(int precision, const size_t *Ts, int nT, int reps, int 
              kv.attn == CLEF_CUDA_ATTN_SIMT ? "simt" : kv.attn == CLEF_CUDA_ATTN_V2 ? "v2" : kv.attn == CLEF_CUDA_ATTN_V4 ? "v4" : "v3", kv.delta == CLEF_CUDA_DELTA_V1   ? "v1"
              : kv.delta == CLEF_CUDA_DELTA_V2 ? "v2"
              : kv.delta == CLEF_CUDA_DELTA_V4 ? "v4"
+             : kv.delta == CLEF_CUDA_DELTA_V5 ? "v5"
                                               : "v3", use_graph ? "true" : "false");
     clef_config cfg;
     real_config(&cfg, layers);

@@ -29,7 +29,7 @@ const clef_knob_info clef_knob_table[] = {
     {"CLEF_CUDA_LINEAR", "split", "=bf16: the fast CUDA GEMMs take one bf16 term per activation, not two",
      "diagnostic", "clef_knobs"},
     {"CLEF_CUDA_ATTN", "v4", "=simt|v2|v3|v4: the CUDA attention kernel", "diagnostic", "clef_knobs"},
-    {"CLEF_CUDA_DELTA", "v4", "=v1|v2|v3|v4: the CUDA delta-rule kernels", "diagnostic", "clef_knobs"},
+    {"CLEF_CUDA_DELTA", "v4", "=v1|v2|v3|v4|v5: the CUDA delta-rule kernels", "diagnostic", "clef_knobs"},
     {"CLEF_CUDA_GRAPH", "0", "=1: CUDA forwards run through CUDA graphs keyed by shape (run 2026-12-04a: -1.7 ms at 436 tokens)",
      "diagnostic", "clef_knobs"},
     {"CLEF_CUDA_GRAPH_MAX", "8", "CUDA graphs kept per backend (later shapes run eagerly)", "diagnostic", "clef_knobs"},
@@ -98,7 +98,7 @@ void clef_knobs_parse(clef_knobs *k, const char *(*lookup)(const char *name, voi
     v = lookup("CLEF_CUDA_ATTN", ctx);
     k->cuda_attn = is(v, "simt") ? 0 : is(v, "v2") ? 1 : is(v, "v3") ? 2 : 3;
     v = lookup("CLEF_CUDA_DELTA", ctx);
-    k->cuda_delta = is(v, "v1") ? 0 : is(v, "v2") ? 1 : is(v, "v3") ? 2 : 3;
+    k->cuda_delta = is(v, "v1") ? 0 : is(v, "v2") ? 1 : is(v, "v3") ? 2 : is(v, "v5") ? 4 : 3;
     k->cuda_graph = is(lookup("CLEF_CUDA_GRAPH", ctx), "1");
     v = lookup("CLEF_CUDA_GRAPH_MAX", ctx);
     if (v && *v) { /* a whole number; anything else: the default */

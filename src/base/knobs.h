@@ -36,7 +36,7 @@ typedef struct clef_knobs {
     char cpu_mask[256];     /* CLEF_CPU_MASK: CPU features to pretend absent ("" = none) */
     int cuda_linear_split;  /* CLEF_CUDA_LINEAR: 1 (default) = two-term bf16 split, 0 (=bf16) = one term */
     int cuda_attn;          /* CLEF_CUDA_ATTN=simt|v2|v3|v4: 0, 1, 2, 3 (default) = CLEF_CUDA_ATTN_* */
-    int cuda_delta;         /* CLEF_CUDA_DELTA=v1|v2|v3|v4: 0, 1, 2, 3 (default) = CLEF_CUDA_DELTA_* */
+    int cuda_delta;         /* CLEF_CUDA_DELTA=v1|v2|v3|v4|v5: 0, 1, 2, 3 (default), 4 = CLEF_CUDA_DELTA_* */
     int cuda_graph;         /* CLEF_CUDA_GRAPH=1: forwards through CUDA graphs where the caller asks (default 0) */
     long cuda_graph_max;    /* CLEF_CUDA_GRAPH_MAX: graphs kept per backend (default 8) */
 } clef_knobs;

@@ -373,17 +373,19 @@ static void t_delta(size_t T, size_t Hk, size_t Hv, size_t dk, size_t dv) {
             free(got);
         free(again);
     }
-    /* v2 (kernel A v1 + B v2) and v3 (A v2 + B v2) must give v4's bits (A v2 + B v3): every variant of
-     * A and of B computes the same sums in the same order */
+    /* v2 (kernel A v1 + B v2), v3 (A v2 + B v2) and v5 (v4 with 16 columns a block in B) must give
+     * v4's bits (A v2 + B v3): every variant of A and of B computes the same sums in the same order */
+    static const int others[] = {CLEF_CUDA_DELTA_V2, CLEF_CUDA_DELTA_V3, CLEF_CUDA_DELTA_V5};
     for (int m = 0; m < 2; m++)
-        for (int var = CLEF_CUDA_DELTA_V2; var <= CLEF_CUDA_DELTA_V3; var++) {
+        for (size_t vi = 0; vi < sizeof others / sizeof others[0]; vi++) {
+            const int var = others[vi];
             clef_ops *G = G_of(m);
             clef_cuda_kernels kv;
             clef_cuda_get_kernels(G, &kv);
             kv.delta = var;
             clef_cuda_set_kernels(G, &kv);
             float *got = delta_on(G, q, k, v, beta, g, T, Hk, Hv, dk, dv, NULL);
-            check_ok(m, "delta_rule v2/v3");
+            check_ok(m, "delta_rule v2/v3/v5");
             char name[48];
             snprintf(name, sizeof name, "delta%zux%zu/v%d", Hv, dk, var + 1);
             cmpv(name, m, T, got, ref, T * Hv * dv, 1e-5);

@@ -53,6 +53,9 @@ static void test_parse(void) {
     parse(&k, other);
     CHECK(k.device == CLEF_KNOB_DEVICE_CPU && k.precision == CLEF_KNOB_PRECISION_FP32);
     CHECK(k.cuda_attn == 0 && k.cuda_delta == 2);
+    static const char *const v5[] = {"CLEF_CUDA_DELTA", "v5", NULL};
+    parse(&k, v5);
+    CHECK(k.cuda_delta == 4);
 
     /* bad values: CLEF_DEVICE / CLEF_PRECISION are reported (clef_open), the diagnostic ones fall
      * back to their defaults as they always did */

@@ -415,7 +415,8 @@ extern "C" clef_ops *clef_cuda_ops_create(int device, int precision, const clef_
      * CLEF_CUDA_ATTN_* / CLEF_CUDA_DELTA_* do) */
     static_assert(CLEF_CUDA_ATTN_SIMT == 0 && CLEF_CUDA_ATTN_V2 == 1 && CLEF_CUDA_ATTN_V3 == 2 && CLEF_CUDA_ATTN_V4 == 3,
                   "knobs.h");
-    static_assert(CLEF_CUDA_DELTA_V1 == 0 && CLEF_CUDA_DELTA_V2 == 1 && CLEF_CUDA_DELTA_V3 == 2 && CLEF_CUDA_DELTA_V4 == 3,
+    static_assert(CLEF_CUDA_DELTA_V1 == 0 && CLEF_CUDA_DELTA_V2 == 1 && CLEF_CUDA_DELTA_V3 == 2 && CLEF_CUDA_DELTA_V4 == 3 &&
+                      CLEF_CUDA_DELTA_V5 == 4,
                   "knobs.h");
     im->linear_split = knobs->cuda_linear_split;
     im->attn_kernel = knobs->cuda_attn;
@@ -470,9 +471,7 @@ extern "C" void clef_cuda_set_kernels(clef_ops *ops, const clef_cuda_kernels *k)
     im->attn_kernel = k->attn == CLEF_CUDA_ATTN_SIMT || k->attn == CLEF_CUDA_ATTN_V2 || k->attn == CLEF_CUDA_ATTN_V3
                           ? k->attn
                           : CLEF_CUDA_ATTN_V4;
-    im->delta_kernel = k->delta == CLEF_CUDA_DELTA_V1 || k->delta == CLEF_CUDA_DELTA_V2 || k->delta == CLEF_CUDA_DELTA_V3
-                           ? k->delta
-                           : CLEF_CUDA_DELTA_V4;
+    im->delta_kernel = k->delta >= CLEF_CUDA_DELTA_V1 && k->delta <= CLEF_CUDA_DELTA_V5 ? k->delta : CLEF_CUDA_DELTA_V4;
 }
 
 extern "C" const char *clef_cuda_device_name(const clef_ops *ops) { return static_cast<const Impl *>(ops->impl)->name; }

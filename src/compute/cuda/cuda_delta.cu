@@ -585,43 +585,53 @@ k_delta_scan2(DeltaScratch S, float *o, DeltaTab tab, size_t Hv, size_t dk, size
     }
 }
 
-/* ---- v3 of kernel B (CLEF_CUDA_DELTA=v4 = A v2 + B v3, the default since run 2026-12-04c) ----
+/* ---- v3 of kernel B (CLEF_CUDA_DELTA=v4 = A v2 + B v3, the default since run 2026-12-04c; v5 = the
+ * same with 16 state columns a block) ----
  *
  * Run 2026-12-04a: kernel B v2 takes ~22 us a chunk step (3.7 ms at 436 tokens, 139 ms at 16k for 24
  * layers) for ~4,000 FMAs a thread: it is bound by shared-memory loads, ~10 scalar loads per 16 FMAs
  * at 8 warps an SM. v3 computes the same sums in the same order (the same bits as v2) with 16-byte
  * operand loads:
  *  - the state slice is kept transposed, Rt[col][i] (rows dk + 4 floats), so a thread reads 4
- *    consecutive i of its two columns with two float4 loads; W and Qd rows are read 4 i at a time;
- *    per 4 i: 10 float4 loads for 64 FMAs (v2: 40 scalar loads);
+ *    consecutive i of its columns with float4 loads; W and Qd rows are read 4 i at a time;
+ *    per 4 i and two columns: 10 float4 loads for 64 FMAs (v2: 40 scalar loads);
  *  - Vn is written twice, Vn[r][col] (the state update's operand) and Vnt[col][r] (rows 68), so
  *    Intra Vn reads 4 keys a float4 (and the row's tail r % 4 one at a time: exactly v2's terms);
  *  - in the state update a thread owns 8 consecutive i (8 rg .. 8 rg + 7) instead of rg + 16 m, so
  *    Kd's row is two float4 loads per r.
- * Shared memory (dk = 128): 2 x 64 x 132 + 32 x 132 + 64 x 32 + 32 x 68 floats = 101 KB. Needs
- * dk % 4 == 0 and dk <= 128. */
-static size_t scan3_smem_floats(size_t dk) {
-    size_t ldw = dk + 4, ldi = (size_t)CMAX + 4;
+ * NCOL: state columns a thread owns (cj + 16 cc, cc < NCOL), so a block owns 16 NCOL columns. NCOL =
+ * 2 (v4): dk = dv = 128 with 32 value heads is 128 blocks, one an SM (run 2026-12-04c: two would fit);
+ * NCOL = 1 (v5): 256 blocks, each with the chunk's whole tiles and half the products. A column's
+ * sums are the same either way (the same bits). Shared memory (dk = 128, NCOL = 2): 2 x 64 x 132 +
+ * 32 x 132 + 64 x 32 + 32 x 68 floats = 101 KB (NCOL = 1: 84 KB). Needs dk % 4 == 0 and dk <= 128. */
+template <int NCOL> static size_t scan3_smem_floats(size_t dk) {
+    const size_t vs = 16 * NCOL, ldw = dk + 4, ldi = (size_t)CMAX + 4;
     size_t a = (size_t)CMAX * ldw, b = a > (size_t)CMAX * ldi ? a : (size_t)CMAX * ldi;
-    return a + b + (size_t)S2_VS * ldw + (size_t)CMAX * S2_VS + (size_t)S2_VS * ldi;
+    return a + b + vs * ldw + (size_t)CMAX * vs + vs * ldi;
 }
 
-template <typename Acc>
+template <typename Acc, int NCOL>
 __global__ void __launch_bounds__(S2_NT)
 k_delta_scan3(DeltaScratch S, float *o, DeltaTab tab, size_t Hv, size_t dk, size_t dv, int C, size_t nch) {
+    constexpr int VSB = 16 * NCOL; /* state columns of the block */
     extern __shared__ float4 sm4c[];
     float *sm = reinterpret_cast<float *>(sm4c);
     const int ldw = (int)dk + 4, ldi = CMAX + 4;
     const size_t asz = (size_t)CMAX * ldw, bsz = asz > (size_t)CMAX * ldi ? asz : (size_t)CMAX * ldi;
-    float *A = sm;                   /* [CMAX][ldw]: W, then Kd */
-    float *B = A + asz;              /* [CMAX][ldw]: Qd, then Intra as [CMAX][ldi] */
-    float *Rt = B + bsz;             /* [VS][ldw]: the state slice, transposed */
-    float *Vn = Rt + S2_VS * ldw;    /* [CMAX][VS] */
-    float *Vnt = Vn + CMAX * S2_VS;  /* [VS][ldi] */
-    const size_t h = blockIdx.x, j0 = (size_t)blockIdx.y * S2_VS;
+    float *A = sm;                 /* [CMAX][ldw]: W, then Kd */
+    float *B = A + asz;            /* [CMAX][ldw]: Qd, then Intra as [CMAX][ldi] */
+    float *Rt = B + bsz;           /* [VSB][ldw]: the state slice, transposed */
+    float *Vn = Rt + VSB * ldw;    /* [CMAX][VSB] */
+    float *Vnt = Vn + CMAX * VSB;  /* [VSB][ldi] */
+    const size_t h = blockIdx.x, j0 = (size_t)blockIdx.y * VSB;
     const int tid = threadIdx.x, cj = tid & 15, rg = tid >> 4; /* rg: 0..15 */
-    const size_t ja = j0 + cj, jb = j0 + cj + 16;
-    const bool oka = ja < dv, okb = jb < dv;
+    size_t col[NCOL];
+    bool ok[NCOL];
+#pragma unroll
+    for (int cc = 0; cc < NCOL; cc++) {
+        col[cc] = j0 + cj + 16 * cc;
+        ok[cc] = col[cc] < dv;
+    }
     const size_t ldv = Hv * dv;
     const int dk4 = (int)dk / 4, dki = (int)dk;
 
@@ -630,11 +640,13 @@ k_delta_scan3(DeltaScratch S, float *o, DeltaTab tab, size_t Hv, size_t dk, size
     const size_t snapc = tab.snapc[sg] < 0 ? (size_t)-1 : cbeg + (size_t)tab.snapc[sg];
     const float *st_in = tab.in[sg];
     float *st_out = tab.out[sg];
-    for (size_t p = tid; p < dk * S2_VS; p += S2_NT) {
-        const size_t i = p / S2_VS, cc = p % S2_VS, ci = j0 + cc;
+    for (size_t p = tid; p < dk * VSB; p += S2_NT) {
+        const size_t i = p / VSB, cc = p % VSB, ci = j0 + cc;
         Rt[cc * ldw + i] = st_in && ci < dv ? st_in[(h * dk + i) * dv + ci] : 0.0f;
     }
-    const float *ra_row = Rt + cj * ldw, *rb_row = Rt + (cj + 16) * ldw;
+    const float *r_row[NCOL];
+#pragma unroll
+    for (int cc = 0; cc < NCOL; cc++) r_row[cc] = Rt + (cj + 16 * cc) * ldw;
     for (size_t c = cbeg; c < cend; c++) {
         const size_t t0 = tab.row0[sg] + (c - cbeg) * (size_t)C, tend = tab.row0[sg] + tab.n[sg];
         const int n = (int)(tend - t0 < (size_t)C ? tend - t0 : (size_t)C);
@@ -649,79 +661,80 @@ k_delta_scan3(DeltaScratch S, float *o, DeltaTab tab, size_t Hv, size_t dk, size
         load_rows2(A, B, W4, Q4, n, dk4, ldw, tid);
         __syncthreads();
         /* Vn = U - W R and O1 = Qd R, over i in order, 4 i a step */
-        Acc av[4][2], ao[4][2];
+        Acc av[4][NCOL], ao[4][NCOL];
 #pragma unroll
-        for (int m = 0; m < 4; m++) av[m][0] = av[m][1] = ao[m][0] = ao[m][1] = (Acc)0;
+        for (int m = 0; m < 4; m++)
+#pragma unroll
+            for (int cc = 0; cc < NCOL; cc++) av[m][cc] = ao[m][cc] = (Acc)0;
         for (int i = 0; i < dki; i += 4) {
-            const float4 ra = *reinterpret_cast<const float4 *>(ra_row + i);
-            const float4 rb = *reinterpret_cast<const float4 *>(rb_row + i);
+            float4 rr[NCOL];
+#pragma unroll
+            for (int cc = 0; cc < NCOL; cc++) rr[cc] = *reinterpret_cast<const float4 *>(r_row[cc] + i);
 #pragma unroll
             for (int m = 0; m < 4; m++) {
                 const int r = rg + 16 * m;
                 const float4 w = *reinterpret_cast<const float4 *>(A + r * ldw + i);
                 const float4 q = *reinterpret_cast<const float4 *>(B + r * ldw + i);
-                av[m][0] = fma_acc<Acc>(w.x, ra.x, av[m][0]);
-                av[m][1] = fma_acc<Acc>(w.x, rb.x, av[m][1]);
-                ao[m][0] = fma_acc<Acc>(q.x, ra.x, ao[m][0]);
-                ao[m][1] = fma_acc<Acc>(q.x, rb.x, ao[m][1]);
-                av[m][0] = fma_acc<Acc>(w.y, ra.y, av[m][0]);
-                av[m][1] = fma_acc<Acc>(w.y, rb.y, av[m][1]);
-                ao[m][0] = fma_acc<Acc>(q.y, ra.y, ao[m][0]);
-                ao[m][1] = fma_acc<Acc>(q.y, rb.y, ao[m][1]);
-                av[m][0] = fma_acc<Acc>(w.z, ra.z, av[m][0]);
-                av[m][1] = fma_acc<Acc>(w.z, rb.z, av[m][1]);
-                ao[m][0] = fma_acc<Acc>(q.z, ra.z, ao[m][0]);
-                ao[m][1] = fma_acc<Acc>(q.z, rb.z, ao[m][1]);
-                av[m][0] = fma_acc<Acc>(w.w, ra.w, av[m][0]);
-                av[m][1] = fma_acc<Acc>(w.w, rb.w, av[m][1]);
-                ao[m][0] = fma_acc<Acc>(q.w, ra.w, ao[m][0]);
-                ao[m][1] = fma_acc<Acc>(q.w, rb.w, ao[m][1]);
+#pragma unroll
+                for (int cc = 0; cc < NCOL; cc++) {
+                    av[m][cc] = fma_acc<Acc>(w.x, rr[cc].x, av[m][cc]);
+                    ao[m][cc] = fma_acc<Acc>(q.x, rr[cc].x, ao[m][cc]);
+                    av[m][cc] = fma_acc<Acc>(w.y, rr[cc].y, av[m][cc]);
+                    ao[m][cc] = fma_acc<Acc>(q.y, rr[cc].y, ao[m][cc]);
+                    av[m][cc] = fma_acc<Acc>(w.z, rr[cc].z, av[m][cc]);
+                    ao[m][cc] = fma_acc<Acc>(q.z, rr[cc].z, ao[m][cc]);
+                    av[m][cc] = fma_acc<Acc>(w.w, rr[cc].w, av[m][cc]);
+                    ao[m][cc] = fma_acc<Acc>(q.w, rr[cc].w, ao[m][cc]);
+                }
             }
         }
 #pragma unroll
         for (int m = 0; m < 4; m++) {
             const int r = rg + 16 * m;
-            const float va = r < n && oka ? U[(size_t)r * dv + ja] - (float)av[m][0] : 0.0f;
-            const float vb = r < n && okb ? U[(size_t)r * dv + jb] - (float)av[m][1] : 0.0f;
-            Vn[r * S2_VS + cj] = va;
-            Vn[r * S2_VS + cj + 16] = vb;
-            Vnt[cj * ldi + r] = va;
-            Vnt[(cj + 16) * ldi + r] = vb;
+#pragma unroll
+            for (int cc = 0; cc < NCOL; cc++) {
+                const float vv = r < n && ok[cc] ? U[(size_t)r * dv + col[cc]] - (float)av[m][cc] : 0.0f;
+                Vn[r * VSB + cj + 16 * cc] = vv;
+                Vnt[(cj + 16 * cc) * ldi + r] = vv;
+            }
         }
         __syncthreads(); /* Vn complete; A and B free */
         load_kd_intra(A, B, K4, In, n, dk4, ldw, ldi, C, tid);
         __syncthreads();
         /* O = (float)(Qd R) + (float)(Intra Vn), the sum over s <= r in order: 4 keys a step while a
          * whole step is <= r, then one at a time (v2's terms exactly, no zero products added) */
-        const float *va_row = Vnt + cj * ldi, *vb_row = Vnt + (cj + 16) * ldi;
+        const float *v_row[NCOL];
+#pragma unroll
+        for (int cc = 0; cc < NCOL; cc++) v_row[cc] = Vnt + (cj + 16 * cc) * ldi;
 #pragma unroll
         for (int m = 0; m < 4; m++) {
             const int r = rg + 16 * m;
             if (r >= n) continue;
-            Acc a0 = (Acc)0, a1 = (Acc)0;
+            Acc a[NCOL];
+#pragma unroll
+            for (int cc = 0; cc < NCOL; cc++) a[cc] = (Acc)0;
             const float *brow = B + r * ldi;
             int s2 = 0;
             for (; s2 + 3 <= r; s2 += 4) {
                 const float4 x = *reinterpret_cast<const float4 *>(brow + s2);
-                const float4 ya = *reinterpret_cast<const float4 *>(va_row + s2);
-                const float4 yb = *reinterpret_cast<const float4 *>(vb_row + s2);
-                a0 = fma_acc<Acc>(x.x, ya.x, a0);
-                a1 = fma_acc<Acc>(x.x, yb.x, a1);
-                a0 = fma_acc<Acc>(x.y, ya.y, a0);
-                a1 = fma_acc<Acc>(x.y, yb.y, a1);
-                a0 = fma_acc<Acc>(x.z, ya.z, a0);
-                a1 = fma_acc<Acc>(x.z, yb.z, a1);
-                a0 = fma_acc<Acc>(x.w, ya.w, a0);
-                a1 = fma_acc<Acc>(x.w, yb.w, a1);
+#pragma unroll
+                for (int cc = 0; cc < NCOL; cc++) {
+                    const float4 y = *reinterpret_cast<const float4 *>(v_row[cc] + s2);
+                    a[cc] = fma_acc<Acc>(x.x, y.x, a[cc]);
+                    a[cc] = fma_acc<Acc>(x.y, y.y, a[cc]);
+                    a[cc] = fma_acc<Acc>(x.z, y.z, a[cc]);
+                    a[cc] = fma_acc<Acc>(x.w, y.w, a[cc]);
+                }
             }
             for (; s2 <= r; s2++) {
                 const float x = brow[s2];
-                a0 = fma_acc<Acc>(x, va_row[s2], a0);
-                a1 = fma_acc<Acc>(x, vb_row[s2], a1);
+#pragma unroll
+                for (int cc = 0; cc < NCOL; cc++) a[cc] = fma_acc<Acc>(x, v_row[cc][s2], a[cc]);
             }
             float *orow = o + (t0 + r) * ldv + h * dv;
-            if (oka) orow[ja] = (float)ao[m][0] + (float)a0;
-            if (okb) orow[jb] = (float)ao[m][1] + (float)a1;
+#pragma unroll
+            for (int cc = 0; cc < NCOL; cc++)
+                if (ok[cc]) orow[col[cc]] = (float)ao[m][cc] + (float)a[cc];
         }
         /* R = lambda R + Kd^T Vn over r in order; this thread's i: 8 rg .. 8 rg + 7 (not after the
          * segment's last chunk unless its state is saved, as on the CPU) */
@@ -729,30 +742,32 @@ k_delta_scan3(DeltaScratch S, float *o, DeltaTab tab, size_t Hv, size_t dk, size
             const int i0 = 8 * rg;
             if (i0 < dki) { /* dk <= 128: 16 groups of 8 cover it; dk % 4 == 0: a group is 4 or 8 */
                 const bool two = i0 + 4 < dki;
-                Acc ar[8][2];
+                Acc ar[8][NCOL];
 #pragma unroll
-                for (int m = 0; m < 8; m++) ar[m][0] = ar[m][1] = (Acc)0;
+                for (int m = 0; m < 8; m++)
+#pragma unroll
+                    for (int cc = 0; cc < NCOL; cc++) ar[m][cc] = (Acc)0;
                 for (int r = 0; r < n; r++) {
-                    const float va = Vn[r * S2_VS + cj], vb = Vn[r * S2_VS + cj + 16];
+                    float vv[NCOL];
+#pragma unroll
+                    for (int cc = 0; cc < NCOL; cc++) vv[cc] = Vn[r * VSB + cj + 16 * cc];
                     const float4 k0 = *reinterpret_cast<const float4 *>(A + r * ldw + i0);
                     const float4 k1 = two ? *reinterpret_cast<const float4 *>(A + r * ldw + i0 + 4) : z4;
                     const float kd[8] = {k0.x, k0.y, k0.z, k0.w, k1.x, k1.y, k1.z, k1.w};
 #pragma unroll
-                    for (int m = 0; m < 8; m++) {
-                        ar[m][0] = fma_acc<Acc>(kd[m], va, ar[m][0]);
-                        ar[m][1] = fma_acc<Acc>(kd[m], vb, ar[m][1]);
-                    }
+                    for (int m = 0; m < 8; m++)
+#pragma unroll
+                        for (int cc = 0; cc < NCOL; cc++) ar[m][cc] = fma_acc<Acc>(kd[m], vv[cc], ar[m][cc]);
                 }
 #pragma unroll
                 for (int m = 0; m < 8; m++) {
                     const int i = i0 + m;
                     if (i >= dki) continue;
-                    float *ra = &Rt[cj * ldw + i], *rb = &Rt[(cj + 16) * ldw + i];
-                    *ra = *ra * lam + (float)ar[m][0];
-                    *rb = *rb * lam + (float)ar[m][1];
-                    if (c == snapc) {
-                        if (oka) st_out[(h * dk + i) * dv + ja] = *ra;
-                        if (okb) st_out[(h * dk + i) * dv + jb] = *rb;
+#pragma unroll
+                    for (int cc = 0; cc < NCOL; cc++) {
+                        float *rp = &Rt[(cj + 16 * cc) * ldw + i];
+                        *rp = *rp * lam + (float)ar[m][cc];
+                        if (c == snapc && ok[cc]) st_out[(h * dk + i) * dv + col[cc]] = *rp;
                     }
                 }
             }
@@ -856,16 +871,19 @@ void op_delta_rule(clef_ops *ops, float *o, const float *q, const float *k, cons
     const size_t sm2 = scan2_smem_floats(dk) * sizeof(float);
     const bool v2 = im->delta_kernel != CLEF_CUDA_DELTA_V1 && dk % 4 == 0 && dk <= (size_t)S2_DKMAX &&
                     sm2 <= (size_t)im->max_smem_optin;
-    const size_t sm3 = scan3_smem_floats(dk) * sizeof(float);
-    const bool v3b = v2 && im->delta_kernel == CLEF_CUDA_DELTA_V4 && sm3 <= (size_t)im->max_smem_optin;
+    const bool v5 = im->delta_kernel == CLEF_CUDA_DELTA_V5; /* kernel B v3 with 16 columns a block */
+    const size_t sm3 = (v5 ? scan3_smem_floats<1>(dk) : scan3_smem_floats<2>(dk)) * sizeof(float);
+    const bool v3b = v2 && im->delta_kernel >= CLEF_CUDA_DELTA_V4 && sm3 <= (size_t)im->max_smem_optin;
     const bool fast = im->precision != CLEF_CUDA_FP32; /* fast and bf16: fp32 sums in kernel B v2 / v3 */
     bool ok = smem_optin(ops, k_delta_scan, smB, "delta_rule (shared memory)") &&
               (!a2 || smem_optin(ops, k_delta_prep2, smA2, "delta_rule (shared memory)")) &&
               (!v2 || v3b ||
                (fast ? smem_optin(ops, k_delta_scan2<float>, sm2, "delta_rule (shared memory)")
                      : smem_optin(ops, k_delta_scan2<double>, sm2, "delta_rule (shared memory)"))) &&
-              (!v3b || (fast ? smem_optin(ops, k_delta_scan3<float>, sm3, "delta_rule (shared memory)")
-                             : smem_optin(ops, k_delta_scan3<double>, sm3, "delta_rule (shared memory)")));
+              (!v3b || (v5 ? (fast ? smem_optin(ops, k_delta_scan3<float, 1>, sm3, "delta_rule (shared memory)")
+                                   : smem_optin(ops, k_delta_scan3<double, 1>, sm3, "delta_rule (shared memory)"))
+                           : (fast ? smem_optin(ops, k_delta_scan3<float, 2>, sm3, "delta_rule (shared memory)")
+                                   : smem_optin(ops, k_delta_scan3<double, 2>, sm3, "delta_rule (shared memory)"))));
     if (!ok) {
         scratch_free(ops, base);
         return;
@@ -881,12 +899,18 @@ void op_delta_rule(clef_ops *ops, float *o, const float *q, const float *k, cons
                 k_delta_prep<<<ga, NT, smA, im->stream>>>(S, q, k, v, beta, g, tab, Hk, Hv, dk, dv, C, nch);
         }
         ProfScope pb(ops, OP_DELTA_B);
-        if (v3b) {
-            dim3 gb((unsigned)Hv, (unsigned)((dv + S2_VS - 1) / S2_VS), (unsigned)tab.nseg);
+        if (v3b && v5) {
+            dim3 gb((unsigned)Hv, (unsigned)((dv + 15) / 16), (unsigned)tab.nseg);
             if (fast)
-                k_delta_scan3<float><<<gb, S2_NT, sm3, im->stream>>>(S, o, tab, Hv, dk, dv, C, nch);
+                k_delta_scan3<float, 1><<<gb, S2_NT, sm3, im->stream>>>(S, o, tab, Hv, dk, dv, C, nch);
             else
-                k_delta_scan3<double><<<gb, S2_NT, sm3, im->stream>>>(S, o, tab, Hv, dk, dv, C, nch);
+                k_delta_scan3<double, 1><<<gb, S2_NT, sm3, im->stream>>>(S, o, tab, Hv, dk, dv, C, nch);
+        } else if (v3b) {
+            dim3 gb((unsigned)Hv, (unsigned)((dv + 31) / 32), (unsigned)tab.nseg);
+            if (fast)
+                k_delta_scan3<float, 2><<<gb, S2_NT, sm3, im->stream>>>(S, o, tab, Hv, dk, dv, C, nch);
+            else
+                k_delta_scan3<double, 2><<<gb, S2_NT, sm3, im->stream>>>(S, o, tab, Hv, dk, dv, C, nch);
         } else if (v2) {
             dim3 gb((unsigned)Hv, (unsigned)((dv + S2_VS - 1) / S2_VS), (unsigned)tab.nseg);
             if (fast)

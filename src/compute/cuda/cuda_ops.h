@@ -78,8 +78,9 @@ enum { CLEF_CUDA_ATTN_SIMT = 0, CLEF_CUDA_ATTN_V2 = 1, CLEF_CUDA_ATTN_V3 = 2, CL
 /* delta: V1 = the first kernels A and B; V2 = A v1 + B v2 (verified 2026-11-30b); V3 = A v2 + B v2
  * (verified 2026-12-04a: kernel A 2.9 / 13.4 ms at 436 / 2,048 tokens, v1 17.1 / 62.1); V4 (default)
  * = A v2 + B v3, the same sums with 16-byte operand loads (verified 2026-12-04c: the same bits as v3,
- * kernel B 2.8 / 12.9 / 104 ms at 436 / 2,048 / 16,384 tokens in bf16, v2 3.7 / 17.2 / 141) */
-enum { CLEF_CUDA_DELTA_V1 = 0, CLEF_CUDA_DELTA_V2 = 1, CLEF_CUDA_DELTA_V3 = 2, CLEF_CUDA_DELTA_V4 = 3 };
+ * kernel B 2.8 / 12.9 / 104 ms at 436 / 2,048 / 16,384 tokens in bf16, v2 3.7 / 17.2 / 141); V5 = V4
+ * with 16 state columns a block in kernel B (twice the blocks, the same bits) */
+enum { CLEF_CUDA_DELTA_V1 = 0, CLEF_CUDA_DELTA_V2 = 1, CLEF_CUDA_DELTA_V3 = 2, CLEF_CUDA_DELTA_V4 = 3, CLEF_CUDA_DELTA_V5 = 4 };
 typedef struct clef_cuda_kernels {
     int linear_split; /* fast GEMMs: 1 = x = h + l in two bf16 terms, 0 = one bf16 term */
     int attn;         /* CLEF_CUDA_ATTN_* */
