@@ -323,7 +323,12 @@ static int walk(clef_guard *g, conn *c, double now) {
             size_t k = (unsigned long long)avail < c->rem ? avail : (size_t)c->rem;
             c->fwd += k;
             c->rem -= k;
-            if (c->rem) break;
+            if (c->rem) {
+                /* everything received is forwarded; after the client's end no more comes: the request
+                 * can never complete (else libmicrohttpd would hold it to the body deadline) */
+                if (c->cin_eof) refuse_at(c, c->nreq - 1, 0, "client_closed", "the client closed within a body", NULL, 0);
+                break;
+            }
             c->phase = P_HEAD;
             continue;
         }
@@ -344,6 +349,8 @@ static int walk(clef_guard *g, conn *c, double now) {
                 c->phase = P_HEAD;
                 continue;
             }
+            /* the walker wants more (an unfinished line stays unconsumed): after the client's end none comes */
+            if (c->cin_eof) refuse_at(c, c->nreq - 1, 0, "client_closed", "the client closed within a body", NULL, 0);
             break;
         }
         /* P_HEAD */

@@ -241,6 +241,55 @@ def test_framing(srv):
     check(status_of(raw(srv.port, both, 5)) == 400, "Content-Length + Transfer-Encoding: 400")
 
 
+def half_closed(port, data, limit):
+    """Sends data, closes the sending side; returns (what came back, seconds until the server closed
+    or None when it had not within limit)."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=limit)
+    out, t0 = b"", time.time()
+    try:
+        s.sendall(data)
+        s.shutdown(socket.SHUT_WR)
+        while time.time() - t0 < limit:
+            try:
+                chunk = s.recv(65536)
+            except socket.timeout:
+                return out, None
+            except ConnectionResetError:
+                break
+            if not chunk:
+                break
+            out += chunk
+        else:
+            return out, None
+    finally:
+        s.close()
+    return out, time.time() - t0
+
+
+def test_closed_within_body(srv):
+    # A client that ends its side inside a body can never finish the request: the connection closes
+    # at once, not at the body deadline (--body-timeout, 60 s; found by fuzz_http: every such input
+    # waited out the fuzz server's 2-s deadline).
+    chunked = HEAD + b"Transfer-Encoding: chunked\r\n\r\n"
+    cases = [
+        ("a chunk-size line never ended", chunked + b"5\r\n{\"mod\r\n3f;" + b"e" * 900),
+        ("within a chunk's data", chunked + b"40\r\n" + BODY[:20]),
+        ("a chunk's data without its CRLF", chunked + b"5\r\n{\"mod"),
+        ("Content-Length longer than the body", HEAD + b"Content-Length: %d\r\n\r\n" % len(BODY) + BODY[:30]),
+        ("a head and nothing of its body", HEAD + b"Content-Length: %d\r\n\r\n" % len(BODY)),
+    ]
+    for name, data in cases:
+        out, dt = half_closed(srv.port, data, 10)
+        check(dt is not None and dt < 2 and b"HTTP/1." not in out,
+              "closed within a body (%s): the connection closes in under 2 s, no answer (%s s, %r)" %
+              (name, "%.2f" % dt if dt is not None else "not within 10", out[:60]))
+    # a complete request before the unfinished one is still answered
+    out, dt = half_closed(srv.port, HEAD + b"Content-Length: %d\r\n\r\n" % len(BODY) + BODY +
+                          HEAD + b"Content-Length: %d\r\n\r\n" % len(BODY) + BODY[:10], 30)
+    check(dt is not None and out.count(b"HTTP/1.1 200 ") == 1 and out.count(b"HTTP/1.") == 1,
+          "closed within the second body: the first request answered, then the close (%r)" % out[:60])
+
+
 # ---------------------------------------------------------------- item 1
 
 def test_slowloris(srv, n=256):
@@ -564,6 +613,7 @@ def main():
     try:
         test_log_forgery(srv)
         test_framing(srv)
+        test_closed_within_body(srv)
         test_slowloris(srv)
         test_header_deadline(srv, 3)
         test_client_share(srv, 64)
