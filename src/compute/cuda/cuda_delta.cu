@@ -775,6 +775,22 @@ k_delta_scan3(DeltaScratch S, float *o, DeltaTab tab, size_t Hv, size_t dk, size
     }
 }
 
+/* Kernel B v3 with NCOL columns a thread: its shared-memory opt-in, then its launch (one block per
+ * value head, 16 NCOL state columns and segment). */
+template <int NCOL> static bool scan3_optin(clef_ops *ops, bool fast, size_t smem) {
+    return fast ? smem_optin(ops, k_delta_scan3<float, NCOL>, smem, "delta_rule (shared memory)")
+                : smem_optin(ops, k_delta_scan3<double, NCOL>, smem, "delta_rule (shared memory)");
+}
+template <int NCOL>
+static void scan3_launch(cudaStream_t st, bool fast, size_t smem, const DeltaScratch &S, float *o, const DeltaTab &tab,
+                         size_t Hv, size_t dk, size_t dv, int C, size_t nch) {
+    const dim3 gb((unsigned)Hv, (unsigned)((dv + 16 * NCOL - 1) / (16 * NCOL)), (unsigned)tab.nseg);
+    if (fast)
+        k_delta_scan3<float, NCOL><<<gb, S2_NT, smem, st>>>(S, o, tab, Hv, dk, dv, C, nch);
+    else
+        k_delta_scan3<double, NCOL><<<gb, S2_NT, smem, st>>>(S, o, tab, Hv, dk, dv, C, nch);
+}
+
 /* Groups of up to DSEG_MAX segments with rows: calls f(tab) for each. */
 template <typename F> static void for_delta_groups(const clef_seg *segs, size_t nseg, const clef_seg_state *st,
                                                    size_t C, F f) {
@@ -880,10 +896,7 @@ void op_delta_rule(clef_ops *ops, float *o, const float *q, const float *k, cons
               (!v2 || v3b ||
                (fast ? smem_optin(ops, k_delta_scan2<float>, sm2, "delta_rule (shared memory)")
                      : smem_optin(ops, k_delta_scan2<double>, sm2, "delta_rule (shared memory)"))) &&
-              (!v3b || (v5 ? (fast ? smem_optin(ops, k_delta_scan3<float, 1>, sm3, "delta_rule (shared memory)")
-                                   : smem_optin(ops, k_delta_scan3<double, 1>, sm3, "delta_rule (shared memory)"))
-                           : (fast ? smem_optin(ops, k_delta_scan3<float, 2>, sm3, "delta_rule (shared memory)")
-                                   : smem_optin(ops, k_delta_scan3<double, 2>, sm3, "delta_rule (shared memory)"))));
+              (!v3b || (v5 ? scan3_optin<1>(ops, fast, sm3) : scan3_optin<2>(ops, fast, sm3)));
     if (!ok) {
         scratch_free(ops, base);
         return;
@@ -899,18 +912,11 @@ void op_delta_rule(clef_ops *ops, float *o, const float *q, const float *k, cons
                 k_delta_prep<<<ga, NT, smA, im->stream>>>(S, q, k, v, beta, g, tab, Hk, Hv, dk, dv, C, nch);
         }
         ProfScope pb(ops, OP_DELTA_B);
-        if (v3b && v5) {
-            dim3 gb((unsigned)Hv, (unsigned)((dv + 15) / 16), (unsigned)tab.nseg);
-            if (fast)
-                k_delta_scan3<float, 1><<<gb, S2_NT, sm3, im->stream>>>(S, o, tab, Hv, dk, dv, C, nch);
+        if (v3b) {
+            if (v5)
+                scan3_launch<1>(im->stream, fast, sm3, S, o, tab, Hv, dk, dv, C, nch);
             else
-                k_delta_scan3<double, 1><<<gb, S2_NT, sm3, im->stream>>>(S, o, tab, Hv, dk, dv, C, nch);
-        } else if (v3b) {
-            dim3 gb((unsigned)Hv, (unsigned)((dv + 31) / 32), (unsigned)tab.nseg);
-            if (fast)
-                k_delta_scan3<float, 2><<<gb, S2_NT, sm3, im->stream>>>(S, o, tab, Hv, dk, dv, C, nch);
-            else
-                k_delta_scan3<double, 2><<<gb, S2_NT, sm3, im->stream>>>(S, o, tab, Hv, dk, dv, C, nch);
+                scan3_launch<2>(im->stream, fast, sm3, S, o, tab, Hv, dk, dv, C, nch);
         } else if (v2) {
             dim3 gb((unsigned)Hv, (unsigned)((dv + S2_VS - 1) / S2_VS), (unsigned)tab.nseg);
             if (fast)
