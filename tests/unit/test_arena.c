@@ -1,6 +1,5 @@
 /* The CPU backend's buffer cache (src/compute/cpu/cpu_arena.c): reuse, merging, the cap,
  * small blocks, and concurrent use. */
-#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -151,16 +150,8 @@ int main(void) {
     }
     {   /* concurrent alloc/free from several threads */
         clef_arena *a = clef_arena_create(40 * MB);
-        pthread_t th[4];
-        int started = 0;
-        for (int i = 0; i < 4; i++) started += pthread_create(&th[i], NULL, hammer, a) == 0;
+        int started = 0, bad = run_threads(hammer, a, 4, &started);
         CHECK(started == 4);
-        int bad = 0;
-        for (int i = 0; i < started; i++) {
-            void *r = NULL;
-            pthread_join(th[i], &r);
-            bad += r != NULL;
-        }
         CHECK(bad == 0);
         clef_arena_get_stats(a, &st);
         CHECK(st.held_bytes <= 40 * MB && st.live_bytes == 0);

@@ -3,7 +3,6 @@
  * serve (small, no pool, over the cap, out of memory), concurrent use, the process pool.
  * Linked with -Wl,--wrap=posix_memalign (Makefile) so that a test can fail the pool's allocations. */
 #include <errno.h>
-#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -160,16 +159,8 @@ int main(void) {
     }
     {   /* concurrent use from several threads under a cap some requests pass */
         clef_bufpool *p = clef_bufpool_create(24 * MB, MIN);
-        pthread_t th[4];
-        int started = 0;
-        for (int i = 0; i < 4; i++) started += pthread_create(&th[i], NULL, hammer, p) == 0;
+        int started = 0, bad = run_threads(hammer, p, 4, &started);
         CHECK(started == 4);
-        int bad = 0;
-        for (int i = 0; i < started; i++) {
-            void *r = NULL;
-            pthread_join(th[i], &r);
-            bad += r != NULL;
-        }
         CHECK(bad == 0);
         clef_bufpool_stats st = stats(p);
         CHECK_MSG(st.live_bytes == 0 && st.held_bytes <= 24 * MB && st.hits > st.misses && st.free_bytes == st.held_bytes,
