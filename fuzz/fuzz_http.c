@@ -135,6 +135,13 @@ static long exchange(const uint8_t *data, size_t n, char *out, size_t cap, doubl
     return rc < 0 ? -1 : (long)got;
 }
 
+/* A hang's evidence: every thread's stack (gdb attached to this process), before the abort. */
+static void dump_threads(void) {
+    char cmd[160];
+    snprintf(cmd, sizeof cmd, "gdb -p %d -batch -nx -ex 'thread apply all bt' >&2 2>/dev/null", (int)getpid());
+    if (system(cmd) != 0) fprintf(stderr, "fuzz_http: gdb could not dump the threads\n");
+}
+
 static int status_line(const char *p, size_t n) {
     return n >= 13 && !memcmp(p, "HTTP/1.1 ", 9) && p[9] >= '1' && p[9] <= '5' && p[10] >= '0' && p[10] <= '9' &&
            p[11] >= '0' && p[11] <= '9' && p[12] == ' ';
@@ -207,6 +214,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     long n = exchange(data, size, out, sizeof out, hang_s);
     if (n < 0) {
         fprintf(stderr, "fuzz_http: no answer and no close within %.0f s for a %zu-byte input\n", hang_s, size);
+        dump_threads();
         abort();
     }
     check_answer(out, n, sizeof out, data, size);
@@ -214,6 +222,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     n = exchange(health, sizeof health - 1, out, sizeof out, hang_s);
     if (n < 13 || (memcmp(out, "HTTP/1.1 200 ", 13) && memcmp(out, "HTTP/1.1 503 ", 13))) {
         fprintf(stderr, "fuzz_http: /health did not answer after a %zu-byte input\n", size);
+        if (n < 0) dump_threads();
         abort();
     }
     return 0;

@@ -323,20 +323,12 @@ static int walk(clef_guard *g, conn *c, double now) {
             size_t k = (unsigned long long)avail < c->rem ? avail : (size_t)c->rem;
             c->fwd += k;
             c->rem -= k;
-            if (c->rem) {
-                /* everything received is forwarded; after the client's end no more comes: the request
-                 * can never complete (else libmicrohttpd would hold it to the body deadline) */
-                if (c->cin_eof) refuse_at(c, c->nreq - 1, 0, "client_closed", "the client closed within a body", NULL, 0);
-                break;
-            }
+            if (c->rem) break; /* everything received is forwarded */
             c->phase = P_HEAD;
             continue;
         }
         if (c->phase == P_CHUNKED) {
-            if (!avail) {
-                if (c->cin_eof) refuse_at(c, c->nreq - 1, 0, "client_closed", "the client closed within a body", NULL, 0);
-                break;
-            }
+            if (!avail) break;
             size_t used = 0;
             char msg[256];
             int rc = clef_guard_chunk_walk(&c->ck, p, avail, g->cfg.max_header, &used, msg, sizeof msg);
@@ -349,9 +341,7 @@ static int walk(clef_guard *g, conn *c, double now) {
                 c->phase = P_HEAD;
                 continue;
             }
-            /* the walker wants more (an unfinished line stays unconsumed): after the client's end none comes */
-            if (c->cin_eof) refuse_at(c, c->nreq - 1, 0, "client_closed", "the client closed within a body", NULL, 0);
-            break;
+            break; /* the walker wants more (an unfinished line stays unconsumed) */
         }
         /* P_HEAD */
         c->blocked = 0;
@@ -399,6 +389,10 @@ static int walk(clef_guard *g, conn *c, double now) {
             return 0;
         }
     }
+    /* within a body, everything walkable is walked; after the client's end no more comes, so the
+     * request can never complete (else libmicrohttpd would hold it to the body deadline) */
+    if (c->phase != P_HEAD && c->cin_eof && !c->refusing && !c->closing && !c->draining)
+        refuse_at(c, c->nreq - 1, 0, "client_closed", "the client closed within a body", NULL, 0);
     return 1;
 }
 
