@@ -454,7 +454,12 @@ static int pump(clef_guard *g, conn *c, unsigned evc) {
             return 0;
         }
     }
+    /* A head held back by the pipeline limit (c->blocked) goes on once answers make room; no event
+     * may follow the one that brought those answers, so the walk runs again here until it is not
+     * held or no answer came (without this, 33 pipelined requests stalled after 32 answers). */
+relay:
     if (!walk(g, c, now)) return 0;
+    unsigned nans_before = c->nans;
     /* to libmicrohttpd: what is walked */
     while (c->mfd >= 0 && c->fwd) { /* also when refusing: what was walked before the refused part goes */
         ssize_t w = send(c->mfd, c->in.d, c->fwd, MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -506,6 +511,7 @@ static int pump(clef_guard *g, conn *c, unsigned evc) {
             c->m_eof = 1;
         }
     }
+    if (c->blocked && c->nans != nans_before && c->nreq - c->nans < PIPE_MAX) goto relay;
     /* every answer out of libmicrohttpd and no request there: let go of its connection (the next
      * head gets a fresh one), so that an idle keep-alive connection holds no --max-connections */
     if (c->mfd >= 0 && !c->refusing && !c->closing && c->nans == c->nreq && c->phase == P_HEAD && !c->fwd &&

@@ -5,6 +5,7 @@ tiny checkpoint over loopback, with short timeouts.
 1. one connection, 20 POSTs to /v1/systemone and 20 GETs of /health: each answer byte-equal (less
    its Date line) to the same request on a fresh connection; /metrics says one accept for all;
 2. pipelining: 5 requests in one send, 5 answers in order, each once; the connection stays open;
+   33, 40 and 100 in one send (more than the 32 held at libmicrohttpd at once): all answered in order;
 3. a bad later head (space before a colon, a bad Content-Length, an unknown Transfer-Encoding),
    sent with or after a good request: that request's answer whole, then the guard's 400/501 with
    Connection: close, then the close;
@@ -166,6 +167,35 @@ def test_pipelining(srv):
     a = c.answer()
     check(header(a, "X-Request-Id") == "p6" and c.buf == b"", "after the pipeline the connection still serves (%r)" % a)
     c.close()
+
+
+def test_deep_pipeline(srv, trials=6):
+    """More requests in one send than the guard holds at libmicrohttpd at once (32): the rest go on as
+    answers make room, with the client's side still open and after it shut its side; all answered in
+    order. Before the fix, 33 such GETs stalled after 32 answers (the guard walked on only when a later
+    event came), most trials."""
+    bad = []
+    for n in (33, 40, 100):
+        for t in range(trials):
+            shut = t % 2 == 1
+            c = Conn(srv.port)
+            c.send(b"".join(get("/health", "d%d" % k) for k in range(n)))
+            if shut:
+                c.s.shutdown(socket.SHUT_WR)
+            got = []
+            for _ in range(n):
+                try:
+                    a = c.answer(5)
+                except socket.timeout:
+                    a = None
+                if a is None:
+                    break
+                got.append(header(a, "X-Request-Id"))
+            if got != ["d%d" % k for k in range(n)]:
+                bad.append((n, "shut" if shut else "open", len(got)))
+            c.close()
+    check(not bad, "33, 40, 100 pipelined GETs in one send, %d trials each: all answered in order (failed: "
+          "n, client side, answers: %s)" % (trials, bad))
 
 
 # ---------------------------------------------------------------- 3
@@ -424,6 +454,7 @@ def main():
     try:
         test_sequential(srv)
         test_pipelining(srv)
+        test_deep_pipeline(srv)
         test_bad_later_head(srv)
         test_later_slowloris(srv, header_timeout)
         test_idle(srv, keepalive_timeout)
