@@ -11,8 +11,9 @@ invalid, slow and oversized requests, on loopback. Checks, and prints as one JSO
     a 1x1 PNG asking for 80 Mpx through media_kwargs 413;
   - RSS (VmRSS of the server, sampled every second) flat within 10% after the warm-up;
   - /health latency p99 (a probe on a fresh connection every 100 ms) under 50 ms.
-The roles of the C clients: 5/8 corpus requests, 1/8 slow, 1/16 slowloris, 1/16 oversized, the rest
-invalid bytes (malformed JSON, bad framing). Per-minute figures go to stderr.
+The roles of the C clients: 9/16 corpus requests one at a time, 1/16 corpus requests pipelined (2 to
+48 in one send, each answer checked the same way), 1/8 slow, 1/16 slowloris, 1/16 oversized, the
+rest invalid bytes (malformed JSON, bad framing). Per-minute figures go to stderr.
 
   bench/soak.py MODEL_DIR [--clients 64] [--seconds 1800] [--warmup 180] [--threads 2]
                 [--bin build/clef] [--out FILE] [-- extra clef serve flags]
@@ -107,6 +108,33 @@ def read_all(sock, limit_s):
             return out
         out += d
     return None
+
+
+def read_answer(sock, buf, deadline):
+    """The next answer on a keep-alive connection (Content-Length framing): (status, head, body, rest
+    of buf), or None when the server closed or deadline passed first."""
+    while b"\r\n\r\n" not in buf or len(buf) < _answer_end(buf):
+        left = deadline - time.time()
+        if left <= 0:
+            return None
+        sock.settimeout(left)
+        try:
+            d = sock.recv(65536)
+        except (socket.timeout, ConnectionResetError):
+            return None
+        if not d:
+            return None
+        buf += d
+    end = _answer_end(buf)
+    head = buf[:buf.index(b"\r\n\r\n") + 4]
+    status = int(head.split(b" ", 2)[1]) if head.startswith(b"HTTP/1.1 ") else -1
+    return status, head, buf[len(head):end], buf[end:]
+
+
+def _answer_end(buf):
+    he = buf.index(b"\r\n\r\n") + 4
+    m = re.search(rb"\r\nContent-Length: *(\d+)", buf[:he], re.I)
+    return he + (int(m.group(1)) if m else 0)
 
 
 class Stats:
@@ -204,6 +232,42 @@ def main():
             status = int(hdr.split(b" ", 2)[1]) if hdr.startswith(b"HTTP/1.1 ") else -1
             ok = (status, body) == expect[i] or status in (429, 503)
             st.add("slow", ok, None if ok else f"slow client {os.path.basename(files[i])}: {status} {body[:200]!r}")
+
+    def pipeline_client(k):  # up to 48 corpus requests in one send on one connection (the guard holds 32 at once)
+        rnd = random.Random(2000 + k)
+        while time.time() < stop_at:
+            idx = [rnd.randrange(len(bodies)) for _ in range(rnd.randint(2, 48))]
+            data = b"".join(b"POST /v1/systemone HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                            b"Content-Length: %d\r\n\r\n" % len(bodies[i]) + bodies[i] for i in idx)
+            try:
+                s = socket.create_connection(("127.0.0.1", port), timeout=30)
+            except OSError as e:
+                st.add("pipeline_error", False, f"pipeline: {e!r}")
+                continue
+
+            def send():  # beside the reading: a long pipeline fills the socket buffers otherwise
+                try:
+                    s.sendall(data)
+                except OSError:
+                    pass  # the server closed after an answer that said so; what was answered is checked
+            sender = threading.Thread(target=send, daemon=True)
+            sender.start()
+            buf, deadline = b"", time.time() + 600
+            for n, i in enumerate(idx):
+                got = read_answer(s, buf, deadline)
+                if got is None:
+                    st.add("pipeline", False, f"pipeline of {len(idx)}: no answer {n + 1} (the server closed or "
+                           f"600 s passed; the previous answer did not say Connection: close)")
+                    break
+                status, head, body, buf = got
+                ok = (status, body) == expect[i] or status in (429, 503)
+                st.add("pipeline", ok, None if ok else f"pipeline of {len(idx)}, answer {n + 1} "
+                       f"({os.path.basename(files[i])}): {status} {body[:200]!r} != {expect[i][0]} {expect[i][1][:200]!r}")
+                if re.search(rb"\r\nConnection: *close", head, re.I):
+                    st.add("pipeline_closed")  # the rest is not answered on this connection: allowed
+                    break
+            s.close()
+            sender.join(30)
 
     def slowloris_client(k):
         while time.time() < stop_at:
@@ -359,7 +423,8 @@ def main():
     roles = []
     for k in range(a.clients):
         r = k % 16
-        roles.append(corpus_client if r < 10 else slow_client if r < 12 else slowloris_client if r == 12
+        roles.append(corpus_client if r < 9 else pipeline_client if r == 9 else slow_client if r < 12
+                     else slowloris_client if r == 12
                      else oversized_client if r == 13 else invalid_client)
     ths = [threading.Thread(target=f, args=(k,), daemon=True) for k, f in enumerate(roles)]
     ths += [threading.Thread(target=health_probe, daemon=True), threading.Thread(target=sampler, daemon=True),

@@ -5,7 +5,8 @@
 // walker run on the input directly. These must hold, or the target aborts:
 //   - the server answers or closes within 5 s (no hang past its short timeouts; $CLEF_FUZZ_HANG_S sets
 //     another limit, for runs at low priority on a loaded machine, where a valid request on the tiny
-//     model can wait longer than that for a CPU);
+//     model can wait longer than that for a CPU); on a hang every thread's stack is printed (gdb
+//     attached to the process) before the abort: what each of the server's threads waits on;
 //   - an input may hold several requests (keep-alive, pipelining): what comes back is a sequence of
 //     answers, each starting with "HTTP/1.1 NNN ", one status line in its head, framed by its
 //     Content-Length (1xx, 204, 304 and answers to HEAD have no body), then the next answer or the
