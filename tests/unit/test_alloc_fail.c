@@ -4,9 +4,14 @@
  * libclef.a's code goes through the counters below; an armed hook fails the N-th allocation after
  * arming (one shot: the allocations after it succeed, as when memory comes back). On models/tiny,
  * with one engine (clef_open once, 1 thread so the order of allocations is fixed, the state cache
- * on), each scenario is run once to record its answers and count its allocations A; then for every
- * N in 1..A (every N in the optimized build; a stride under ASan, where the whole run is
- * slower — CLEF_ALLOC_STRIDE overrides; CLEF_ALLOC_ONLY=name runs one scenario) the scenario runs with the N-th allocation failing, and
+ * on), each scenario is run once to record its answers, count its allocations A and note each
+ * one's call path (a hash of its return addresses, glibc's backtrace). Failing every N in 1..A
+ * costs a whole request per N (~30 min on a 2-core AVX2 machine: too long for CI), and most N
+ * repeat a path already failed (the same allocation in the next layer, the next chunk); so the
+ * sweep fails the first two and the last allocation of every distinct call path: every site is
+ * failed, at the start and at the end of its loop. Under ASan, where a run is slower, ~60 N spread
+ * evenly over the run. CLEF_ALLOC_STRIDE=k sweeps every k-th N instead (1: every N, the exhaustive sweep);
+ * CLEF_ALLOC_ONLY=name runs one scenario; CLEF_ALLOC_PLAN=1 prints the runs each would make. With the N-th allocation failing,
  *  - every answer is the recorded one or a clean OutOfMemory body (HTTP 500) — never a crash, an
  *    InternalError or another refusal;
  *  - the hook really failed an allocation (N was reached);
@@ -22,6 +27,7 @@
  * group is rerun one job at a time).
  * Exit 0 pass, 1 fail, 77 skip (models/tiny missing). */
 #include <errno.h>
+#include <execinfo.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,9 +60,35 @@ int __real_posix_memalign(void **p, size_t a, size_t n);
 void *__real_aligned_alloc(size_t a, size_t n);
 char *__real_strdup(const char *s);
 
-static int hook_fails(void) {
+/* While recording, the call path of allocation n goes to g_path[n-1] (the counting run only: it is
+ * 1 thread, so no lock): a hash of the allocation's site in libclef.a and PATH_DEPTH - 1 callers
+ * above it. backtrace() unwinds by DWARF, so it works without frame pointers; its own first use
+ * loads libgcc through libc's malloc, not this hook (--wrap binds only our objects). The hook's
+ * frames are not inlined, so the site is always frame 3 (record_path, hook_fails, __wrap_*). */
+#ifndef PATH_DEPTH
+#define PATH_DEPTH 1
+#endif
+#define PATH_SKIP 3
+#define PATH_MAX_ALLOCS 65536
+static uint64_t g_path[PATH_MAX_ALLOCS];
+static int g_recording;
+
+__attribute__((noinline)) static void record_path(long n) {
+    if (n > PATH_MAX_ALLOCS) return;
+    void *frames[PATH_SKIP + PATH_DEPTH];
+    int k = backtrace(frames, PATH_SKIP + PATH_DEPTH);
+    uint64_t h = 1469598103934665603ull; /* FNV-1a over the return addresses */
+    for (int i = PATH_SKIP; i < k; i++) {
+        h ^= (uint64_t)(uintptr_t)frames[i];
+        h *= 1099511628211ull;
+    }
+    g_path[n - 1] = h;
+}
+
+__attribute__((noinline)) static int hook_fails(void) {
     if (!__atomic_load_n(&g_armed, __ATOMIC_RELAXED)) return 0;
     long n = __atomic_add_fetch(&g_count, 1, __ATOMIC_RELAXED);
+    if (g_recording) record_path(n);
     if (n != g_fail_at) return 0;
     __atomic_add_fetch(&g_failed, 1, __ATOMIC_RELAXED);
     return 1;
@@ -168,10 +200,56 @@ static double now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static void sweep(clef_engine *e, scenario *s, long stride) {
+/* A set of call-path hashes (open addressing; 0 is taken as empty, a real 0 hash shares a slot). */
+#define SET_SLOTS (2 * PATH_MAX_ALLOCS)
+static uint64_t g_set[SET_SLOTS];
+static unsigned char g_seen[SET_SLOTS]; /* occurrences seen, saturating */
+
+static unsigned char *seen_count(uint64_t key) {
+    size_t i = (size_t)(key ^ (key >> 29)) % SET_SLOTS;
+    while (g_set[i] && g_set[i] != key) i = (i + 1) % SET_SLOTS;
+    g_set[i] = key;
+    return &g_seen[i];
+}
+
+/* The N to fail, ascending, into picks (allocs entries): with stride k every k-th N (and N = 1);
+ * else the first `first` and the last allocation of every call path. Returns how many, and the
+ * number of distinct paths in *paths. */
+static long choose(long allocs, long stride, int first, long *picks, long *paths) {
+    long n = 0;
+    *paths = 0;
+    if (stride > 0) {
+        for (long N = 1; N <= allocs; N += (N == 1 || stride == 1) ? 1 : stride) picks[n++] = N;
+        return n;
+    }
+    unsigned char *pick = calloc((size_t)allocs + 1, 1);
+    if (!pick) return 0;
+    memset(g_set, 0, sizeof g_set);
+    memset(g_seen, 0, sizeof g_seen);
+    for (long N = 1; N <= allocs; N++) { /* forward: the first `first` of each path */
+        unsigned char *c = seen_count(g_path[N - 1]);
+        if (*c == 0) ++*paths;
+        if (*c < first) pick[N] = 1;
+        if (*c < 255) ++*c;
+    }
+    memset(g_set, 0, sizeof g_set);
+    memset(g_seen, 0, sizeof g_seen);
+    for (long N = allocs; N >= 1; N--) { /* backward: the last of each path */
+        unsigned char *c = seen_count(g_path[N - 1]);
+        if (*c == 0) pick[N] = 1;
+        *c = 1;
+    }
+    for (long N = 1; N <= allocs; N++)
+        if (pick[N]) picks[n++] = N;
+    free(pick);
+    return n;
+}
+
+static void sweep(clef_engine *e, scenario *s, const long *picks, long npicks, const char *how) {
     double t0 = now();
     long tried = 0, ooms = 0, absorbed = 0, bad = 0;
-    for (long N = 1; N <= s->allocs; N += (N == 1 || stride == 1) ? 1 : stride) {
+    for (long k = 0; k < npicks; k++) {
+        long N = picks[k];
         answers a, again;
         reset_cache(e);
         arm(N);
@@ -204,8 +282,8 @@ static void sweep(clef_engine *e, scenario *s, long stride) {
 #if UNDER_ASAN
     CHECK_MSG(__lsan_do_recoverable_leak_check() == 0, "%s: LeakSanitizer found leaks (above)", s->name);
 #endif
-    printf("%-12s %6ld allocations, %6ld runs (stride %ld): %ld answered OutOfMemory, %ld absorbed (%.1f s)\n",
-           s->name, s->allocs, tried, stride, ooms, absorbed, now() - t0);
+    printf("%-12s %6ld allocations, %5ld runs (%s): %ld answered OutOfMemory, %ld absorbed (%.1f s)\n",
+           s->name, s->allocs, tried, how, ooms, absorbed, now() - t0);
 }
 
 int main(void) {
@@ -268,9 +346,11 @@ int main(void) {
         for (int warm = 0; warm < 2; warm++) { /* count on the second run: the first makes lazy state */
             if (warm) answers_free(&a);
             reset_cache(e);
+            g_recording = warm;
             arm(0);
             run(e, s, &a);
             disarm();
+            g_recording = 0;
         }
         s->allocs = g_count;
         for (int i = 0; i < s->n; i++) {
@@ -286,9 +366,19 @@ int main(void) {
                       (unsigned long long)ci.misses, (unsigned long long)ci.hits, (unsigned long long)ci.inserts);
         }
         if (s->allocs == 0) { CHECK_MSG(0, "%s: no allocation counted (is the test linked with ALLOC_WRAP?)", s->name); continue; }
-        /* every allocation in the optimized build; under ASan ~60 points per scenario */
-        long stride = stride_env > 0 ? stride_env : UNDER_ASAN ? (s->allocs + 59) / 60 : 1;
-        sweep(e, s, stride);
+        if (s->allocs > PATH_MAX_ALLOCS) { CHECK_MSG(0, "%s: %ld allocations, more than the %d recorded", s->name, s->allocs, PATH_MAX_ALLOCS); continue; }
+        long *picks = malloc((size_t)s->allocs * sizeof *picks), paths = 0;
+        if (!picks) { CHECK_MSG(0, "out of memory"); continue; }
+        /* under ASan ~60 points spread over the run */
+        long stride = stride_env > 0 ? stride_env : UNDER_ASAN ? (s->allocs + 59) / 60 : 0;
+        long npicks = choose(s->allocs, stride, 2, picks, &paths);
+        char how[64];
+        if (stride > 0) snprintf(how, sizeof how, "every %ld-th", stride);
+        else snprintf(how, sizeof how, "%ld call paths, the first 2 and last of each", paths);
+        CHECK_MSG(npicks > 0, "%s: nothing to sweep", s->name);
+        if (getenv("CLEF_ALLOC_PLAN")) printf("%-12s %6ld allocations, %5ld runs planned (%s)\n", s->name, s->allocs, npicks, how);
+        else sweep(e, s, picks, npicks, how);
+        free(picks);
     }
     for (int k = 0; k < 4; k++)
         for (int i = 0; i < sc[k].n; i++) free(sc[k].want[i]);
