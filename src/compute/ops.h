@@ -104,6 +104,12 @@ struct clef_ops {
 
     /* ---- memory (n in floats) ---- */
     float *(*alloc)(clef_ops *ops, size_t n);                 /* NULL when out of memory */
+    /* Optional (NULL: alloc; clef_ops_alloc_kept): a buffer that outlives the forward (the state
+     * cache's saved states), freed with ops->free like any other. The CPU backend does not take
+     * these from the pool of its activations: long-lived blocks among each forward's short-lived
+     * ones kept every chunk partly live, and the pool grew by 40 MB with its peak in use unchanged
+     * (docs/reliability.md "The soak"). */
+    float *(*alloc_kept)(clef_ops *ops, size_t n);
     void (*free)(clef_ops *ops, float *p);                    /* NULL ok */
     void (*upload)(clef_ops *ops, float *dst, const float *host_src, size_t n);
     void (*download)(clef_ops *ops, float *host_dst, const float *src, size_t n);
@@ -203,6 +209,9 @@ struct clef_ops {
 
 /* Records a failure (the first one is kept: later ones are its consequences). Returns -1. */
 int clef_ops_fail(clef_ops *ops, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static inline float *clef_ops_alloc_kept(clef_ops *ops, size_t n) {
+    return ops->alloc_kept ? ops->alloc_kept(ops, n) : ops->alloc(ops, n);
+}
 static inline int clef_ops_failed(const clef_ops *ops) { return ops->status.code != CLEF_OPS_OK; }
 static inline void clef_ops_clear(clef_ops *ops) {
     ops->status.code = CLEF_OPS_OK;

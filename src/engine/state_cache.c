@@ -166,16 +166,16 @@ clef_cache_entry *clef_cache_reserve(clef_state_cache *c, const int32_t *ids, si
     size_t conv = z.conv, rec = z.rec, kvd = z.kvd;
     for (int l = 0; ok && l < L; l++) {
         if (tc->layer_types[l] == CLEF_LAYER_FULL) {
-            e->st.k[l] = c->ops->alloc(c->ops, rows * kvd);
-            e->st.v[l] = c->ops->alloc(c->ops, rows * kvd);
+            e->st.k[l] = clef_ops_alloc_kept(c->ops, rows * kvd);
+            e->st.v[l] = clef_ops_alloc_kept(c->ops, rows * kvd);
             ok = e->st.k[l] && e->st.v[l];
         } else {
-            e->st.conv[l] = c->ops->alloc(c->ops, conv ? conv : 1);
-            e->st.rec[l] = c->ops->alloc(c->ops, rec);
+            e->st.conv[l] = clef_ops_alloc_kept(c->ops, conv ? conv : 1);
+            e->st.rec[l] = clef_ops_alloc_kept(c->ops, rec);
             ok = e->st.conv[l] && e->st.rec[l];
         }
     }
-    if (ok) ok = (e->mem = c->ops->alloc(c->ops, rows * c->head_width)) != NULL;
+    if (ok) ok = (e->mem = clef_ops_alloc_kept(c->ops, rows * c->head_width)) != NULL;
     if (!ok) {
         entry_free(c, e);
         return NULL;

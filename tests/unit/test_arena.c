@@ -182,5 +182,31 @@ int main(void) {
         CHECK_MSG(ps.hits >= 1, "the large block was reused (%zu hits)", ps.hits);
         clef_arena_destroy(p);
     }
+    /* kept blocks (ops->alloc_kept: the state cache's states) never come from the held chunks, so
+     * a long-lived one cannot split a chunk the forwards share; poisoned like the others */
+    {
+        clef_arena *p = clef_arena_create((size_t)64 << 20);
+        CHECK(p != NULL);
+        clef_arena_set_poison(p, 1);
+        float *act = clef_arena_alloc(p, 3 * MB / 4); /* one chunk held, this block live in it */
+        clef_arena_stats before, after;
+        clef_arena_get_stats(p, &before);
+        size_t n = 2 * MB / 4;
+        float *kept = clef_arena_alloc_kept(p, n); /* would fit in the chunk's free space */
+        CHECK(kept != NULL && act != NULL);
+        clef_arena_get_stats(p, &after);
+        CHECK_MSG(after.held_bytes == before.held_bytes && after.live_bytes == before.live_bytes && after.hits == before.hits,
+                  "a kept block is not carved from the pool (held %zu -> %zu, live %zu -> %zu)", before.held_bytes,
+                  after.held_bytes, before.live_bytes, after.live_bytes);
+        CHECK(kept == NULL || ((uintptr_t)kept % 64) == 0);
+        int nan = 1;
+        for (size_t i2 = 0; kept && i2 < n; i2 += 4096) nan &= kept[i2] != kept[i2];
+        CHECK_MSG(nan, "a kept block is poisoned too");
+        clef_arena_free(p, act);
+        clef_arena_free(p, kept); /* the same free for both kinds */
+        clef_arena_get_stats(p, &after);
+        CHECK(after.live_bytes == 0);
+        clef_arena_destroy(p);
+    }
     return TEST_END();
 }

@@ -6,7 +6,8 @@
  *  - causality: a prefix's rows equal the first rows of the longer run bit for bit (also across a
  *    64-token GDN chunk boundary);
  *  - the dump callback writes every layer and the final norm as raw fp32 files;
- *  - bad inputs are refused with an error value.
+ *  - bad inputs are refused with an error value;
+ *  - a state cache entry's buffers do not come from the activations' pool (ops->alloc_kept).
  * Parity with the reference fixtures (tests/fixtures/tiny) is in test_tiny_parity.c. */
 #include <stdint.h>
 #include <stdio.h>
@@ -15,6 +16,7 @@
 #include <unistd.h>
 
 #include "compute/cpu/cpu_ops.h"
+#include "engine/state_cache.h"
 #include "model/text.h"
 #include "model/weights.h"
 #include "test.h"
@@ -167,6 +169,26 @@ int main(void) {
     const int32_t *half_planes[3] = {p, NULL, NULL};
     clef_err_clear(&err);
     CHECK(run(o1, m, ids, N, c, NULL, half_planes, 0, NULL, NULL, &err) == -1 && err.type != NULL);
+
+    /* the state cache's saved states outlive the forward: they are not carved from the pool the
+     * forwards' activations share (ops->alloc_kept), so the pool's live bytes stay 0 while an entry
+     * large enough for the pool (8,192 rows: 2 MiB of keys per attention layer) is held */
+    {
+        clef_state_cache *sc = clef_cache_create(o1, &m->cfg, 32, (size_t)256 << 20);
+        const size_t krows = 8192;
+        int32_t *kids = calloc(krows, sizeof *kids);
+        clef_ops_buffers before, held;
+        o1->buffer_stats(o1, &before);
+        clef_cache_entry *ce = sc && kids ? clef_cache_reserve(sc, kids, krows, NULL, 0) : NULL;
+        CHECK(ce != NULL);
+        o1->buffer_stats(o1, &held);
+        CHECK_MSG(held.live_bytes == before.live_bytes && held.held_bytes == before.held_bytes,
+                  "a state cache entry takes nothing from the activations' pool (live %zu -> %zu, held %zu -> %zu)",
+                  before.live_bytes, held.live_bytes, before.held_bytes, held.held_bytes);
+        if (ce) clef_cache_release(sc, ce); /* pending: freed */
+        clef_cache_destroy(sc);
+        free(kids);
+    }
 
     for (int l = 0; l < 64; l++) { free(h1.rows[l]); free(h3.rows[l]); }
     free(a); free(b); free(c); free(p); free(p2); free(rows);

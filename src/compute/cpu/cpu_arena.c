@@ -32,16 +32,19 @@ void clef_arena_destroy(clef_arena *a) {
 
 void clef_arena_set_poison(clef_arena *a, int on) { a->poison = on != 0; }
 
-float *clef_arena_alloc(clef_arena *a, size_t n) {
+static float *alloc_from(clef_arena *a, clef_bufpool *pool, size_t n) {
     if (n == 0) n = 1;
     if (n > (SIZE_MAX / 4) / sizeof(float)) return NULL;
-    float *p = clef_bufpool_alloc(a->pool, n * sizeof(float));
+    float *p = clef_bufpool_alloc(pool, n * sizeof(float));
     if (p && a->poison) { /* n floats of NaN (CLEF_ARENA_POISON_BITS) */
         uint32_t bits = CLEF_ARENA_POISON_BITS;
         for (size_t i = 0; i < n; i++) memcpy(&p[i], &bits, sizeof bits);
     }
     return p;
 }
+
+float *clef_arena_alloc(clef_arena *a, size_t n) { return alloc_from(a, a->pool, n); }
+float *clef_arena_alloc_kept(clef_arena *a, size_t n) { return alloc_from(a, NULL, n); }
 
 void clef_arena_free(clef_arena *a, float *p) {
     (void)a;

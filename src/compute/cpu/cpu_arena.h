@@ -41,7 +41,10 @@ void clef_arena_set_poison(clef_arena *a, int on);
 void clef_arena_destroy(clef_arena *a);
 /* n floats, 64-byte aligned; NULL when out of memory (or n absurdly large). */
 float *clef_arena_alloc(clef_arena *a, size_t n);
-void clef_arena_free(clef_arena *a, float *p); /* NULL ok */
+/* The same, never from the held chunks: a plain allocation (glibc maps a large one on its own and
+ * unmaps it when freed), for blocks that outlive a forward (ops->alloc_kept). Poisoned likewise. */
+float *clef_arena_alloc_kept(clef_arena *a, size_t n);
+void clef_arena_free(clef_arena *a, float *p); /* NULL ok; a block of either */
 
 typedef struct {
     size_t held_bytes;                  /* bytes of the chunks held */

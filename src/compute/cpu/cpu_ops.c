@@ -53,6 +53,7 @@ static inline float siluf_(float x) { return x / (1.0f + expf(-x)); }
 /* ---------------------------------------------------------------- memory */
 
 static float *cpu_alloc(clef_ops *ops, size_t n) { return clef_arena_alloc(((cpu_impl *)ops->impl)->arena, n); }
+static float *cpu_alloc_kept(clef_ops *ops, size_t n) { return clef_arena_alloc_kept(((cpu_impl *)ops->impl)->arena, n); }
 static void cpu_free(clef_ops *ops, float *p) { clef_arena_free(((cpu_impl *)ops->impl)->arena, p); }
 
 static void cpu_buffer_stats(clef_ops *ops, clef_ops_buffers *out) {
@@ -496,6 +497,7 @@ clef_ops *clef_cpu_ops_create(int nthreads, const clef_knobs *knobs, clef_err *e
     ops->destroy = cpu_destroy;
     ops->buffer_stats = cpu_buffer_stats;
     ops->alloc = cpu_alloc;
+    ops->alloc_kept = cpu_alloc_kept;
     ops->free = cpu_free;
     ops->upload = cpu_upload;
     ops->download = cpu_download;
