@@ -5,11 +5,11 @@
  * arming (one shot: the allocations after it succeed, as when memory comes back). On models/tiny,
  * with one engine (clef_open once, 1 thread so the order of allocations is fixed, the state cache
  * on), each scenario is run once to record its answers, count its allocations A and note each
- * one's call path (a hash of its return addresses, glibc's backtrace). Failing every N in 1..A
+ * one's site (the return address into libclef.a, glibc's backtrace). Failing every N in 1..A
  * costs a whole request per N (~30 min on a 2-core AVX2 machine: too long for CI), and most N
- * repeat a path already failed (the same allocation in the next layer, the next chunk); so the
- * sweep fails the first two and the last allocation of every distinct call path: every site is
- * failed, at the start and at the end of its loop. Under ASan, where a run is slower, ~60 N spread
+ * repeat a site already failed (the same allocation in the next layer, the next chunk); so the
+ * sweep fails the first and the last allocation of every site: every site is failed, at the
+ * start and at the end of its loop (PATH_DEPTH > 1 tells sites apart by their callers too). Under ASan, where a run is slower, ~60 N spread
  * evenly over the run. CLEF_ALLOC_STRIDE=k sweeps every k-th N instead (1: every N, the exhaustive sweep);
  * CLEF_ALLOC_ONLY=name runs one scenario; CLEF_ALLOC_PLAN=1 prints the runs each would make. With the N-th allocation failing,
  *  - every answer is the recorded one or a clean OutOfMemory body (HTTP 500) — never a crash, an
@@ -213,7 +213,7 @@ static unsigned char *seen_count(uint64_t key) {
 }
 
 /* The N to fail, ascending, into picks (allocs entries): with stride k every k-th N (and N = 1);
- * else the first `first` and the last allocation of every call path. Returns how many, and the
+ * else the first `first` and the last allocation of every site (call path). Returns how many, and the
  * number of distinct paths in *paths. */
 static long choose(long allocs, long stride, int first, long *picks, long *paths) {
     long n = 0;
@@ -371,10 +371,10 @@ int main(void) {
         if (!picks) { CHECK_MSG(0, "out of memory"); continue; }
         /* under ASan ~60 points spread over the run */
         long stride = stride_env > 0 ? stride_env : UNDER_ASAN ? (s->allocs + 59) / 60 : 0;
-        long npicks = choose(s->allocs, stride, 2, picks, &paths);
+        long npicks = choose(s->allocs, stride, 1, picks, &paths);
         char how[64];
         if (stride > 0) snprintf(how, sizeof how, "every %ld-th", stride);
-        else snprintf(how, sizeof how, "%ld call paths, the first 2 and last of each", paths);
+        else snprintf(how, sizeof how, "%ld sites, the first and last of each", paths);
         CHECK_MSG(npicks > 0, "%s: nothing to sweep", s->name);
         if (getenv("CLEF_ALLOC_PLAN")) printf("%-12s %6ld allocations, %5ld runs planned (%s)\n", s->name, s->allocs, npicks, how);
         else sweep(e, s, picks, npicks, how);
