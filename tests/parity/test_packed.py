@@ -10,11 +10,10 @@ requests built here to try the state cache's key:
   - states that share a long prefix and differ in their tail;
   - the same state with and without an image.
 tests/tools/pack_tool runs them alone (cache off: the reference bytes), in random packed groups of
-1..32 records (cache off, then cache on: groups mix hits and misses; one round of random groups per
-run, each run's seed-7 groups differing with its thread count only in how the work is split), and one by one twice more
-with the cache on; every answer must equal the alone bytes. Runs: the default path on 1 and 3
+1..32 records (cache off, then cache on: groups mix hits and misses; one round of groups per run),
+and one by one twice more with the cache on; every answer must equal the alone bytes. Runs: the default path on 1 and 3
 threads, the parity path (CLEF_LINEAR=double) on 2 threads; under ASan (CLEF_BUILD ending in -asan)
-the default path on 2 threads with fewer rounds. Exit 0 pass, 1 fail, 77 skip."""
+the default path on 2 threads only. Exit 0 pass, 1 fail, 77 skip."""
 import base64
 import json
 import os

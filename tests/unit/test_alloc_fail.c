@@ -9,9 +9,10 @@
  * costs a whole request per N (~30 min on a 2-core AVX2 machine: too long for CI), and most N
  * repeat a site already failed (the same allocation in the next layer, the next chunk); so the
  * sweep fails the first and the last allocation of every site: every site is failed, at the
- * start and at the end of its loop (PATH_DEPTH > 1 tells sites apart by their callers too). Under ASan, where a run is slower, ~60 N spread
- * evenly over the run. CLEF_ALLOC_STRIDE=k sweeps every k-th N instead (1: every N, the exhaustive sweep);
- * CLEF_ALLOC_ONLY=name runs one scenario; CLEF_ALLOC_PLAN=1 prints the runs each would make. With the N-th allocation failing,
+ * start and at the end of its loop (-DPATH_DEPTH=2 or more tells sites apart by their callers
+ * too). Under ASan, where a run is slower, ~60 N spread evenly over the run. CLEF_ALLOC_STRIDE=k
+ * fails every k-th N instead (1: every N, the exhaustive sweep); CLEF_ALLOC_ONLY=name runs one
+ * scenario; CLEF_ALLOC_PLAN=1 prints the runs each would make. With the N-th allocation failing,
  *  - every answer is the recorded one or a clean OutOfMemory body (HTTP 500) — never a crash, an
  *    InternalError or another refusal;
  *  - the hook really failed an allocation (N was reached);
@@ -203,19 +204,21 @@ static double now(void) {
 /* A set of call-path hashes (open addressing; 0 is taken as empty, a real 0 hash shares a slot). */
 #define SET_SLOTS (2 * PATH_MAX_ALLOCS)
 static uint64_t g_set[SET_SLOTS];
-static unsigned char g_seen[SET_SLOTS]; /* occurrences seen, saturating */
+static unsigned char g_in[SET_SLOTS];
 
-static unsigned char *seen_count(uint64_t key) {
+static int first_time(uint64_t key) { /* 1 the first time key is seen since the set was cleared */
     size_t i = (size_t)(key ^ (key >> 29)) % SET_SLOTS;
-    while (g_set[i] && g_set[i] != key) i = (i + 1) % SET_SLOTS;
+    while (g_in[i] && g_set[i] != key) i = (i + 1) % SET_SLOTS;
+    if (g_in[i]) return 0;
     g_set[i] = key;
-    return &g_seen[i];
+    g_in[i] = 1;
+    return 1;
 }
 
 /* The N to fail, ascending, into picks (allocs entries): with stride k every k-th N (and N = 1);
- * else the first `first` and the last allocation of every site (call path). Returns how many, and the
- * number of distinct paths in *paths. */
-static long choose(long allocs, long stride, int first, long *picks, long *paths) {
+ * else the first and the last allocation of every site (call path). Returns how many, and the
+ * number of distinct sites in *paths. */
+static long choose(long allocs, long stride, long *picks, long *paths) {
     long n = 0;
     *paths = 0;
     if (stride > 0) {
@@ -224,21 +227,12 @@ static long choose(long allocs, long stride, int first, long *picks, long *paths
     }
     unsigned char *pick = calloc((size_t)allocs + 1, 1);
     if (!pick) return 0;
-    memset(g_set, 0, sizeof g_set);
-    memset(g_seen, 0, sizeof g_seen);
-    for (long N = 1; N <= allocs; N++) { /* forward: the first `first` of each path */
-        unsigned char *c = seen_count(g_path[N - 1]);
-        if (*c == 0) ++*paths;
-        if (*c < first) pick[N] = 1;
-        if (*c < 255) ++*c;
-    }
-    memset(g_set, 0, sizeof g_set);
-    memset(g_seen, 0, sizeof g_seen);
-    for (long N = allocs; N >= 1; N--) { /* backward: the last of each path */
-        unsigned char *c = seen_count(g_path[N - 1]);
-        if (*c == 0) pick[N] = 1;
-        *c = 1;
-    }
+    memset(g_in, 0, sizeof g_in);
+    for (long N = 1; N <= allocs; N++) /* forward: the first of each site */
+        if (first_time(g_path[N - 1])) pick[N] = 1, ++*paths;
+    memset(g_in, 0, sizeof g_in);
+    for (long N = allocs; N >= 1; N--) /* backward: the last of each site */
+        if (first_time(g_path[N - 1])) pick[N] = 1;
     for (long N = 1; N <= allocs; N++)
         if (pick[N]) picks[n++] = N;
     free(pick);
@@ -371,7 +365,7 @@ int main(void) {
         if (!picks) { CHECK_MSG(0, "out of memory"); continue; }
         /* under ASan ~60 points spread over the run */
         long stride = stride_env > 0 ? stride_env : UNDER_ASAN ? (s->allocs + 59) / 60 : 0;
-        long npicks = choose(s->allocs, stride, 1, picks, &paths);
+        long npicks = choose(s->allocs, stride, picks, &paths);
         char how[64];
         if (stride > 0) snprintf(how, sizeof how, "every %ld-th", stride);
         else snprintf(how, sizeof how, "%ld sites, the first and last of each", paths);
