@@ -138,9 +138,9 @@ $(BUILD)/tests/test_cpu_mixers: TEST_EXTRA := tests/unit/ref_mixers.c
 
 # tests/unit/test_alloc_fail.c fails the N-th allocation: its link wraps the allocators, and since
 # libclef.a's objects call them directly, every allocation site of the library goes through its hook.
-ALLOC_WRAP := -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=posix_memalign,--wrap=aligned_alloc,--wrap=strdup
+ALLOC_WRAP := -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=posix_memalign,--wrap=aligned_alloc,--wrap=strdup,--wrap=mmap,--wrap=mprotect
 $(BUILD)/tests/test_alloc_fail: TEST_LDFLAGS := $(ALLOC_WRAP)
-$(BUILD)/tests/test_bufpool: TEST_LDFLAGS := -Wl,--wrap=posix_memalign
+$(BUILD)/tests/test_bufpool: TEST_LDFLAGS := -Wl,--wrap=posix_memalign,--wrap=mmap,--wrap=mprotect
 
 $(BUILD)/tests/%: tests/tools/%.c $(LIB)
 	@mkdir -p $(dir $@)

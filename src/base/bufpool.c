@@ -1,5 +1,5 @@
-/* Buffers kept for reuse (see bufpool.h): blocks carved from held chunks, freed extents
- * coalesced, chunks folded together as they grow. */
+/* Buffers kept for reuse (see bufpool.h): blocks carved from one reserved address range whose
+ * usable part grows in place, freed extents coalesced. */
 #include "base/bufpool.h"
 
 #include <pthread.h>
@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/asan_interface.h>
@@ -23,38 +25,35 @@
 
 #define HDR 64               /* header before the data: keeps the data 64-byte aligned */
 #define GRAIN ((size_t)4096) /* extents are whole pages */
-#define CHUNK_MIN CLEF_BUFPOOL_CHUNK_MIN
-#define CHUNK_ROUND ((size_t)2 << 20)
-#define MAX_CHUNKS 256
+#define GROW_MIN CLEF_BUFPOOL_CHUNK_MIN
+#define GROW_ROUND ((size_t)2 << 20)
 #define MAGIC 0xc1ef0b0fu
+#define OWN ((size_t)-1) /* hdr_t.off of a block mapped on its own */
 
 typedef struct {
     size_t off, len;
 } extent;
 
-typedef struct chunk {
-    char *base;
-    size_t size, used;
-    int nlive;          /* blocks handed out from it */
-    extent *free;       /* free extents, by address, never adjacent (coalesced) */
-    int nfree, capfree; /* capfree >= nlive + 1 always: a free never needs memory */
-} chunk;
-
 typedef struct {
     clef_bufpool *pool; /* NULL: a plain block */
-    chunk *ch;          /* NULL: not from a chunk */
+    size_t off;         /* offset in the pool's range; OWN: a mapping of its own */
     size_t len;         /* bytes of the block, header included; 0: plain (malloc'd) */
     unsigned magic;
-    char pad[HDR - 2 * sizeof(void *) - sizeof(size_t) - sizeof(unsigned)];
+    char pad[HDR - sizeof(void *) - 2 * sizeof(size_t) - sizeof(unsigned)];
 } hdr_t;
 _Static_assert(sizeof(hdr_t) == HDR, "header size");
 
 struct clef_bufpool {
     pthread_mutex_t mu;
-    size_t cap, min_bytes, held; /* bytes of chunks allowed / held */
+    size_t cap, min_bytes;
+    char *base;          /* the reserved range (NULL until the first pooled block) */
+    size_t reserved;     /* its bytes: the cap, at most the machine's memory */
+    size_t held;         /* its first `held` bytes are usable (touched); the rest is PROT_NONE */
+    extent *free;        /* free extents of [0, held), by address, never adjacent (coalesced) */
+    int nfree, capfree;  /* capfree >= nlive + 1 always: a free never needs memory */
+    int nlive;           /* blocks handed out from the range */
+    size_t used;         /* their bytes */
     size_t live, peak_live;
-    chunk *ch[MAX_CHUNKS];
-    int n;
     size_t hits, misses, own, released;
 };
 
@@ -75,36 +74,38 @@ clef_bufpool *clef_bufpool_create(size_t cap, size_t min_bytes) {
     return p;
 }
 
-static void chunk_release(chunk *c) {
-    UNPOISON(c->base, c->size);
-    free(c->base);
-    free(c->free);
-    free(c);
+/* The range's usable part, [0, held), is given back with the range. */
+static void range_release(clef_bufpool *p) {
+    if (!p->base) return;
+    UNPOISON(p->base, p->held); /* ASan's shadow would outlive the mapping */
+    munmap(p->base, p->reserved);
+    p->base = NULL;
 }
 
 void clef_bufpool_destroy(clef_bufpool *p) {
     if (!p) return;
-    for (int i = 0; i < p->n; i++) chunk_release(p->ch[i]);
+    range_release(p);
+    free(p->free);
     pthread_mutex_destroy(&p->mu);
     free(p);
 }
 
-static void *finish(clef_bufpool *p, void *base, chunk *c, size_t len, size_t bytes) {
+static void *finish(clef_bufpool *p, void *base, size_t off, size_t len, size_t bytes) {
     UNPOISON(base, HDR);
-    *(hdr_t *)base = (hdr_t){.pool = p, .ch = c, .len = len, .magic = MAGIC};
+    *(hdr_t *)base = (hdr_t){.pool = p, .off = off, .len = len, .magic = MAGIC};
     POISON(base, HDR);
     UNPOISON((char *)base + HDR, bytes);
     return (char *)base + HDR;
 }
 
 /* Room for one more free extent than blocks handed out, made before a block is handed out. */
-static int reserve_extents(chunk *c) {
-    if (c->capfree >= c->nlive + 2) return 0;
-    int want = c->capfree ? 2 * c->capfree : 8;
-    extent *e = realloc(c->free, (size_t)want * sizeof *e);
+static int reserve_extents(clef_bufpool *p) {
+    if (p->capfree >= p->nlive + 2) return 0;
+    int want = p->capfree ? 2 * p->capfree : 8;
+    extent *e = realloc(p->free, (size_t)want * sizeof *e);
     if (!e) return -1;
-    c->free = e;
-    c->capfree = want;
+    p->free = e;
+    p->capfree = want;
     return 0;
 }
 
@@ -113,76 +114,68 @@ static void count_live(clef_bufpool *p, size_t len) { /* lock held */
     if (p->live > p->peak_live) p->peak_live = p->live;
 }
 
-/* Hands out len bytes from extent j of chunk c (its start). Lock held. */
-static void *carve(clef_bufpool *p, chunk *c, int j, size_t len) {
-    void *base = c->base + c->free[j].off;
-    c->free[j].off += len;
-    c->free[j].len -= len;
-    if (c->free[j].len == 0) {
-        memmove(&c->free[j], &c->free[j + 1], (size_t)(c->nfree - j - 1) * sizeof(extent));
-        c->nfree--;
+/* Hands out len bytes from free extent j (its start). Lock held. */
+static size_t carve(clef_bufpool *p, int j, size_t len) {
+    size_t off = p->free[j].off;
+    p->free[j].off += len;
+    p->free[j].len -= len;
+    if (p->free[j].len == 0) {
+        memmove(&p->free[j], &p->free[j + 1], (size_t)(p->nfree - j - 1) * sizeof(extent));
+        p->nfree--;
     }
-    c->used += len;
-    c->nlive++;
+    p->used += len;
+    p->nlive++;
     count_live(p, len);
-    return base;
+    return off;
 }
 
-static size_t chunk_size(size_t len) {
-    return len > CHUNK_MIN ? (len + CHUNK_ROUND - 1) / CHUNK_ROUND * CHUNK_ROUND : CHUNK_MIN;
+/* Address space for the whole cap, reserved once (PROT_NONE: no memory, no commit charge) so
+ * that the usable part can grow in place. At most the machine's memory: holding more could
+ * never be resident anyway. Lock held. */
+static int range_reserve(clef_bufpool *p) {
+    if (p->base) return 0;
+    size_t n = p->cap / GRAIN * GRAIN;
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    if (pages > 0 && page > 0 && (size_t)pages <= SIZE_MAX / (size_t)page && n > (size_t)pages * (size_t)page)
+        n = (size_t)pages * (size_t)page / GRAIN * GRAIN;
+    void *m = n ? mmap(NULL, n, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0) : MAP_FAILED;
+    if (m == MAP_FAILED) return -1; /* tried again at the next misfit */
+    p->base = m;
+    p->reserved = n;
+    return 0;
 }
 
-/* A new chunk of at least len bytes within the cap; NULL when it cannot be. Lock held.
- * Every wholly free chunk is folded into it (released, its size added to the new one's):
- * otherwise each block larger than any free extent got a chunk of just its size beside the
- * free ones, and a soak on tiny held 256 MB of chunks for forwards that never had more than
- * 88 MB in use at once. It is also at least half of what stays held, so each growth leaves
- * headroom and a need slightly larger than any before still fits (docs/reliability.md "The
- * soak", docs/rejected-experiments.md "Buffer cache chunk rules"). */
-static chunk *grow(clef_bufpool *p, size_t len) {
-    size_t fold = 0;
-    for (int i = 0; i < p->n;) {
-        chunk *c = p->ch[i];
-        if (c->used) {
-            i++;
-            continue;
-        }
-        fold += c->size;
-        p->held -= c->size;
-        p->ch[i] = p->ch[--p->n];
-        p->released++;
-        chunk_release(c);
-    }
-    size_t want = len + fold;
-    if (want < p->held / 2) want = p->held / 2;
-    size_t size = chunk_size(want);
-    if (p->held + size > p->cap) size = chunk_size(len); /* the headroom does not fit under the cap */
-    if (size > p->cap) size = len;                       /* a small cap: a chunk of just this block */
-    if (p->held + size > p->cap || p->n == MAX_CHUNKS) return NULL;
-    chunk *c = calloc(1, sizeof *c);
-    if (!c) return NULL;
-    void *base = NULL;
-    if (posix_memalign(&base, GRAIN, size) != 0) {
-        free(c);
-        return NULL;
-    }
+/* Makes room for a block of len bytes that fits no free extent by growing the usable part of the
+ * range in place: by what is missing beyond the free extent at its end (which the new pages
+ * extend), in steps of 2 MiB, at least 8 MiB the first time. Returns the free extent that now
+ * holds it, or -1 (over the cap, or out of memory). Lock held.
+ * (Before, a misfit made a new chunk of at least half of what was held, elsewhere in the address
+ * space: the pools stepped up by 30-40 MB at their first misfit, minutes into the AVX2 soak, with
+ * their peak in use unchanged: docs/reliability.md "The soak".) */
+static int grow(clef_bufpool *p, size_t len) {
+    if (range_reserve(p) != 0) return -1;
+    int tail = p->nfree > 0 && p->free[p->nfree - 1].off + p->free[p->nfree - 1].len == p->held;
+    size_t need = len - (tail ? p->free[p->nfree - 1].len : 0);
+    size_t step = (need + GROW_ROUND - 1) / GROW_ROUND * GROW_ROUND;
+    if (p->held == 0 && step < GROW_MIN) step = GROW_MIN;
+    if (step > p->reserved - p->held) step = need; /* near the cap: just what is missing */
+    if (step > p->reserved - p->held) return -1;
+    if (!tail && p->nfree == p->capfree) return -1; /* never: reserve_extents made room */
+    char *at = p->base + p->held;
+    if (mprotect(at, step, PROT_READ | PROT_WRITE) != 0) return -1;
     /* Touched whole now: the page faults are paid once, here, and the resident set is what is
-     * held from the start (untouched, a chunk's far pages went resident one use at a time, so
-     * the resident set crept up long after what was held had stopped moving). */
-    memset(base, 0, size);
-    c->base = base;
-    c->size = size;
-    if (reserve_extents(c) != 0) {
-        free(base);
-        free(c);
-        return NULL;
+     * held from the start (untouched, far pages went resident one use at a time, so the
+     * resident set crept up long after what was held had stopped moving). */
+    memset(at, 0, step);
+    POISON(at, step);
+    if (tail) {
+        p->free[p->nfree - 1].len += step;
+    } else {
+        p->free[p->nfree] = (extent){p->held, step};
+        p->nfree++;
     }
-    c->free[0] = (extent){0, size};
-    c->nfree = 1;
-    POISON(c->base, size);
-    p->ch[p->n++] = c;
-    p->held += size;
-    return c;
+    p->held += step;
+    return p->nfree - 1;
 }
 
 void *clef_bufpool_alloc(clef_bufpool *p, size_t n) {
@@ -191,65 +184,61 @@ void *clef_bufpool_alloc(clef_bufpool *p, size_t n) {
     void *base = NULL;
     if (!p || n + HDR < p->min_bytes) {
         if (posix_memalign(&base, HDR, n + HDR) != 0) return NULL;
-        return finish(NULL, base, NULL, 0, n);
+        return finish(NULL, base, OWN, 0, n);
     }
     size_t len = (n + HDR + GRAIN - 1) / GRAIN * GRAIN;
     pthread_mutex_lock(&p->mu);
-    chunk *bc = NULL;
     int bj = -1;
-    for (int i = 0; i < p->n; i++) { /* best fit: the smallest free extent that holds it */
-        chunk *c = p->ch[i];
-        for (int j = 0; j < c->nfree; j++)
-            if (c->free[j].len >= len && (!bc || c->free[j].len < bc->free[bj].len)) {
-                bc = c;
-                bj = j;
-            }
-    }
-    if (bc && reserve_extents(bc) != 0) bc = NULL;
-    if (bc) {
-        p->hits++;
+    if (p->cap >= len && reserve_extents(p) == 0) {
+        for (int j = 0; j < p->nfree; j++) /* best fit: the smallest free extent that holds it */
+            if (p->free[j].len >= len && (bj < 0 || p->free[j].len < p->free[bj].len)) bj = j;
+        if (bj >= 0) {
+            p->hits++;
+        } else {
+            p->misses++;
+            bj = grow(p, len);
+        }
     } else {
         p->misses++;
-        bc = grow(p, len);
-        bj = 0;
     }
-    if (bc) {
-        base = carve(p, bc, bj, len);
+    if (bj >= 0) {
+        size_t off = carve(p, bj, len);
+        base = p->base + off;
         pthread_mutex_unlock(&p->mu);
-        return finish(p, base, bc, len, n);
+        return finish(p, base, off, len, n);
     }
     p->own++;
     pthread_mutex_unlock(&p->mu);
-    /* over the cap (or out of memory for a chunk): a block of its own, given back when freed */
+    /* over the cap (or out of memory for the range): a block of its own, given back when freed */
     if (posix_memalign(&base, GRAIN, len) != 0) return NULL;
     pthread_mutex_lock(&p->mu);
     count_live(p, len);
     pthread_mutex_unlock(&p->mu);
-    return finish(p, base, NULL, len, n);
+    return finish(p, base, OWN, len, n);
 }
 
-/* Returns [off, off + len) to chunk c's free extents, merged with its neighbours. Lock held. */
-static void give_back(clef_bufpool *p, chunk *c, size_t off, size_t len) {
+/* Returns [off, off + len) to the free extents, merged with its neighbours. Lock held. */
+static void give_back(clef_bufpool *p, size_t off, size_t len) {
     int j = 0;
-    while (j < c->nfree && c->free[j].off < off) j++;
-    int left = j > 0 && c->free[j - 1].off + c->free[j - 1].len == off;
-    int right = j < c->nfree && off + len == c->free[j].off;
+    while (j < p->nfree && p->free[j].off < off) j++;
+    int left = j > 0 && p->free[j - 1].off + p->free[j - 1].len == off;
+    int right = j < p->nfree && off + len == p->free[j].off;
     if (left && right) {
-        c->free[j - 1].len += len + c->free[j].len;
-        memmove(&c->free[j], &c->free[j + 1], (size_t)(c->nfree - j - 1) * sizeof(extent));
-        c->nfree--;
+        p->free[j - 1].len += len + p->free[j].len;
+        memmove(&p->free[j], &p->free[j + 1], (size_t)(p->nfree - j - 1) * sizeof(extent));
+        p->nfree--;
     } else if (left) {
-        c->free[j - 1].len += len;
+        p->free[j - 1].len += len;
     } else if (right) {
-        c->free[j].off = off;
-        c->free[j].len += len;
+        p->free[j].off = off;
+        p->free[j].len += len;
     } else { /* capfree > nfree: reserved when the block was handed out */
-        memmove(&c->free[j + 1], &c->free[j], (size_t)(c->nfree - j) * sizeof(extent));
-        c->free[j] = (extent){off, len};
-        c->nfree++;
+        memmove(&p->free[j + 1], &p->free[j], (size_t)(p->nfree - j) * sizeof(extent));
+        p->free[j] = (extent){off, len};
+        p->nfree++;
     }
-    c->used -= len;
-    c->nlive--;
+    p->used -= len;
+    p->nlive--;
     p->live -= len;
 }
 
@@ -264,7 +253,7 @@ void clef_bufpool_free(void *ptr) {
     }
     ((hdr_t *)base)->magic = 0;
     clef_bufpool *p = h.pool;
-    if (!h.ch) {
+    if (h.off == OWN) {
         if (h.len) {
             pthread_mutex_lock(&p->mu);
             p->live -= h.len;
@@ -276,7 +265,7 @@ void clef_bufpool_free(void *ptr) {
     }
     POISON(base, h.len);
     pthread_mutex_lock(&p->mu);
-    give_back(p, h.ch, (size_t)((char *)base - h.ch->base), h.len);
+    give_back(p, h.off, h.len);
     pthread_mutex_unlock(&p->mu);
 }
 
@@ -284,12 +273,10 @@ void clef_bufpool_get_stats(clef_bufpool *p, clef_bufpool_stats *st) {
     memset(st, 0, sizeof *st);
     if (!p) return;
     pthread_mutex_lock(&p->mu);
-    size_t used = 0;
-    for (int i = 0; i < p->n; i++) used += p->ch[i]->used;
     st->cap = p->cap;
     st->held_bytes = p->held;
-    st->free_bytes = p->held - used;
-    st->chunks = (size_t)p->n;
+    st->free_bytes = p->held - p->used;
+    st->extents = (size_t)p->nfree;
     st->hits = p->hits;
     st->misses = p->misses;
     st->own = p->own;

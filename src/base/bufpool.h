@@ -1,4 +1,4 @@
-/* Large buffers kept for reuse: blocks carved from chunks a pool holds, up to a cap.
+/* Large buffers kept for reuse: blocks carved from a range a pool holds, up to a cap.
  *
  * Fresh large allocations are new anonymous mappings (glibc maps blocks over its threshold; `clef
  * serve` sets it to 128 KiB), so memory that is allocated and freed again and again both costs
@@ -12,19 +12,20 @@
  *   (docs/reliability.md "The soak"); kept in glibc's heap instead they crept
  *   (docs/rejected-experiments.md).
  *
- * - Blocks of >= min_bytes are whole pages carved from chunks (>= 8 MiB each, or the block's size
- *   rounded to 2 MiB): the smallest free extent that holds the block, at its start; a freed
- *   block's extent merges with its free neighbours, so blocks of any mix of sizes share the held
- *   memory (size classes would each hold their own peak).
- * - A block that fits nowhere gets a new chunk, and every wholly free chunk is folded into it
- *   (released, its size added), so the chunks become few and large instead of one per new size;
- *   the new chunk is at least half of what is held besides (growth by half at least: a level
- *   with headroom, reached early, rather than a step each time a slightly larger need comes).
- * - The chunks hold at most `cap` bytes (a chunk that would pass it shrinks to the block's own
- *   size, or is not made); a block that still does not fit is a mapping of its own, given back
- *   when freed. What is held never shrinks while under the cap.
- * - Chunks are touched whole when made: the page faults are paid once and the resident set is
- *   what is held from the start.
+ * - Blocks of >= min_bytes are whole pages carved from one range of address space per pool,
+ *   reserved for the whole cap at the first such block (PROT_NONE: no memory until used): the
+ *   smallest free extent that holds the block, at its start; a freed block's extent merges with
+ *   its free neighbours, so blocks of any mix of sizes share the held memory (size classes would
+ *   each hold their own peak).
+ * - A block that fits no free extent grows the range's usable part in place, by what is missing
+ *   beyond the free extent at its end, in 2 MiB steps (8 MiB at least the first time). So a
+ *   misfit costs a few MB, not a chunk of its own: separate chunks, even with headroom, stepped
+ *   the soak's pools up by 30-40 MB at a single misfit (docs/reliability.md "The soak").
+ * - The usable part is at most `cap` bytes (and at most the machine's memory); a block that
+ *   still does not fit is a mapping of its own, given back when freed. What is held never
+ *   shrinks.
+ * - New pages are touched when the usable part grows: the page faults are paid once and the
+ *   resident set is what is held from the start.
  * - Smaller blocks, blocks without a pool (p NULL) and blocks the pool cannot make are plain
  *   allocations (malloc): never an error; NULL only when the system has no memory.
  * - Reused memory is NOT cleared (malloc never promised it either).
@@ -39,19 +40,19 @@
 
 #include <stddef.h>
 
-/* The smallest chunk: small enough that touching it whole costs a one-shot run little (64 MiB
- * chunks made the allocation-failure sweep, an engine per step, minutes slower), large enough
- * that small blocks share a few chunks. */
+/* The first growth of a pool's range: small enough that touching it costs a one-shot run little
+ * (64 MiB made the allocation-failure sweep, an engine per step, minutes slower), large enough
+ * that small blocks do not grow it one by one. */
 #define CLEF_BUFPOOL_CHUNK_MIN ((size_t)8 << 20)
 /* min_bytes of the process pool for request buffers */
 #define CLEF_BUFPOOL_REQUEST_MIN ((size_t)128 << 10)
 
 typedef struct clef_bufpool clef_bufpool;
 
-/* NULL when out of memory. cap: most bytes of chunks held (0: hold none: every block of >=
- * min_bytes is a mapping of its own). min_bytes: smaller blocks are plain allocations. */
+/* NULL when out of memory. cap: most bytes held (0: hold none: every block of >= min_bytes is a
+ * mapping of its own). min_bytes: smaller blocks are plain allocations. */
 clef_bufpool *clef_bufpool_create(size_t cap, size_t min_bytes);
-/* Gives back the chunks; every block of the pool must have been freed before. NULL ok. */
+/* Gives back the range; every block of the pool must have been freed before. NULL ok. */
 void clef_bufpool_destroy(clef_bufpool *p);
 
 /* n bytes, 64-byte aligned (from p, or plain when p is NULL); NULL only when out of memory (or n
@@ -62,11 +63,11 @@ void clef_bufpool_free(void *ptr);
 
 typedef struct {
     size_t cap;
-    size_t held_bytes;                  /* bytes of the chunks held */
-    size_t free_bytes, chunks;          /* free bytes inside them; the number of chunks */
-    size_t hits, misses;                /* blocks of >= min_bytes served from held chunks / not */
+    size_t held_bytes;                  /* bytes of the range held (usable, touched) */
+    size_t free_bytes, extents;         /* free bytes inside it; the free extents they are in */
+    size_t hits, misses;                /* blocks of >= min_bytes served from what is held / not */
     size_t own;                         /* of the misses, blocks mapped on their own (over the cap) */
-    size_t released;                    /* chunks and own mappings given back */
+    size_t released;                    /* own mappings given back */
     size_t live_bytes, peak_live_bytes; /* blocks of >= min_bytes handed out now / at most at once so far */
 } clef_bufpool_stats;
 void clef_bufpool_get_stats(clef_bufpool *p, clef_bufpool_stats *st); /* all 0 for NULL */

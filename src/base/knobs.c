@@ -12,7 +12,7 @@ const clef_knob_info clef_knob_table[] = {
      "the backend when the caller asks for device auto (clef batch / serve): cpu or cuda", "user", "clef_knobs"},
     {"CLEF_PRECISION", "fp32", "the CUDA precision when the caller asks for device auto: fp32, fast or bf16",
      "user", "clef_knobs"},
-    {"CLEF_CPU_CACHE_MB", "1024", "MiB of chunks the CPU backend holds for activation buffers, kept for the next forward (0: none)",
+    {"CLEF_CPU_CACHE_MB", "1024", "MiB the CPU backend holds for activation buffers, kept for the next forward (0: none)",
      "user", "clef_knobs"},
     {"CLEF_CUDA_POOL_MB", "1024", "MiB of the CUDA arena's first block (grown on demand)", "user", "clef_knobs"},
     {"CLEF_LINEAR", "unset", "=double: every Linear and the attention accumulate in double (the parity path)",

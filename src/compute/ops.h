@@ -83,7 +83,7 @@ typedef struct clef_prepared {
  * (small ones may go straight to the C allocator and are not counted). */
 typedef struct {
     size_t held_bytes;                  /* memory the backend keeps for activations (in use or free) */
-    size_t cached_bytes, cached_blocks; /* the free part of it; the pieces it is held in */
+    size_t cached_bytes, cached_blocks; /* the free part of it; the pieces that free part is in */
     size_t live_bytes, peak_live_bytes; /* handed out now / at most at once so far */
     uint64_t hits, misses, released;    /* requests served from the cache / fresh; blocks given back */
 } clef_ops_buffers;

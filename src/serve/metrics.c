@@ -214,7 +214,7 @@ void clef_metrics_render_memory(clef_buf *b, const clef_memory_info *mi) {
             mi->buffer_held_bytes);
     series1(b, "clef_buffer_cache_bytes", "gauge", "Free memory the backend holds for the next forward's activations.",
             mi->buffer_cache_bytes);
-    series1(b, "clef_buffer_cache_blocks", "gauge", "Memory chunks the buffer cache holds.", mi->buffer_cache_blocks);
+    series1(b, "clef_buffer_cache_blocks", "gauge", "Free extents the buffer cache's free memory is in.", mi->buffer_cache_blocks);
     series1(b, "clef_buffer_live_bytes", "gauge", "Activation buffers in use by the forward running now.",
             mi->buffer_live_bytes);
     series1(b, "clef_buffer_peak_bytes", "gauge", "The most activation buffers in use at once so far.",
@@ -223,7 +223,7 @@ void clef_metrics_render_memory(clef_buf *b, const clef_memory_info *mi) {
                        "# TYPE clef_buffer_requests_total counter\n"
                        "clef_buffer_requests_total{from=\"cache\"} %llu\nclef_buffer_requests_total{from=\"fresh\"} %llu\n",
                     (unsigned long long)mi->buffer_hits, (unsigned long long)mi->buffer_misses);
-    series1(b, "clef_buffer_released_total", "counter", "Activation buffer memory given back to the system (chunks or blocks).",
+    series1(b, "clef_buffer_released_total", "counter", "Activation buffers given back to the system (blocks mapped on their own, over the cap).",
             mi->buffer_released);
     clef_bufpool_stats ps; /* the request-buffer pool (--request-pool; all 0 when off) */
     clef_bufpool_get_stats(clef_bufpool_process(), &ps);
@@ -234,7 +234,7 @@ void clef_metrics_render_memory(clef_buf *b, const clef_memory_info *mi) {
             ps.peak_live_bytes);
     series1(b, "clef_request_pool_limit_bytes", "gauge", "The pool's cap (--request-pool; 0: off).", ps.cap);
     clef_buf_printf(b, "# HELP clef_request_pool_requests_total Large request buffers, by where they came from: the held "
-                       "chunks, a new chunk, or a mapping of their own (over the cap).\n"
+                       "range, the range grown for them, or a mapping of their own (over the cap).\n"
                        "# TYPE clef_request_pool_requests_total counter\n"
                        "clef_request_pool_requests_total{from=\"pool\"} %zu\nclef_request_pool_requests_total{from=\"new\"} %zu\n"
                        "clef_request_pool_requests_total{from=\"own\"} %zu\n",

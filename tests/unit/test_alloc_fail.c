@@ -1,6 +1,7 @@
 /* Allocation-failure sweep over whole requests (issue #20 item 4; SQLite's malloc test in spirit).
  *
- * This program is linked with -Wl,--wrap=malloc,... (Makefile: ALLOC_WRAP), so every allocation of
+ * This program is linked with -Wl,--wrap=malloc,... (Makefile: ALLOC_WRAP; mmap and mprotect too:
+ * the buffer pools' ranges), so every allocation of
  * libclef.a's code goes through the counters below; an armed hook fails the N-th allocation after
  * arming (one shot: the allocations after it succeed, as when memory comes back). On models/tiny,
  * with one engine (clef_open once, 1 thread so the order of allocations is fixed, the state cache
@@ -33,6 +34,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #include "clef.h"
@@ -60,6 +62,8 @@ void *__real_realloc(void *p, size_t n);
 int __real_posix_memalign(void **p, size_t a, size_t n);
 void *__real_aligned_alloc(size_t a, size_t n);
 char *__real_strdup(const char *s);
+void *__real_mmap(void *a, size_t n, int prot, int flags, int fd, off_t off);
+int __real_mprotect(void *a, size_t n, int prot);
 
 /* While recording, the call path of allocation n goes to g_path[n-1] (the counting run only: it is
  * 1 thread, so no lock): a hash of the allocation's site in libclef.a and PATH_DEPTH - 1 callers
@@ -101,6 +105,17 @@ void *__wrap_realloc(void *p, size_t n) { return hook_fails() ? NULL : __real_re
 int __wrap_posix_memalign(void **p, size_t a, size_t n) { return hook_fails() ? ENOMEM : __real_posix_memalign(p, a, n); }
 void *__wrap_aligned_alloc(size_t a, size_t n) { return hook_fails() ? NULL : __real_aligned_alloc(a, n); }
 char *__wrap_strdup(const char *s) { return hook_fails() ? NULL : __real_strdup(s); }
+/* the buffer pools' ranges: reserved (mmap) and grown (mprotect) */
+void *__wrap_mmap(void *a, size_t n, int prot, int flags, int fd, off_t off) {
+    if (!hook_fails()) return __real_mmap(a, n, prot, flags, fd, off);
+    errno = ENOMEM;
+    return MAP_FAILED;
+}
+int __wrap_mprotect(void *a, size_t n, int prot) {
+    if (!hook_fails()) return __real_mprotect(a, n, prot);
+    errno = ENOMEM;
+    return -1;
+}
 
 static void arm(long fail_at) {
     g_count = 0;

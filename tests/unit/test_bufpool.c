@@ -1,10 +1,12 @@
 /* The buffer pool (src/base/bufpool.c; the CPU backend's cache on it: test_arena): reuse across
- * sizes, growth with headroom, folding, the cap, plain and own allocations when the pool cannot
- * serve (small, no pool, over the cap, out of memory), concurrent use, the process pool.
- * Linked with -Wl,--wrap=posix_memalign (Makefile) so that a test can fail the pool's allocations. */
+ * sizes, growth in place by what is missing, the cap, plain and own allocations when the pool
+ * cannot serve (small, no pool, over the cap, out of memory), concurrent use, the process pool.
+ * Linked with -Wl,--wrap=posix_memalign,--wrap=mmap,--wrap=mprotect (Makefile) so that a test can
+ * fail the pool's allocations, its range's reservation and its growth. */
 #include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 
 #include "base/bufpool.h"
 #include "test.h"
@@ -14,14 +16,22 @@
 #define MIN CLEF_BUFPOOL_REQUEST_MIN
 
 int __real_posix_memalign(void **p, size_t align, size_t n);
-static int fail_next; /* the next N posix_memalign calls fail */
-int __wrap_posix_memalign(void **p, size_t align, size_t n) {
-    if (fail_next > 0) {
-        fail_next--;
-        return ENOMEM;
-    }
-    return __real_posix_memalign(p, align, n);
+void *__real_mmap(void *a, size_t n, int prot, int flags, int fd, off_t off);
+int __real_mprotect(void *a, size_t n, int prot);
+static int fail_memalign, fail_mmap, fail_mprotect; /* the next N such calls fail */
+static int fails(int *counter) {
+    if (*counter <= 0) return 0;
+    --*counter;
+    errno = ENOMEM;
+    return 1;
 }
+int __wrap_posix_memalign(void **p, size_t align, size_t n) {
+    return fails(&fail_memalign) ? ENOMEM : __real_posix_memalign(p, align, n);
+}
+void *__wrap_mmap(void *a, size_t n, int prot, int flags, int fd, off_t off) {
+    return fails(&fail_mmap) ? MAP_FAILED : __real_mmap(a, n, prot, flags, fd, off);
+}
+int __wrap_mprotect(void *a, size_t n, int prot) { return fails(&fail_mprotect) ? -1 : __real_mprotect(a, n, prot); }
 
 static clef_bufpool_stats stats(clef_bufpool *p) {
     clef_bufpool_stats st;
@@ -58,9 +68,9 @@ int main(void) {
         a[MB - 1] = 2;
         clef_bufpool_free(a);
         clef_bufpool_stats st = stats(p);
-        CHECK_MSG(st.chunks == 1 && st.held_bytes == CLEF_BUFPOOL_CHUNK_MIN && st.free_bytes == st.held_bytes &&
+        CHECK_MSG(st.extents == 1 && st.held_bytes == CLEF_BUFPOOL_CHUNK_MIN && st.free_bytes == st.held_bytes &&
                       st.misses == 1 && st.live_bytes == 0,
-                  "%zu chunks, %zu held, %zu free, %zu misses", st.chunks, st.held_bytes, st.free_bytes, st.misses);
+                  "%zu extents, %zu held, %zu free, %zu misses", st.extents, st.held_bytes, st.free_bytes, st.misses);
         unsigned char *b = clef_bufpool_alloc(p, 1 * MB), *c = NULL, *d = NULL;
         CHECK(b == a);
         clef_bufpool_free(b);
@@ -68,7 +78,7 @@ int main(void) {
         d = clef_bufpool_alloc(p, 3 * MB);
         CHECK(c == a && d && d >= c + 300 * KB);
         st = stats(p);
-        CHECK(st.hits == 3 && st.misses == 1 && st.chunks == 1 && st.held_bytes == CLEF_BUFPOOL_CHUNK_MIN);
+        CHECK(st.hits == 3 && st.misses == 1 && st.extents == 1 && st.held_bytes == CLEF_BUFPOOL_CHUNK_MIN);
         CHECK(st.live_bytes >= 3 * MB + 300 * KB && st.live_bytes < 3 * MB + 300 * KB + 3 * 4096);
         unsigned char *s = clef_bufpool_alloc(p, 1000); /* under min_bytes: plain, not counted */
         CHECK(s && ((uintptr_t)s & 63) == 0 && stats(p).live_bytes == st.live_bytes && stats(p).hits == 3);
@@ -84,47 +94,60 @@ int main(void) {
         CHECK(clef_bufpool_alloc(p, SIZE_MAX - 8) == NULL);
         clef_bufpool_destroy(p);
     }
-    {   /* growth: a new chunk is at least half of what stays held (headroom), so the next need that
-         * is a little larger fits; a block larger than every free extent folds the wholly free chunks in */
+    {   /* growth in place: a block that fits no free extent extends the range by what the free
+         * extent at its end lacks, in 2 MiB steps, right after what is held (the soak's pools
+         * stepped by half of what they held with a chunk per misfit) */
         clef_bufpool *p = clef_bufpool_create(512 * MB, MIN);
-        void *x = clef_bufpool_alloc(p, 20 * MB), *y = clef_bufpool_alloc(p, 20 * MB); /* 22 MiB chunks */
+        const size_t L20 = 20 * MB + 4 * KB; /* 20 MB and the header, in pages */
+        char *x = clef_bufpool_alloc(p, 20 * MB), *y = clef_bufpool_alloc(p, 20 * MB);
         clef_bufpool_stats st = stats(p);
-        CHECK_MSG(x && y && st.chunks == 2 && st.held_bytes == 44 * MB, "%zu chunks, %zu held", st.chunks, st.held_bytes);
-        void *z = clef_bufpool_alloc(p, 4 * MB); /* a 22-MiB chunk, half of the 44 held, not an 8-MiB one */
+        CHECK_MSG(x && y && st.held_bytes == 42 * MB && st.extents == 1 && st.misses == 2,
+                  "%zu held, %zu extents, %zu misses", st.held_bytes, st.extents, st.misses); /* 22, then 20 more */
+        CHECK_MSG(y == x + L20, "y follows x in the range (%p, %p)", (void *)x, (void *)y);
+        char *z = clef_bufpool_alloc(p, 4 * MB); /* 2 MiB - 8 KiB free at the end: 4 MiB more, not 22 */
         st = stats(p);
-        CHECK_MSG(z && st.chunks == 3 && st.held_bytes == 66 * MB, "%zu chunks, %zu held", st.chunks, st.held_bytes);
-        void *w = clef_bufpool_alloc(p, 16 * MB); /* fits beside z */
+        CHECK_MSG(z == y + L20 && st.held_bytes == 46 * MB, "%zu held", st.held_bytes);
+        clef_bufpool_free(x);
+        char *w = clef_bufpool_alloc(p, 16 * MB); /* fits where x was */
         st = stats(p);
-        CHECK(w && st.chunks == 3 && st.held_bytes == 66 * MB && st.misses == 3);
+        CHECK(w == x && st.held_bytes == 46 * MB && st.misses == 3 && st.hits == 1 && st.extents == 2);
         clef_bufpool_free(w);
         clef_bufpool_free(z);
         clef_bufpool_free(y);
-        void *big = clef_bufpool_alloc(p, 100 * MB); /* two chunks wholly free: folded into its chunk */
         st = stats(p);
-        CHECK_MSG(big && st.chunks == 2 && st.held_bytes == 22 * MB + 146 * MB && st.released == 2,
-                  "%zu chunks, %zu held, %zu released", st.chunks, st.held_bytes, st.released);
+        CHECK(st.extents == 1 && st.free_bytes == 46 * MB && st.live_bytes == 0);
+        char *big = clef_bufpool_alloc(p, 100 * MB); /* all 46 free from the start: 56 MiB more */
+        st = stats(p);
+        CHECK_MSG(big == x && st.held_bytes == 102 * MB && st.released == 0, "%zu held", st.held_bytes);
         clef_bufpool_free(big);
-        clef_bufpool_free(x);
         clef_bufpool_destroy(p);
     }
-    {   /* the cap: chunks never pass it (the headroom is dropped first); a block that still does not
-         * fit is a mapping of its own, given back when freed */
-        clef_bufpool *p = clef_bufpool_create(50 * MB, MIN);
-        void *a = clef_bufpool_alloc(p, 20 * MB), *b = clef_bufpool_alloc(p, 4 * MB);
+    {   /* the cap: the range never passes it (near it, a step is just what is missing); a block
+         * that still does not fit is a mapping of its own, given back when freed */
+        clef_bufpool *p = clef_bufpool_create(49 * MB, MIN);
+        void *a = clef_bufpool_alloc(p, 20 * MB), *b = clef_bufpool_alloc(p, 4 * MB), *c = clef_bufpool_alloc(p, 20 * MB);
         clef_bufpool_stats st = stats(p);
-        CHECK_MSG(a && b && st.held_bytes == 22 * MB + 12 * MB, "held %zu", st.held_bytes); /* 4 MiB with headroom: 12 */
-        void *c = clef_bufpool_alloc(p, 14 * MB); /* with headroom 18 MiB would pass the cap; its own 16 fit */
+        CHECK_MSG(a && b && c && st.held_bytes == 46 * MB && st.own == 0, "held %zu", st.held_bytes); /* 22 + 4 + 20 */
+        void *d = clef_bufpool_alloc(p, 10 * MB); /* 8 MiB + 16 KiB missing: past the cap */
         st = stats(p);
-        CHECK_MSG(c && st.held_bytes == 50 * MB && st.own == 0, "held %zu own %zu", st.held_bytes, st.own);
-        void *d = clef_bufpool_alloc(p, 10 * MB); /* no room: its own mapping */
-        st = stats(p);
-        CHECK(d && st.own == 1 && st.held_bytes == 50 * MB && st.live_bytes >= 48 * MB);
+        CHECK(d && st.own == 1 && st.held_bytes == 46 * MB && st.live_bytes >= 54 * MB);
         clef_bufpool_free(d);
         st = stats(p);
-        CHECK(st.released == 1 && st.held_bytes == 50 * MB);
+        CHECK(st.released == 1 && st.held_bytes == 46 * MB);
+        void *e = clef_bufpool_alloc(p, 4 * MB); /* 2 MiB + 16 KiB missing: a 4-MiB step would pass 49 */
+        st = stats(p);
+        CHECK_MSG(e && st.own == 1 && st.held_bytes == 48 * MB + 16 * KB, "held %zu", st.held_bytes);
         clef_bufpool_free(a);
         clef_bufpool_free(b);
         clef_bufpool_free(c);
+        clef_bufpool_free(e);
+        clef_bufpool_destroy(p);
+    }
+    {   /* a cap past the machine's memory: the range is reserved for the memory only, and serves */
+        clef_bufpool *p = clef_bufpool_create((size_t)1 << 62, MIN);
+        void *a = clef_bufpool_alloc(p, 1 * MB);
+        CHECK(a && stats(p).held_bytes == CLEF_BUFPOOL_CHUNK_MIN && stats(p).own == 0);
+        clef_bufpool_free(a);
         clef_bufpool_destroy(p);
     }
     {   /* no pool, and cap 0: plain blocks / own mappings, freed the same way */
@@ -140,21 +163,27 @@ int main(void) {
         clef_bufpool_destroy(p);
         CHECK(clef_bufpool_alloc(NULL, SIZE_MAX - 8) == NULL);
     }
-    {   /* out of memory: no chunk can be made, so a mapping of its own (nothing held for it); both
-         * failing is NULL; the pool is sound after */
+    {   /* out of memory: the range cannot be reserved, or cannot grow: a mapping of its own
+         * (nothing held for it); that failing too is NULL; the pool is sound after */
         clef_bufpool *p = clef_bufpool_create(64 * MB, MIN);
-        fail_next = 1;
+        fail_mmap = 1;
         void *a = clef_bufpool_alloc(p, 1 * MB);
         clef_bufpool_stats st = stats(p);
-        CHECK_MSG(a && st.own == 1 && st.held_bytes == 0 && st.chunks == 0, "own %zu held %zu", st.own, st.held_bytes);
+        CHECK_MSG(a && st.own == 1 && st.held_bytes == 0 && st.extents == 0, "own %zu held %zu", st.own, st.held_bytes);
         clef_bufpool_free(a);
-        fail_next = 2;
+        fail_mprotect = 1;
+        void *b = clef_bufpool_alloc(p, 1 * MB);
+        st = stats(p);
+        CHECK_MSG(b && st.own == 2 && st.held_bytes == 0, "own %zu held %zu", st.own, st.held_bytes);
+        clef_bufpool_free(b);
+        fail_mprotect = 1;
+        fail_memalign = 1;
         CHECK(clef_bufpool_alloc(p, 1 * MB) == NULL);
         st = stats(p);
-        CHECK(st.held_bytes == 0 && st.live_bytes == 0);
-        void *b = clef_bufpool_alloc(p, 1 * MB);
-        CHECK(b && stats(p).chunks == 1);
-        clef_bufpool_free(b);
+        CHECK(st.held_bytes == 0 && st.live_bytes == 0 && fail_mmap == 0 && fail_mprotect == 0 && fail_memalign == 0);
+        void *c = clef_bufpool_alloc(p, 1 * MB);
+        CHECK(c && stats(p).held_bytes == CLEF_BUFPOOL_CHUNK_MIN);
+        clef_bufpool_free(c);
         clef_bufpool_destroy(p);
     }
     {   /* concurrent use from several threads under a cap some requests pass */
@@ -173,10 +202,10 @@ int main(void) {
         clef_bufpool_set_process(p);
         CHECK(clef_bufpool_process() == p);
         void *a = clef_bufpool_alloc(clef_bufpool_process(), 300 * KB);
-        CHECK(a && stats(p).chunks == 1);
+        CHECK(a && stats(p).held_bytes == CLEF_BUFPOOL_CHUNK_MIN);
         clef_bufpool_set_process(NULL);
         clef_bufpool_free(a);
-        CHECK(stats(p).live_bytes == 0 && stats(p).chunks == 1);
+        CHECK(stats(p).live_bytes == 0 && stats(p).held_bytes == CLEF_BUFPOOL_CHUNK_MIN);
         clef_bufpool_destroy(p);
     }
     return TEST_END();

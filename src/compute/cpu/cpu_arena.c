@@ -56,7 +56,7 @@ void clef_arena_get_stats(clef_arena *a, clef_arena_stats *st) {
     clef_bufpool_get_stats(a->pool, &ps);
     st->held_bytes = ps.held_bytes;
     st->cached_bytes = ps.free_bytes;
-    st->cached_blocks = ps.chunks;
+    st->cached_blocks = ps.extents;
     st->hits = ps.hits;
     st->misses = ps.misses;
     st->released = ps.released;
