@@ -25,7 +25,7 @@
 
 #define HDR 64               /* header before the data: keeps the data 64-byte aligned */
 #define GRAIN ((size_t)4096) /* extents are whole pages */
-#define GROW_MIN CLEF_BUFPOOL_CHUNK_MIN
+#define GROW_MIN CLEF_BUFPOOL_GROW_MIN
 #define GROW_ROUND ((size_t)2 << 20)
 #define MAGIC 0xc1ef0b0fu
 #define OWN ((size_t)-1) /* hdr_t.off of a block mapped on its own */

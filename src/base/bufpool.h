@@ -43,7 +43,7 @@
 /* The first growth of a pool's range: small enough that touching it costs a one-shot run little
  * (64 MiB made the allocation-failure sweep, an engine per step, minutes slower), large enough
  * that small blocks do not grow it one by one. */
-#define CLEF_BUFPOOL_CHUNK_MIN ((size_t)8 << 20)
+#define CLEF_BUFPOOL_GROW_MIN ((size_t)8 << 20)
 /* min_bytes of the process pool for request buffers */
 #define CLEF_BUFPOOL_REQUEST_MIN ((size_t)128 << 10)
 

@@ -36,7 +36,7 @@ int main(void) {
         p[2 * U - 1] = 2.0f;
         clef_arena_free(a, p);
         clef_arena_get_stats(a, &st);
-        CHECK(st.cached_blocks == 1 && st.held_bytes == CLEF_ARENA_CHUNK_MIN && st.cached_bytes == st.held_bytes &&
+        CHECK(st.cached_blocks == 1 && st.held_bytes == CLEF_ARENA_GROW_MIN && st.cached_bytes == st.held_bytes &&
               st.misses == 1);
         float *p2 = clef_arena_alloc(a, 2 * U);
         CHECK(p2 == p);

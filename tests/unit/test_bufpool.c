@@ -68,7 +68,7 @@ int main(void) {
         a[MB - 1] = 2;
         clef_bufpool_free(a);
         clef_bufpool_stats st = stats(p);
-        CHECK_MSG(st.extents == 1 && st.held_bytes == CLEF_BUFPOOL_CHUNK_MIN && st.free_bytes == st.held_bytes &&
+        CHECK_MSG(st.extents == 1 && st.held_bytes == CLEF_BUFPOOL_GROW_MIN && st.free_bytes == st.held_bytes &&
                       st.misses == 1 && st.live_bytes == 0,
                   "%zu extents, %zu held, %zu free, %zu misses", st.extents, st.held_bytes, st.free_bytes, st.misses);
         unsigned char *b = clef_bufpool_alloc(p, 1 * MB), *c = NULL, *d = NULL;
@@ -78,7 +78,7 @@ int main(void) {
         d = clef_bufpool_alloc(p, 3 * MB);
         CHECK(c == a && d && d >= c + 300 * KB);
         st = stats(p);
-        CHECK(st.hits == 3 && st.misses == 1 && st.extents == 1 && st.held_bytes == CLEF_BUFPOOL_CHUNK_MIN);
+        CHECK(st.hits == 3 && st.misses == 1 && st.extents == 1 && st.held_bytes == CLEF_BUFPOOL_GROW_MIN);
         CHECK(st.live_bytes >= 3 * MB + 300 * KB && st.live_bytes < 3 * MB + 300 * KB + 3 * 4096);
         unsigned char *s = clef_bufpool_alloc(p, 1000); /* under min_bytes: plain, not counted */
         CHECK(s && ((uintptr_t)s & 63) == 0 && stats(p).live_bytes == st.live_bytes && stats(p).hits == 3);
@@ -146,7 +146,7 @@ int main(void) {
     {   /* a cap past the machine's memory: the range is reserved for the memory only, and serves */
         clef_bufpool *p = clef_bufpool_create((size_t)1 << 62, MIN);
         void *a = clef_bufpool_alloc(p, 1 * MB);
-        CHECK(a && stats(p).held_bytes == CLEF_BUFPOOL_CHUNK_MIN && stats(p).own == 0);
+        CHECK(a && stats(p).held_bytes == CLEF_BUFPOOL_GROW_MIN && stats(p).own == 0);
         clef_bufpool_free(a);
         clef_bufpool_destroy(p);
     }
@@ -182,7 +182,7 @@ int main(void) {
         st = stats(p);
         CHECK(st.held_bytes == 0 && st.live_bytes == 0 && fail_mmap == 0 && fail_mprotect == 0 && fail_memalign == 0);
         void *c = clef_bufpool_alloc(p, 1 * MB);
-        CHECK(c && stats(p).held_bytes == CLEF_BUFPOOL_CHUNK_MIN);
+        CHECK(c && stats(p).held_bytes == CLEF_BUFPOOL_GROW_MIN);
         clef_bufpool_free(c);
         clef_bufpool_destroy(p);
     }
@@ -202,10 +202,10 @@ int main(void) {
         clef_bufpool_set_process(p);
         CHECK(clef_bufpool_process() == p);
         void *a = clef_bufpool_alloc(clef_bufpool_process(), 300 * KB);
-        CHECK(a && stats(p).held_bytes == CLEF_BUFPOOL_CHUNK_MIN);
+        CHECK(a && stats(p).held_bytes == CLEF_BUFPOOL_GROW_MIN);
         clef_bufpool_set_process(NULL);
         clef_bufpool_free(a);
-        CHECK(stats(p).live_bytes == 0 && stats(p).held_bytes == CLEF_BUFPOOL_CHUNK_MIN);
+        CHECK(stats(p).live_bytes == 0 && stats(p).held_bytes == CLEF_BUFPOOL_GROW_MIN);
         clef_bufpool_destroy(p);
     }
     return TEST_END();

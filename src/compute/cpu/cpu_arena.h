@@ -25,7 +25,7 @@
 
 #define CLEF_ARENA_MIN_BYTES ((size_t)1 << 20)
 #define CLEF_ARENA_CAP_DEFAULT ((size_t)1 << 30)
-#define CLEF_ARENA_CHUNK_MIN CLEF_BUFPOOL_CHUNK_MIN
+#define CLEF_ARENA_GROW_MIN CLEF_BUFPOOL_GROW_MIN
 
 typedef struct clef_arena clef_arena;
 
