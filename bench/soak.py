@@ -394,7 +394,9 @@ def main():
 
     MEM = ("process_resident_memory_bytes", "clef_buffer_held_bytes", "clef_buffer_cache_bytes", "clef_buffer_peak_bytes",
            "clef_state_cache_bytes", "clef_request_pool_held_bytes", "clef_request_pool_live_bytes",
-           'clef_malloc_bytes{kind="in_use"}', 'clef_malloc_bytes{kind="free"}', 'clef_malloc_bytes{kind="mapped"}')
+           'clef_malloc_bytes{kind="in_use"}', 'clef_malloc_bytes{kind="free"}', 'clef_malloc_bytes{kind="mapped"}',
+           'clef_pixel_budget_admissions_total{outcome="at_once"}', 'clef_pixel_budget_admissions_total{outcome="waited"}',
+           'clef_pixel_budget_admissions_total{outcome="refused"}')
 
     def metrics_sampler():  # what the memory is, every 10 s (docs/reliability.md "The soak")
         while time.time() < stop_at:

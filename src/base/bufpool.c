@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -55,6 +56,13 @@ struct clef_bufpool {
     size_t used;         /* their bytes */
     size_t live, peak_live;
     size_t hits, misses, own, released;
+    size_t first_grow;   /* the range's first growth (GROW_MIN, or the budget: clef_bufpool_set_budget) */
+    /* admission (clef_bufpool_admit): a request waits while `live` >= budget */
+    pthread_cond_t below; /* broadcast when a free brings `live` under the budget with waiters */
+    size_t budget;        /* 0: none */
+    double wait_s;
+    int waiters;
+    size_t admits, waited, timeouts;
 };
 
 static _Atomic(clef_bufpool *) g_process;
@@ -65,13 +73,66 @@ void clef_bufpool_set_process(clef_bufpool *p) { atomic_store_explicit(&g_proces
 clef_bufpool *clef_bufpool_create(size_t cap, size_t min_bytes) {
     clef_bufpool *p = calloc(1, sizeof *p);
     if (!p) return NULL;
+    pthread_condattr_t ca;
+    int ok = pthread_condattr_init(&ca) == 0;
+    /* the waits' deadlines are on the monotonic clock: a wall-clock step cannot stretch them */
+    int cond_ok = ok && pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) == 0 && pthread_cond_init(&p->below, &ca) == 0;
+    if (ok) pthread_condattr_destroy(&ca);
+    if (!cond_ok) {
+        free(p);
+        return NULL;
+    }
     if (pthread_mutex_init(&p->mu, NULL) != 0) {
+        pthread_cond_destroy(&p->below);
         free(p);
         return NULL;
     }
     p->cap = cap;
     p->min_bytes = min_bytes;
+    p->first_grow = GROW_MIN;
     return p;
+}
+
+void clef_bufpool_set_budget(clef_bufpool *p, size_t budget, double wait_s) {
+    if (!p) return;
+    pthread_mutex_lock(&p->mu);
+    p->budget = budget;
+    p->wait_s = wait_s > 0 ? wait_s : 0; /* 0: no deadline */
+    size_t first = budget < p->cap ? budget : p->cap;
+    first = (first + GROW_ROUND - 1) / GROW_ROUND * GROW_ROUND;
+    p->first_grow = first > GROW_MIN ? first : GROW_MIN;
+    pthread_cond_broadcast(&p->below); /* a larger budget may admit a waiter */
+    pthread_mutex_unlock(&p->mu);
+}
+
+int clef_bufpool_admit(clef_bufpool *p) {
+    if (!p) return 0;
+    pthread_mutex_lock(&p->mu);
+    p->admits++;
+    int rc = 0;
+    if (p->budget && p->live >= p->budget) {
+        p->waited++;
+        struct timespec until;
+        clock_gettime(CLOCK_MONOTONIC, &until);
+        double s = p->wait_s < 1e6 ? p->wait_s : 1e6; /* bounded: no overflow of tv_sec */
+        long long ns = (long long)until.tv_nsec + (long long)((s - (double)(long long)s) * 1e9);
+        until.tv_sec += (time_t)s + (time_t)(ns / 1000000000LL);
+        until.tv_nsec = (long)(ns % 1000000000LL);
+        p->waiters++;
+        while (p->budget && p->live >= p->budget && rc == 0) {
+            if (p->wait_s <= 0) pthread_cond_wait(&p->below, &p->mu); /* no deadline */
+            else if (pthread_cond_timedwait(&p->below, &p->mu, &until) != 0 && p->live >= p->budget) rc = -1;
+        }
+        p->waiters--;
+        if (rc) p->timeouts++;
+    }
+    pthread_mutex_unlock(&p->mu);
+    return rc;
+}
+
+/* After a free (lock held): wake the waiting requests when there is room now. */
+static void wake_waiters(clef_bufpool *p) {
+    if (p->waiters && p->live < p->budget) pthread_cond_broadcast(&p->below);
 }
 
 /* The range's usable part, [0, held), is given back with the range. */
@@ -86,6 +147,7 @@ void clef_bufpool_destroy(clef_bufpool *p) {
     if (!p) return;
     range_release(p);
     free(p->free);
+    pthread_cond_destroy(&p->below);
     pthread_mutex_destroy(&p->mu);
     free(p);
 }
@@ -157,7 +219,7 @@ static int grow(clef_bufpool *p, size_t len) {
     int tail = p->nfree > 0 && p->free[p->nfree - 1].off + p->free[p->nfree - 1].len == p->held;
     size_t need = len - (tail ? p->free[p->nfree - 1].len : 0);
     size_t step = (need + GROW_ROUND - 1) / GROW_ROUND * GROW_ROUND;
-    if (p->held == 0 && step < GROW_MIN) step = GROW_MIN;
+    if (p->held == 0 && step < p->first_grow) step = p->first_grow;
     if (step > p->reserved - p->held) step = need; /* near the cap: just what is missing */
     if (step > p->reserved - p->held) return -1;
     if (!tail && p->nfree == p->capfree) return -1; /* never: reserve_extents made room */
@@ -258,6 +320,7 @@ void clef_bufpool_free(void *ptr) {
             pthread_mutex_lock(&p->mu);
             p->live -= h.len;
             p->released++;
+            wake_waiters(p);
             pthread_mutex_unlock(&p->mu);
         }
         free(base);
@@ -266,6 +329,7 @@ void clef_bufpool_free(void *ptr) {
     POISON(base, h.len);
     pthread_mutex_lock(&p->mu);
     give_back(p, h.off, h.len);
+    wake_waiters(p);
     pthread_mutex_unlock(&p->mu);
 }
 
@@ -283,5 +347,9 @@ void clef_bufpool_get_stats(clef_bufpool *p, clef_bufpool_stats *st) {
     st->released = p->released;
     st->live_bytes = p->live;
     st->peak_live_bytes = p->peak_live;
+    st->budget = p->budget;
+    st->admits = p->admits;
+    st->waited = p->waited;
+    st->timeouts = p->timeouts;
     pthread_mutex_unlock(&p->mu);
 }

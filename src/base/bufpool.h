@@ -55,6 +55,21 @@ clef_bufpool *clef_bufpool_create(size_t cap, size_t min_bytes);
 /* Gives back the range; every block of the pool must have been freed before. NULL ok. */
 void clef_bufpool_destroy(clef_bufpool *p);
 
+/* A budget for the blocks in use at once (request buffers: `clef serve --pixel-budget`), kept by
+ * admission rather than by failing allocations: a request calls clef_bufpool_admit once, before its
+ * first block, and waits there while the pool's blocks in use (pooled or mapped on their own) reach
+ * `budget`; a request admitted below it allocates all it needs. So what is in use stays under the
+ * budget plus what the requests admitted at once add (as vLLM bounds its encoder cache), and a
+ * request never waits while holding blocks (a holder waiting for others could wait for itself).
+ * It also sets the range's first growth to min(budget, cap): the pool commits its budget at its
+ * first block, so its resident set is at the level the budget allows from the first image on,
+ * instead of stepping up whenever more requests than ever before are in flight (the AVX2 soak,
+ * docs/reliability.md "The soak"). wait_s: most seconds a request waits, then admit fails; <= 0:
+ * no deadline. budget 0: none (admission never waits). */
+void clef_bufpool_set_budget(clef_bufpool *p, size_t budget, double wait_s);
+/* 0: admitted (p NULL or no budget: at once); -1: waited wait_s and the pool is still at its budget. */
+int clef_bufpool_admit(clef_bufpool *p);
+
 /* n bytes, 64-byte aligned (from p, or plain when p is NULL); NULL only when out of memory (or n
  * absurdly large). */
 void *clef_bufpool_alloc(clef_bufpool *p, size_t n);
@@ -69,6 +84,8 @@ typedef struct {
     size_t own;                         /* of the misses, blocks mapped on their own (over the cap) */
     size_t released;                    /* own mappings given back */
     size_t live_bytes, peak_live_bytes; /* blocks of >= min_bytes handed out now / at most at once so far */
+    size_t budget;                      /* clef_bufpool_set_budget (0: none) */
+    size_t admits, waited, timeouts;    /* clef_bufpool_admit calls; of them, those that waited / gave up */
 } clef_bufpool_stats;
 void clef_bufpool_get_stats(clef_bufpool *p, clef_bufpool_stats *st); /* all 0 for NULL */
 

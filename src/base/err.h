@@ -26,5 +26,6 @@ void clef_err_clear(clef_err *e);
 #define CLEF_E_LIMIT "RequestTooLong"
 #define CLEF_E_BAD_MODEL "BadModel"
 #define CLEF_E_INTERNAL "InternalError"
+#define CLEF_E_DEADLINE "DeadlineExceeded" /* waited past the server's --deadline (503) */
 
 #endif

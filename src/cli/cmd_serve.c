@@ -67,7 +67,7 @@ int cmd_serve(int argc, char **argv) {
     int max_connections = (int)sc.max_connections, timeout = (int)sc.io_timeout_s, quiet = 0;
     int max_pending = 0, client_share = (int)sc.client_share, ka_requests = (int)sc.keepalive_requests;
     double batch_wait_ms = sc.batch_wait_s * 1e3;
-    size_t request_pool = (size_t)256 << 20;
+    size_t request_pool = (size_t)256 << 20, pixel_budget = (size_t)64 << 20;
     const char *key_file = NULL;
     /* one line per flag, in the order of the old usage text (docs/cli.md has the same table) */
     const cli_opt opts[] = {
@@ -110,6 +110,9 @@ int cmd_serve(int argc, char **argv) {
         {.name = "--request-pool", .kind = CLI_SIZE, .dst = &request_pool, .arg = "BYTES", .lo = 0,
          .hi = 1099511627776.0, .def = "256M",
          .help = "memory kept for reuse by images' pixel arrays (flat RSS under load); 0 = none"},
+        {.name = "--pixel-budget", .kind = CLI_SIZE, .dst = &pixel_budget, .arg = "BYTES", .lo = 0,
+         .hi = 1099511627776.0, .def = "64M",
+         .help = "images' pixel arrays held at once; past it a request with images waits (up to --deadline, then 503); 0 = none"},
         {.name = "--quiet", .kind = CLI_FLAG, .dst = &quiet, .help = "no per-request log lines"},
         {.name = "--no-ui", .kind = CLI_FLAG, .dst = &sc.no_ui, .help = "no web playground at / (then / is 404)"},
         /* hostile clients and access (docs/reliability.md, docs/serving.md) */
@@ -244,9 +247,12 @@ int cmd_serve(int argc, char **argv) {
         return 1;
     }
     clef_result_free(&wr);
-    /* Images' pixel arrays from a pool that keeps them (base/bufpool.h); without one (0, or no
-     * memory for it) they are plain allocations, as before. */
-    clef_bufpool *pool = request_pool ? clef_bufpool_create(request_pool, CLEF_BUFPOOL_REQUEST_MIN) : NULL;
+    /* Images' pixel arrays from a pool that keeps them (base/bufpool.h), under the pixel budget
+     * (admission: a request with images waits while the arrays in use reach it; the pool commits
+     * min(budget, cap) at its first array). --request-pool 0 keeps none, but still counts them for
+     * the budget. Without a pool (both 0, or no memory for it) they are plain allocations. */
+    clef_bufpool *pool = request_pool || pixel_budget ? clef_bufpool_create(request_pool, CLEF_BUFPOOL_REQUEST_MIN) : NULL;
+    clef_bufpool_set_budget(pool, pixel_budget, sc.deadline_s);
     clef_bufpool_set_process(pool);
     if (clef_server_attach(srv, e) != 0) {
         clef_log_fatal("clef serve: cannot start the scheduler and prepare threads");

@@ -620,6 +620,13 @@ int clef_encode_record(const clef_tokenizer *tok, const clef_request *req, const
     /* ---- media ---- */
     if (media_list(req->images, "images", req->own, &entries, &n_entries, err)) goto done;
     if (media_list(req->videos, "videos", req->own, &ventries, &n_ventries, err)) goto done;
+    /* Admission to the request pool's budget (`clef serve --pixel-budget`), once, before the first
+     * pixel array: bufpool.h says why here and only once */
+    if ((n_entries || n_ventries) && clef_bufpool_admit(clef_bufpool_process()) != 0) {
+        clef_err_set(err, CLEF_E_DEADLINE,
+                     "the request waited longer than --deadline for memory for its images (--pixel-budget)");
+        goto done;
+    }
     if (n_entries || n_ventries) {
         out->images = calloc(n_entries ? n_entries : 1, sizeof *out->images);
         if (!out->images) {

@@ -178,7 +178,7 @@ int clef_error_http_status(const char *t) {
     if (!strcmp(t, CLEF_E_BAD_JSON) || !strcmp(t, CLEF_E_INVALID_UTF8)) return 400;
     if (!strcmp(t, CLEF_E_LIMIT) || !strcmp(t, CLEF_E_SCHEMA_TOO_LONG)) return 413;
     if (!strcmp(t, CLEF_E_OOM) || !strcmp(t, CLEF_E_INTERNAL) || !strcmp(t, CLEF_E_IO)) return 500;
-    if (!strcmp(t, CLEF_E_BAD_MODEL)) return 503;
+    if (!strcmp(t, CLEF_E_BAD_MODEL) || !strcmp(t, CLEF_E_DEADLINE)) return 503;
     return 422; /* MissingModelOrState, NoQuestions, BadQuestion(Type), (Empty|Bad)Criteria, LoneSurrogate,
                    UnsupportedMedia, MediaTokenMismatch */
 }

@@ -239,6 +239,15 @@ void clef_metrics_render_memory(clef_buf *b, const clef_memory_info *mi) {
                        "clef_request_pool_requests_total{from=\"pool\"} %zu\nclef_request_pool_requests_total{from=\"new\"} %zu\n"
                        "clef_request_pool_requests_total{from=\"own\"} %zu\n",
                     ps.hits, ps.misses - ps.own, ps.own);
+    series1(b, "clef_pixel_budget_bytes", "gauge", "Images' pixel arrays held at once before a request with images waits (--pixel-budget; 0: none).",
+            ps.budget);
+    clef_buf_printf(b, "# HELP clef_pixel_budget_admissions_total Requests with images admitted to the pixel budget: at once, "
+                       "after a wait, or refused after waiting --deadline (503).\n"
+                       "# TYPE clef_pixel_budget_admissions_total counter\n"
+                       "clef_pixel_budget_admissions_total{outcome=\"at_once\"} %zu\n"
+                       "clef_pixel_budget_admissions_total{outcome=\"waited\"} %zu\n"
+                       "clef_pixel_budget_admissions_total{outcome=\"refused\"} %zu\n",
+                    ps.admits - ps.waited, ps.waited - ps.timeouts, ps.timeouts);
 #if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33))
     struct mallinfo2 m = mallinfo2(); /* walks every malloc arena under its lock: a scrape, not a hot path */
     clef_buf_printf(b, "# HELP clef_malloc_bytes The C allocator's memory: in use, free inside its arenas, mapped for large blocks.\n"

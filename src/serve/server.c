@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "base/buf.h"
+#include "base/err.h"
 #include "serve/http_extras.h"
 #include "serve/http_guard.h"
 #include "serve/metrics.h"
@@ -709,7 +710,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         r->have_res = 1;
         return send_result(r);
     case R_EXPIRED:
-        return send_error(r, 503, "DeadlineExceeded", "the request waited longer than %g s for the model",
+        return send_error(r, 503, CLEF_E_DEADLINE, "the request waited longer than %g s for the model",
                           s->cfg.deadline_s);
     case R_REJECTED:
         if (r->reject_status == 429)

@@ -625,8 +625,88 @@ def main():
         if srv.p.poll() is None:
             srv.stop(signal.SIGKILL)
 
+    test_pixel_budget()
+
     print("%d checks, %d failed (%.1fs)" % (checks, len(failures), time.time() - t_start))
     sys.exit(1 if failures else 0)
+
+
+def budget_counts(port):
+    text = request(port, "GET", "/metrics")[2].decode()
+    return {k: metric(text, 'clef_pixel_budget_admissions_total{outcome="%s"}' % k) or 0
+            for k in ("at_once", "waited", "refused")}
+
+
+def test_pixel_budget():
+    """--pixel-budget: a request with images waits while the pixel arrays in use reach the budget
+    (admitted once, before its first array: never while holding some, so no two wait on each other),
+    answers byte-equal to alone; past --deadline it is refused with 503 DeadlineExceeded. A budget
+    of 1 byte admits a request with images only when no pixel array of the pool is in use."""
+    names = ["m001_rgb_640x480_png.json", "m006_photo_jpeg.json", "m013_two_images.json",
+             "m020_three_images_mixed.json"]
+    paths = [os.path.join(ROOT, "tests", "corpus", "requests", n) for n in names]
+    bodies = [open(p, "rb").read() for p in paths if os.path.exists(p)]
+    check(len(bodies) == len(names), "the pixel-budget bodies are in tests/corpus/requests")
+    with cf.ThreadPoolExecutor(2) as ex:
+        exp = dict(zip(bodies, ex.map(decide, bodies)))
+    for b in bodies:
+        check(exp[b][1] == 200, "decide answers the pixel-budget body")
+
+    def burst(port, n):
+        out = []
+        with cf.ThreadPoolExecutor(n) as ex:
+            futs = [ex.submit(post, port, bodies[i % len(bodies)]) for i in range(n)]
+            for i, f in enumerate(futs):
+                try:
+                    st, hd, data = f.result()
+                except Exception as e:  # noqa: BLE001
+                    st, hd, data = None, {}, repr(e).encode()
+                out.append((bodies[i % len(bodies)], st, hd, data))
+        return out
+
+    n = 8 if ASAN else 16
+    # every request waits for the one before it to be answered; nothing refused (no deadline)
+    srv = Server("--pixel-budget", "1", "--deadline", "0", "--prepare-threads", "4", "--http-threads", "4",
+                 "--max-connections", "64")
+    try:
+        res = burst(srv.port, n)
+        bad = [(st, data[:80]) for b, st, hd, data in res if st != 200 or data != exp[b][0]]
+        check(not bad, "pixel budget 1 byte: %d of %d answers not byte-equal to alone: %s" % (len(bad), n, bad[:2]))
+        c = budget_counts(srv.port)
+        print("pixel budget 1 byte, %d requests at once:" % n, c, flush=True)
+        check(c["at_once"] + c["waited"] == n and c["refused"] == 0, "every request admitted once: %s" % c)
+        check(c["waited"] > 0, "requests waited for the budget: %s" % c)
+        text = request(srv.port, "GET", "/metrics")[2].decode()
+        check(metric(text, "clef_pixel_budget_bytes") == 1, "clef_pixel_budget_bytes is the flag")
+        check(srv.stop(signal.SIGTERM) == 0, "exit 0 after SIGTERM (pixel budget server)")
+        check("Sanitizer" not in srv.logtext(), "no sanitizer report (pixel budget server)")
+    finally:
+        if srv.p.poll() is None:
+            srv.stop(signal.SIGKILL)
+
+    # past --deadline (1 ms): refused with 503 DeadlineExceeded and Retry-After; the rest byte-equal
+    srv = Server("--pixel-budget", "1", "--deadline", "0.001", "--prepare-threads", "4", "--http-threads", "4",
+                 "--max-connections", "64")
+    try:
+        res = burst(srv.port, n)
+        refused = 0
+        for b, st, hd, data in res:
+            if st == 200:
+                check(data == exp[b][0], "pixel budget with a deadline: 200 byte-equal to alone")
+            elif st == 503 and b"--pixel-budget" in data:
+                check(json.loads(data)["error"]["type"] == "DeadlineExceeded" and hd.get("retry-after") == "1",
+                      "refused by the pixel budget: 503 DeadlineExceeded with Retry-After: %r" % data[:120])
+                refused += 1
+            else:  # the queue's own 1-ms deadline may refuse an admitted request too
+                check(st == 503 and json.loads(data)["error"]["type"] == "DeadlineExceeded",
+                      "pixel budget with a deadline: unexpected %s %r" % (st, data[:120]))
+        c = budget_counts(srv.port)
+        print("pixel budget 1 byte, deadline 1 ms, %d requests at once:" % n, c, "refused answers", refused, flush=True)
+        check(refused > 0 and c["refused"] == refused, "refusals seen and counted: %d answers, %s" % (refused, c))
+        check(srv.stop(signal.SIGTERM) == 0, "exit 0 after SIGTERM (pixel budget deadline server)")
+    finally:
+        if srv.p.poll() is None:
+            srv.stop(signal.SIGKILL)
 
 
 def v_tokens(v):

@@ -6,7 +6,10 @@
 #include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <pthread.h>
 #include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "base/bufpool.h"
 #include "test.h"
@@ -54,6 +57,23 @@ static void *hammer(void *arg) { /* alloc/write/check/free of varied sizes; non-
         clef_bufpool_free(b);
         clef_bufpool_free(a);
     }
+    return NULL;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+typedef struct {
+    void *block;
+    unsigned delay_ms;
+} late_free;
+static void *free_later(void *arg) { /* frees a block after a delay: what a forward's end does */
+    late_free *lf = arg;
+    usleep(lf->delay_ms * 1000u);
+    clef_bufpool_free(lf->block);
     return NULL;
 }
 
@@ -194,6 +214,76 @@ int main(void) {
         clef_bufpool_stats st = stats(p);
         CHECK_MSG(st.live_bytes == 0 && st.held_bytes <= 24 * MB && st.hits > st.misses && st.free_bytes == st.held_bytes,
                   "live %zu held %zu hits %zu misses %zu", st.live_bytes, st.held_bytes, st.hits, st.misses);
+        clef_bufpool_destroy(p);
+    }
+    {   /* the budget's admission: at once below it (and with no pool or no budget); a wait that a
+         * free ends; a wait that times out; blocks mapped on their own count too */
+        CHECK(clef_bufpool_admit(NULL) == 0);
+        clef_bufpool *p = clef_bufpool_create(64 * MB, MIN);
+        void *a = clef_bufpool_alloc(p, 3 * MB);
+        CHECK(clef_bufpool_admit(p) == 0); /* no budget: never waits, whatever is in use (counted all the same) */
+        clef_bufpool_set_budget(p, 4 * MB, 0.25);
+        CHECK(clef_bufpool_admit(p) == 0); /* 3 MB in use, under 4 */
+        void *b = clef_bufpool_alloc(p, 2 * MB); /* an admitted request takes what it needs: 5 MB now */
+        clef_bufpool_stats st = stats(p);
+        CHECK_MSG(st.budget == 4 * MB && st.admits == 2 && st.waited == 0 && st.live_bytes > 4 * MB,
+                  "budget %zu admits %zu waited %zu live %zu", st.budget, st.admits, st.waited, st.live_bytes);
+        double t0 = now_s();
+        CHECK(clef_bufpool_admit(p) == -1); /* nothing freed: refused after wait_s */
+        double waited = now_s() - t0;
+        CHECK_MSG(waited >= 0.24 && waited < 5, "waited %.3f s", waited);
+        st = stats(p);
+        CHECK(st.admits == 3 && st.waited == 1 && st.timeouts == 1);
+        /* a free that leaves it at the budget does not admit; the next one, under it, does */
+        late_free lf = {b, 50};
+        pthread_t th;
+        CHECK(pthread_create(&th, NULL, free_later, &lf) == 0);
+        clef_bufpool_set_budget(p, 4 * MB, 30); /* a long deadline: only the free can end the wait */
+        t0 = now_s();
+        CHECK(clef_bufpool_admit(p) == 0); /* 5 MB in use, then 3 MB after the free */
+        waited = now_s() - t0;
+        pthread_join(th, NULL);
+        CHECK_MSG(waited >= 0.04 && waited < 5, "waited %.3f s for the free", waited);
+        st = stats(p);
+        CHECK(st.admits == 4 && st.waited == 2 && st.timeouts == 1);
+        clef_bufpool_free(a);
+        clef_bufpool_destroy(p);
+
+        /* --request-pool 0: nothing held, but blocks still count for the budget */
+        p = clef_bufpool_create(0, MIN);
+        clef_bufpool_set_budget(p, 1 * MB, 0.05);
+        a = clef_bufpool_alloc(p, 2 * MB);
+        st = stats(p);
+        CHECK(a && st.own == 1 && st.held_bytes == 0);
+        CHECK(clef_bufpool_admit(p) == -1);
+        late_free lf2 = {a, 50};
+        clef_bufpool_set_budget(p, 1 * MB, 0); /* no deadline */
+        CHECK(pthread_create(&th, NULL, free_later, &lf2) == 0);
+        CHECK(clef_bufpool_admit(p) == 0);
+        pthread_join(th, NULL);
+        clef_bufpool_destroy(p);
+    }
+    {   /* the budget is the range's first growth (at most the cap): committed at the first block */
+        clef_bufpool *p = clef_bufpool_create(64 * MB, MIN);
+        clef_bufpool_set_budget(p, 19 * MB, 1);
+        void *a = clef_bufpool_alloc(p, 300 * KB);
+        CHECK_MSG(a && stats(p).held_bytes == 20 * MB, "held %zu", stats(p).held_bytes); /* 2 MiB steps */
+        void *b = clef_bufpool_alloc(p, 15 * MB);
+        CHECK(b && stats(p).held_bytes == 20 * MB && stats(p).misses == 1);
+        clef_bufpool_free(a);
+        clef_bufpool_free(b);
+        clef_bufpool_destroy(p);
+        p = clef_bufpool_create(10 * MB, MIN);
+        clef_bufpool_set_budget(p, 64 * MB, 1);
+        a = clef_bufpool_alloc(p, 300 * KB);
+        CHECK_MSG(a && stats(p).held_bytes == 10 * MB, "held %zu", stats(p).held_bytes);
+        clef_bufpool_free(a);
+        clef_bufpool_destroy(p);
+        p = clef_bufpool_create(64 * MB, MIN);
+        clef_bufpool_set_budget(p, 1 * MB, 1); /* a small budget: the usual first growth */
+        a = clef_bufpool_alloc(p, 300 * KB);
+        CHECK(a && stats(p).held_bytes == CLEF_BUFPOOL_GROW_MIN);
+        clef_bufpool_free(a);
         clef_bufpool_destroy(p);
     }
     {   /* the process pool: NULL until set; a block goes back to its own pool */
