@@ -454,7 +454,9 @@ def main():
                   f"health p99 {h[int(0.99 * (len(h) - 1))] * 1e3 if h else float('nan'):.1f} ms "
                   f"failures={nf} {c}", file=sys.stderr)
             if mem:
-                print("soak: memory (MB) " + " ".join(f"{k}={v / 1e6:.1f}" for k, v in mem[-1][1].items()),
+                print("soak: memory (MB) " + " ".join(f"{k}={v / 1e6:.1f}" for k, v in mem[-1][1].items()
+                                                     if "_total" not in k) +
+                      "; counts " + " ".join(f"{k}={v}" for k, v in mem[-1][1].items() if "_total" in k),
                       file=sys.stderr)
         if time.time() > stop_at + 900:
             break

@@ -34,7 +34,7 @@ const char clef_openapi_json[] =
     "\"431\":{\"description\":\"Request line and headers over --max-header (RequestHeaderFieldsTooLarge)\",\"content\":" ERR_CONTENT "},"
     "\"500\":{\"description\":\"OutOfMemory, InternalError\",\"content\":" ERR_CONTENT "},"
     "\"501\":{\"description\":\"A Transfer-Encoding other than chunked (NotImplemented)\",\"content\":" ERR_CONTENT "},"
-    "\"503\":{\"description\":\"Loading (NotReady), shutting down (ShuttingDown) or waited past --deadline (DeadlineExceeded); see Retry-After\",\"content\":" ERR_CONTENT "}"
+    "\"503\":{\"description\":\"Loading (NotReady), shutting down (ShuttingDown) or waited past --deadline for the model or for the pixel budget (DeadlineExceeded); see Retry-After\",\"content\":" ERR_CONTENT "}"
     "}}},"
     "\"/health\":{\"get\":{\"summary\":\"200 once the model is loaded and a warm-up request ran; 503 before and while shutting down\","
     "\"operationId\":\"health\",\"responses\":{"
