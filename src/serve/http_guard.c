@@ -21,6 +21,7 @@
 
 #include "base/buf.h"
 #include "base/json.h"
+#include "serve/handoff_table.h"
 #include "serve/request_id.h"
 
 #define CHUNK_LINE_MAX CLEF_CHUNK_LINE_MAX /* nginx: a few KB, HAProxy the buffer */
@@ -47,6 +48,7 @@ struct conn {
     int fd;   /* the client */
     int mfd;  /* the guard's end of the socketpair; -1 while no request is at libmicrohttpd */
     int hfd;  /* libmicrohttpd's end of it (its number, for clef_guard_base) */
+    unsigned long long hser; /* hfd's entry in the hand-off table */
     side sc, sm;
     unsigned ev_c, ev_m; /* the epoll masks now set (ev_m: 0 = not in the set) */
     struct sockaddr_storage sa;
@@ -100,8 +102,7 @@ struct clef_guard {
     watch *w;
     size_t nw, wcap;
     atomic_ulong accepted;
-    struct hand { int fd; unsigned base; } *h; /* libmicrohttpd's ends now relayed (under mu) */
-    size_t nh, hcap;
+    clef_handoff_table hand; /* libmicrohttpd's ends now relayed: fd -> base (its own lock) */
 };
 
 static double mono_now(void) {
@@ -159,50 +160,13 @@ static size_t find(clef_guard *g, const conn *c) {
 
 static conn *g_dead; /* only the guard's thread touches it: freed after each batch of events */
 
-static void hand_del(clef_guard *g, int fd) {
-    pthread_mutex_lock(&g->mu);
-    for (size_t i = 0; i < g->nh; i++)
-        if (g->h[i].fd == fd) {
-            g->h[i] = g->h[--g->nh];
-            break;
-        }
-    pthread_mutex_unlock(&g->mu);
-}
-
-static int hand_add(clef_guard *g, int fd, unsigned base) {
-    pthread_mutex_lock(&g->mu);
-    if (g->nh == g->hcap) {
-        size_t nc = g->hcap ? g->hcap * 2 : 64;
-        struct hand *nh = realloc(g->h, nc * sizeof *nh);
-        if (!nh) {
-            pthread_mutex_unlock(&g->mu);
-            return -1;
-        }
-        g->h = nh;
-        g->hcap = nc;
-    }
-    g->h[g->nh++] = (struct hand){fd, base};
-    pthread_mutex_unlock(&g->mu);
-    return 0;
-}
-
 int clef_guard_base(clef_guard *g, int mhd_fd, unsigned *base) {
-    if (!g) return -1;
-    int rc = -1;
-    pthread_mutex_lock(&g->mu);
-    for (size_t i = 0; i < g->nh; i++)
-        if (g->h[i].fd == mhd_fd) {
-            *base = g->h[i].base;
-            rc = 0;
-            break;
-        }
-    pthread_mutex_unlock(&g->mu);
-    return rc;
+    return g ? clef_handoff_base(&g->hand, mhd_fd, base) : -1;
 }
 
 static void drop_mfd(clef_guard *g, conn *c) {
     if (c->mfd < 0) return;
-    if (c->hfd >= 0) hand_del(g, c->hfd);
+    if (c->hfd >= 0) clef_handoff_del(&g->hand, c->hfd, c->hser); /* a no-op once the number is reused */
     c->hfd = -1;
     if (c->ev_m) epoll_ctl(g->ep, EPOLL_CTL_DEL, c->mfd, NULL);
     close(c->mfd);
@@ -298,7 +262,7 @@ static void refuse_at(conn *c, unsigned need, int status, const char *type, cons
 static int handoff(clef_guard *g, conn *c) {
     int sp[2];
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sp) != 0) return -1;
-    if (hand_add(g, sp[1], c->nreq - 1) != 0) {
+    if (clef_handoff_add(&g->hand, sp[1], c->nreq - 1, &c->hser) != 0) {
         close(sp[0]);
         close(sp[1]);
         return -1;
@@ -747,6 +711,7 @@ clef_guard *clef_guard_start(const clef_guard_config *c, char *err, size_t err_l
     g->ep = epoll_create1(EPOLL_CLOEXEC);
     g->evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     pthread_mutex_init(&g->mu, NULL);
+    clef_handoff_init(&g->hand);
     int fl = fcntl(g->listen_fd, F_GETFL);
     if (fl >= 0) fcntl(g->listen_fd, F_SETFL, fl | O_NONBLOCK);
     struct epoll_event ev = {.events = EPOLLIN, .data.ptr = g};
@@ -758,6 +723,7 @@ clef_guard *clef_guard_start(const clef_guard_config *c, char *err, size_t err_l
         if (g->ep >= 0) close(g->ep);
         if (g->evfd >= 0) close(g->evfd);
         pthread_mutex_destroy(&g->mu);
+        clef_handoff_free(&g->hand);
         free(g);
         return NULL;
     }
@@ -799,7 +765,7 @@ void clef_guard_stop(clef_guard *g) {
     close(g->ep);
     close(g->evfd);
     pthread_mutex_destroy(&g->mu);
-    free(g->h);
+    clef_handoff_free(&g->hand);
     free(g->p);
     free(g->w);
     free(g);

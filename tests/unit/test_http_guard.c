@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "serve/handoff_table.h"
 #include "serve/http_extras.h"
 #include "serve/http_guard.h"
 #include "serve/request_id.h"
@@ -60,7 +61,39 @@ static int answers(const char *s, size_t step, unsigned head_mask, size_t *ends,
 #define REFUSE(s, want) do { int st_; const char *ty_; int rc_ = head(s, &st_, &ty_); \
     CHECK_MSG(rc_ == -1 && st_ == (want), "%s: rc %d status %d", s, rc_, st_); } while (0)
 
+/* The hand-off table: libmicrohttpd closes its end (fd 7) before the guard drops the entry, and the
+ * next socketpair gets 7 again. The lookup must give the new end's base, and the old end's late
+ * delete must leave the new entry alone. */
+static void test_handoff_reuse(void) {
+    clef_handoff_table t;
+    clef_handoff_init(&t);
+    unsigned long long s_old = 0, s_new = 0, s_other = 0;
+    unsigned base = 99;
+    CHECK(clef_handoff_add(&t, 7, 0, &s_old) == 0);
+    CHECK(clef_handoff_add(&t, 9, 4, &s_other) == 0);
+    CHECK(clef_handoff_base(&t, 7, &base) == 0 && base == 0);
+    CHECK(clef_handoff_add(&t, 7, 5, &s_new) == 0 && s_new != s_old); /* the number reused */
+    CHECK(clef_handoff_base(&t, 7, &base) == 0 && base == 5);
+    clef_handoff_del(&t, 7, s_old); /* the old connection lets go late: a no-op */
+    CHECK(clef_handoff_base(&t, 7, &base) == 0 && base == 5);
+    CHECK(clef_handoff_base(&t, 9, &base) == 0 && base == 4);
+    clef_handoff_del(&t, 7, s_new);
+    CHECK(clef_handoff_base(&t, 7, &base) == -1);
+    CHECK(clef_handoff_base(&t, 9, &base) == 0 && base == 4);
+    clef_handoff_del(&t, 9, s_other);
+    CHECK(clef_handoff_base(&t, 9, &base) == -1 && t.n == 0);
+    for (int fd = 0; fd < 200; fd++) { /* past the first capacity: every entry found */
+        unsigned long long s;
+        CHECK(clef_handoff_add(&t, fd, (unsigned)fd * 3, &s) == 0);
+    }
+    int found = 0;
+    for (int fd = 0; fd < 200; fd++) found += clef_handoff_base(&t, fd, &base) == 0 && base == (unsigned)fd * 3;
+    CHECK(found == 200 && t.n == 200);
+    clef_handoff_free(&t);
+}
+
 int main(void) {
+    test_handoff_reuse();
     PASS("GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
     PASS("GET /health HTTP/1.0\r\n\r\n");
     PASS("\r\nGET / HTTP/1.1\r\nHost: x\r\n\r\n");
