@@ -170,6 +170,11 @@ int cmd_serve(int argc, char **argv) {
         fprintf(stderr, "clef serve: --api-key and --cors-origin take a non-empty value\n");
         return 2;
     }
+    for (const char *ch = sc.cors_origin; ch && *ch; ch++)
+        if ((unsigned char)*ch <= 0x20 || (unsigned char)*ch >= 0x7f) { /* it goes into a response header as it is */
+            fprintf(stderr, "clef serve: --cors-origin takes an origin (\"https://host[:port]\") or \"*\": no spaces or control characters\n");
+            return 2;
+        }
 
     /* Steady memory: large buffers (bodies, decoded images) go back to the system when freed
      * instead of raising glibc's dynamic mmap threshold and staying in the heap. */

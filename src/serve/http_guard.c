@@ -74,6 +74,7 @@ struct conn {
     char ref_msg[256];
     char ref_method[33];
     size_t ref_ml;
+    int ref_cors;  /* the refused head came from the --cors-origin origin */
     int closing;     /* write out, then shut down and drain */
     int draining;
     size_t drained;  /* bytes dropped while draining */
@@ -222,10 +223,12 @@ static void queue_answer(clef_guard *g, conn *c, int status, const char *type, c
     clef_buf_puts(&body, ",\"message\":");
     clef_json_render_string_utf8(&body, message, strlen(message));
     clef_buf_puts(&body, "}}");
-    clef_buf_printf(&out,
-                    "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nX-Request-Id: %s\r\nConnection: close\r\n"
-                    "Content-Length: %zu\r\n\r\n",
-                    status, reason, id, body.len);
+    clef_buf_printf(&out, "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nX-Request-Id: %s\r\nConnection: close\r\n",
+                    status, reason, id);
+    if (c->ref_cors) /* as the server's own answers (server.c): a browser shows the error, not a CORS failure */
+        clef_buf_printf(&out, "Access-Control-Allow-Origin: %s\r\nAccess-Control-Expose-Headers: X-Request-Id, Retry-After\r\n"
+                              "Vary: Origin\r\n", g->cfg.cors_origin);
+    clef_buf_printf(&out, "Content-Length: %zu\r\n\r\n", body.len);
     clef_buf_put(&out, body.data, body.len);
     size_t queued = 0;
     if (!out.oom && !body.oom && gb_reserve(&c->out, c->out.len + out.len, 1) == 0) {
@@ -255,6 +258,7 @@ static void refuse_at(conn *c, unsigned need, int status, const char *type, cons
     if (method) memcpy(c->ref_method, method, ml);
     c->ref_method[ml] = 0;
     c->ref_ml = method ? ml : 0;
+    c->ref_cors = 0;
 }
 
 /* A fresh socketpair for the request just walked (the first, or the first after an idle time):
@@ -336,6 +340,8 @@ static int walk(clef_guard *g, conn *c, double now) {
         size_t ml = clef_http_method_len(p, avail);
         if (rc < 0) {
             refuse_at(c, c->nreq, status, type, msg, status ? p : NULL, ml);
+            c->ref_cors = status && clef_guard_head_origin(p, avail < g->cfg.max_header ? avail : g->cfg.max_header,
+                                                           g->cfg.cors_origin);
             break;
         }
         unsigned long long cl = 0;

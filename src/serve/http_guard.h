@@ -64,6 +64,7 @@ typedef struct clef_guard_config {
     unsigned client_share;    /* of those, per client address */
     double keepalive_timeout_s; /* an idle connection between requests is closed after this; 0 = one request per connection */
     unsigned keepalive_requests;/* requests per connection (the server's answer to the last says close) */
+    const char *cors_origin;  /* --cors-origin (NULL: none): the guard's own answers carry CORS headers too */
     /* hands a connection whose head passed to libmicrohttpd; the guard no longer owns fd */
     int (*handoff)(void *ctx, int fd, const struct sockaddr *sa, socklen_t sl);
     /* a connection the guard answered or closed (for the log and the metrics) */

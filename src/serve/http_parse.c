@@ -200,6 +200,31 @@ int clef_guard_head_body(const char *head, size_t n, unsigned long long *cl) {
     return kind;
 }
 
+int clef_guard_head_origin(const char *head, size_t n, const char *allowed) {
+    if (!allowed || !head) return 0;
+    const char *p = memchr(head, '\n', n);
+    if (!p) return 0;
+    p++;
+    const char *stop = head + n;
+    while (p < stop) {
+        const char *le = memchr(p, '\n', (size_t)(stop - p));
+        if (!le) break; /* only whole lines: an incomplete one may not be its whole value */
+        size_t L = (size_t)(le - p);
+        if (L && p[L - 1] == '\r') L--;
+        if (L == 0) break; /* the empty line: the head's end */
+        const char *colon = memchr(p, ':', L);
+        if (colon && ieq(p, (size_t)(colon - p), "Origin")) {
+            const char *v = colon + 1;
+            size_t vn = L - (size_t)(colon - p) - 1;
+            trim(&v, &vn);
+            if (!strcmp(allowed, "*")) return 1;
+            return strlen(allowed) == vn && memcmp(allowed, v, vn) == 0;
+        }
+        p = le + 1;
+    }
+    return 0;
+}
+
 enum { C_SIZE, C_SIZE_LF, C_DATA, C_DATA_CR, C_DATA_LF, C_TR_NAME, C_TR_VALUE, C_TR_LF };
 
 static int hexval(unsigned char c) {

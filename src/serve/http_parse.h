@@ -17,6 +17,11 @@ int clef_guard_check_head(const char *data, size_t n, size_t max_header, size_t 
  * a head clef_guard_check_head passed (n = its head_len). */
 int clef_guard_head_body(const char *head, size_t n, unsigned long long *cl);
 
+/* 1 when head[0..n) (a request head, maybe incomplete or refused: only its whole lines count) has an
+ * Origin field that `allowed` (--cors-origin: an origin, or "*" for any) lets in; 0 otherwise or
+ * when allowed is NULL. The first Origin field decides. */
+int clef_guard_head_origin(const char *head, size_t n, const char *allowed);
+
 /* A chunked body, walked as it arrives. Zero it before the body's first byte. */
 typedef struct clef_chunk_state {
     int st;

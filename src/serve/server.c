@@ -908,6 +908,7 @@ clef_server *clef_server_start(const clef_server_config *c, char *err, size_t er
                             .client_share = s->cfg.client_share,
                             .keepalive_timeout_s = s->cfg.keepalive_timeout_s,
                             .keepalive_requests = s->cfg.keepalive_requests ? s->cfg.keepalive_requests : 1000,
+                            .cors_origin = s->cfg.cors_origin,
                             .handoff = guard_handoff, .refused = guard_refused, .ctx = s};
     s->guard = clef_guard_start(&gc, err, err_len);
     if (!s->guard) {

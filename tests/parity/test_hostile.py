@@ -15,7 +15,7 @@ server items), on the tiny checkpoint over loopback. Short timeouts keep it quic
 7. shutdown with a 1 byte/s uploader: exit within --timeout (not twice), the upload counted dropped.
 10. a missing model folder: exactly one stderr line, a JSON fatal line naming the folder.
 #19: X-Request-Id honoured or random; log lines with level, client, bytes_out, backend; --api-key
-   (401 + JSON, /health open unless --auth-all); --cors-origin preflights; gzip when asked.
+   (401 + JSON, /health open unless --auth-all); --cors-origin preflights, the CORS headers on the guard's own answers, a bad origin refused at start; gzip when asked.
 """
 import base64
 import gzip
@@ -596,8 +596,28 @@ def test_cors_gzip():
               "gzip when asked, same bytes decompressed (%s)" % hd.get("content-encoding"))
         st, hd, data = request(srv.port, "GET", "/openapi.json", headers={"Accept-Encoding": "gzip;q=0"})
         check("content-encoding" not in hd and data == plain, "no gzip at q=0")
+        # the guard's own answers (a Content-Length over --max-body: 413 before libmicrohttpd) carry
+        # the same CORS headers, or a browser shows a CORS failure instead of the error
+        big = HEAD + b"Content-Length: 99999999\r\n"
+        resp = raw(srv.port, big + b"Origin: http://ui.example\r\n\r\n")
+        hdr = resp.split(b"\r\n\r\n", 1)[0].lower()
+        check(status_of(resp) == 413 and b"\r\naccess-control-allow-origin: http://ui.example" in hdr
+              and b"access-control-expose-headers: x-request-id" in hdr and b"\r\nvary: origin" in hdr,
+              "the guard's 413 to the allowed origin has CORS headers (%r)" % hdr[:300])
+        for other in (b"Origin: http://evil.example\r\n", b""):
+            resp = raw(srv.port, big + other + b"\r\n")
+            check(status_of(resp) == 413 and b"access-control" not in resp.lower(),
+                  "the guard's 413 to another origin (%r) has none" % other)
     finally:
         srv.stop(signal.SIGKILL)
+    for bad in ("http://a\r\nSet-Cookie: x=1", "http://a b", "http://\u00e9.example"):
+        try:  # refused before the model loads; a server that starts instead is killed
+            p = subprocess.run([CLEF, "serve", "--model", MODEL, "--port", "0", "--cors-origin", bad],
+                               capture_output=True, text=True, timeout=30)
+            rc, err = p.returncode, p.stderr
+        except subprocess.TimeoutExpired:
+            rc, err = "still serving after 30 s", ""
+        check(rc == 2 and "--cors-origin" in err, "--cors-origin %r refused at start (%s)" % (bad, rc))
 
 
 def main():

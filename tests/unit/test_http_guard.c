@@ -92,8 +92,30 @@ static void test_handoff_reuse(void) {
     clef_handoff_free(&t);
 }
 
+/* Origin in a (refused) head: --cors-origin decides whether the guard's answer carries CORS headers. */
+static void test_head_origin(void) {
+    const char *h = "POST /v1/systemone HTTP/1.1\r\nHost: x\r\norigin:  http://ui.example \r\nContent-Length: 99999999\r\n\r\n";
+    size_t n = strlen(h);
+    CHECK(clef_guard_head_origin(h, n, "http://ui.example") == 1);
+    CHECK(clef_guard_head_origin(h, n, "*") == 1);
+    CHECK(clef_guard_head_origin(h, n, "http://ui.example:8080") == 0);
+    CHECK(clef_guard_head_origin(h, n, "http://ui.exampl") == 0);
+    CHECK(clef_guard_head_origin(h, n, NULL) == 0);
+    /* a line cut short is not read: its value may be longer */
+    size_t cut = (size_t)(strstr(h, "example") - h) + 7;
+    CHECK(clef_guard_head_origin(h, cut, "http://ui.example") == 0);
+    CHECK(clef_guard_head_origin(h, cut + 3, "http://ui.example") == 1);
+    const char *none = "GET /health HTTP/1.1\r\nHost: x\r\nX-Origin: http://ui.example\r\n\r\nOrigin: http://ui.example\r\n";
+    CHECK(clef_guard_head_origin(none, strlen(none), "*") == 0); /* not a field of this head, nor after its end */
+    const char *first = "GET / HTTP/1.1\r\nOrigin: http://a\r\nOrigin: http://b\r\n\r\n";
+    CHECK(clef_guard_head_origin(first, strlen(first), "http://a") == 1);
+    CHECK(clef_guard_head_origin(first, strlen(first), "http://b") == 0);
+    CHECK(clef_guard_head_origin("Origin: http://a\r\n", 18, "*") == 0); /* the request line is no field */
+}
+
 int main(void) {
     test_handoff_reuse();
+    test_head_origin();
     PASS("GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
     PASS("GET /health HTTP/1.0\r\n\r\n");
     PASS("\r\nGET / HTTP/1.1\r\nHost: x\r\n\r\n");
