@@ -50,11 +50,11 @@ run_suite() { # build dir, counts file
   done
   { echo "$pass $fail $skip"; printf '%s\n' "${failed[@]+"${failed[@]}"}"; } > "$2"
 }
-# Several builds' suites run side by side (each test is mostly one thread, and the ASan suite is the
-# longer one), their logs printed in order afterwards; CLEF_TEST_SERIAL=1 runs them one after another.
+# Several builds' suites run side by side (each test is mostly one thread), their logs printed in
+# order afterwards; CLEF_TEST_SERIAL=1 runs them one after another.
 tmpd=$(mktemp -d)
 # The fuzz corpus replays build their own sanitized targets whatever the suite, so they run once: in
-# the last suite named (build-asan under make check, which has the shorter suite of the two).
+# the last suite named (build-asan under make check; with them the two suites take about as long).
 export CLEF_FUZZ_SUITE="${!#}"
 serial=0
 [ "${CLEF_TEST_SERIAL:-0}" = 1 ] || [ $# -eq 1 ] && serial=1

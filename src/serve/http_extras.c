@@ -61,3 +61,9 @@ int clef_bearer_ok(const char *h, const char *key) {
     }
     return diff == 0;
 }
+
+int clef_cors_allows(const char *allowed, const char *origin, size_t len) {
+    if (!allowed || !origin) return 0;
+    if (!strcmp(allowed, "*")) return 1;
+    return strlen(allowed) == len && memcmp(allowed, origin, len) == 0;
+}

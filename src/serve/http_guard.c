@@ -22,6 +22,7 @@
 #include "base/buf.h"
 #include "base/json.h"
 #include "serve/handoff_table.h"
+#include "serve/http_extras.h"
 #include "serve/request_id.h"
 
 #define CHUNK_LINE_MAX CLEF_CHUNK_LINE_MAX /* nginx: a few KB, HAProxy the buffer */
@@ -226,8 +227,8 @@ static void queue_answer(clef_guard *g, conn *c, int status, const char *type, c
     clef_buf_printf(&out, "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nX-Request-Id: %s\r\nConnection: close\r\n",
                     status, reason, id);
     if (c->ref_cors) /* as the server's own answers (server.c): a browser shows the error, not a CORS failure */
-        clef_buf_printf(&out, "Access-Control-Allow-Origin: %s\r\nAccess-Control-Expose-Headers: X-Request-Id, Retry-After\r\n"
-                              "Vary: Origin\r\n", g->cfg.cors_origin);
+        clef_buf_printf(&out, "Access-Control-Allow-Origin: %s\r\nAccess-Control-Expose-Headers: " CLEF_CORS_EXPOSE
+                              "\r\nVary: Origin\r\n", g->cfg.cors_origin);
     clef_buf_printf(&out, "Content-Length: %zu\r\n\r\n", body.len);
     clef_buf_put(&out, body.data, body.len);
     size_t queued = 0;

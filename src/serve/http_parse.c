@@ -7,6 +7,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include "serve/http_extras.h"
+
 #define CHUNK_LINE_MAX CLEF_CHUNK_LINE_MAX /* nginx: a few KB, HAProxy the buffer */
 #define RESP_HEAD_MAX (64u << 10)
 
@@ -217,8 +219,7 @@ int clef_guard_head_origin(const char *head, size_t n, const char *allowed) {
             const char *v = colon + 1;
             size_t vn = L - (size_t)(colon - p) - 1;
             trim(&v, &vn);
-            if (!strcmp(allowed, "*")) return 1;
-            return strlen(allowed) == vn && memcmp(allowed, v, vn) == 0;
+            return clef_cors_allows(allowed, v, vn);
         }
         p = le + 1;
     }

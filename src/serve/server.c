@@ -224,7 +224,7 @@ static enum MHD_Result send_bytes(req *r, int status, const char *ctype, const c
     if (s->cfg.gzip_min) MHD_add_response_header(resp, MHD_HTTP_HEADER_VARY, r->cors ? "Accept-Encoding, Origin" : "Accept-Encoding");
     if (r->cors) {
         MHD_add_response_header(resp, "Access-Control-Allow-Origin", s->cfg.cors_origin);
-        MHD_add_response_header(resp, "Access-Control-Expose-Headers", "X-Request-Id, Retry-After");
+        MHD_add_response_header(resp, "Access-Control-Expose-Headers", CLEF_CORS_EXPOSE);
     }
     if (status == 429 || status == 503) MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, "1");
     if (status == 401) MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
@@ -426,7 +426,7 @@ static void request_meta(clef_server *s, req *r) {
     clef_sockaddr_text(ci ? ci->client_addr : NULL, r->client, sizeof r->client);
     r->gzip_ok = clef_accepts_gzip(MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_ACCEPT_ENCODING));
     const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
-    r->cors = s->cfg.cors_origin && origin && (!strcmp(s->cfg.cors_origin, "*") || !strcmp(s->cfg.cors_origin, origin));
+    r->cors = clef_cors_allows(s->cfg.cors_origin, origin, origin ? strlen(origin) : 0);
 }
 
 /* A CORS preflight (OPTIONS with Origin, --cors-origin set): 204 with the allowed methods and

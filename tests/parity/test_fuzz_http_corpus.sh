@@ -5,11 +5,7 @@
 # stops. Built here with clang's libFuzzer + ASan + UBSan; skipped (77) where clang cannot link one.
 set -u
 cd "$(dirname "$0")/../.."
-# the target is built here with its own sanitizers, whatever the suite: replayed once (run alone, or
-# in the suite tests/run.sh names in CLEF_FUZZ_SUITE)
-if [ -n "${CLEF_FUZZ_SUITE:-}" ] && [ "${CLEF_BUILD%/}" != "$(pwd)/${CLEF_FUZZ_SUITE%/}" ]; then
-  echo "skip: replayed in the ${CLEF_FUZZ_SUITE%/}/ suite (the fuzz build is sanitized already)"; exit 77
-fi
+. tests/parity/fuzz_suite.sh # replayed once, not in every suite
 command -v clang >/dev/null || { echo "no clang: the fuzz target is not built"; exit 77; }
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
