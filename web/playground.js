@@ -166,7 +166,7 @@
     const fs = $('question-template').content.firstElementChild.cloneNode(true);
     fs.dataset.type = type;
     fs.querySelector('.q-type').textContent = TYPE_LABEL[type];
-    fs.querySelector('.q-id').value = id || uniqueId(type);
+    fs.querySelector('.q-id').value = id === undefined ? uniqueId(type) : id; // "" stays ""
     setField(fs.querySelector('.q-instructions'), instructions);
     const add = fs.querySelector('.add-option');
     if (type === 'noul') {
@@ -889,11 +889,11 @@
       changed();
     });
     $('add-choice').addEventListener('click', () => {
-      addQuestion('choice', '', null, [['', null], ['', null]]).querySelector('.q-id').focus();
+      addQuestion('choice', undefined, null, [['', null], ['', null]]).querySelector('.q-id').focus();
       changed();
     });
     $('add-score').addEventListener('click', () => {
-      addQuestion('score', '', null, [[null, 'low'], [null, 'medium'], [null, 'high']]).querySelector('.q-id').focus();
+      addQuestion('score', undefined, null, [[null, 'low'], [null, 'medium'], [null, 'high']]).querySelector('.q-id').focus();
       changed();
     });
     const syncKind = () => $('state').classList.toggle('mono', $('kind-json').checked);

@@ -3,22 +3,33 @@
 chromium-driver, Selenium from .venv-test) against `clef serve --model models/tiny` on loopback.
 
 - HTTP: /, /playground.js, /playground.css are the web/ files byte for byte, with their
-  Content-Type, the Content-Security-Policy and nosniff; POST / is 405; with --no-ui all three
-  are 404.
-- The browser, at a phone's size (390x844): fills a text state, uploads a PNG with the file
-  picker, adds a choice question (with an integer-like option id, so JavaScript's key order
-  cannot go unnoticed) and a score question beside the page's own noul one, submits; the request
-  the page shows as curl is the one the test builds, the raw response is byte-equal to `clef
-  decide --request -` on that request, and every bar's number (and the summaries' choice, score,
-  confidence) equals decide's, in request order, each bar as wide as its probability.
-- Then a JSON state: invalid JSON is refused on the page with a readable message and no request;
-  valid JSON (with an integer past 2^53, sent as typed) and the image removed: again equal to
-  decide's. Then a truncated PNG: the server's 422 is shown as "HTTP 422 — <type>: <message>".
-- No console errors (the expected 422 resource error of that last step aside), no horizontal
-  scrolling at phone width, and no request leaves loopback: every request in Chromium's
-  performance log goes to the server (or is a data: URL), and Chromium runs with a proxy on a
-  closed port for everything that is not loopback.
+  Content-Type, the Content-Security-Policy and nosniff; POST / is 405; /openapi.json (linked from
+  the page) answers; with --no-ui the three files are 404.
+- At a phone's 390x844: fills a text state, uploads a PNG with the file picker, adds a choice
+  question (with an integer-like option id, so JavaScript's key order cannot go unnoticed) and a
+  score question beside the page's own noul one, presses Decide: the first answer's bars are inside
+  the viewport and not covered, with no scrolling by the test; the request the page shows as curl
+  is the one the test builds, the raw response is byte-equal to `clef decide --request -` on it,
+  and every bar's number (and the summaries) equals decide's, in request order, each bar as wide as
+  its probability. Typed values are in the text colour, placeholders not. Then a JSON state:
+  invalid JSON is refused on the page (the field focused and annotated, nothing sent); valid JSON
+  (an integer past 2^53, sent as typed): equal to decide's. A truncated PNG: the server's 422 is
+  shown as "HTTP 422 — <type>" + message, in view, with no Answers heading. A video through the
+  file picker: sent as a data: URL in "videos", answered as decide answers it. A reload keeps the
+  form (the video too); Decide from the top of the page scrolls the answers into view.
+- At 1280x800: the answers beside the form; each example (support ticket, JSON record, image)
+  fills the form and is answered as decide answers it, the ticket's bars in the viewport after
+  Decide; a pasted request (integer-like ids, a large integer, 2.50, "" and null, raw, an image)
+  round-trips through the form, the JSON panel and what Decide sends, and is answered as decide
+  answers it; a pasted question with a misspelt key is refused by name, the form untouched.
+- A server with --api-key: the 401 opens Options and focuses and marks the key field, with a note;
+  with the key typed in, answers.
+- No console errors (the expected 4xx aside), no horizontal scrolling at phone width, and no
+  request leaves loopback: every request in Chromium's performance log goes to the test's servers
+  (or is a data: URL), and Chromium runs with a proxy on a closed port for everything that is not
+  loopback.
 
+Screenshots go to $CLEF_SCREENSHOTS, or to a temporary folder (printed at the end).
 Skips (77) only when chromium or chromedriver is not installed (tools/setup.sh installs both)."""
 import base64
 import http.client
@@ -490,6 +501,11 @@ def phone_rounds(d, origin):
     kept = form_request(d)
     check(kept == body4, "after a reload the form holds the same request\n before: %s\n after:  %s" % (body4[:300], kept[:300]))
     check(len(d.find_elements(By.CSS_SELECTOR, "#videos li")) == 1, "after a reload the video is listed")
+    # Decide with the page at its top: the answers, far below the form, are brought into view
+    d.execute_script("window.scrollTo(0, 0)")
+    submit_and_wait(d, "answers")
+    answers_in_view(d, "390x844 Decide from the top of the page")
+    check(d.execute_script("return window.scrollY") > 0, "from the top of the page: the page scrolled to the answers")
 
 
 PRESET_KIND = {"ticket": "text", "record": "json", "image": "text"}
