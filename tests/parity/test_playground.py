@@ -554,13 +554,15 @@ def wide_rounds(d, origin):
     pasted = ('{"model": "clef-flash",\n "state": {"serial": 12345678901234567890, "b": [1, 2.50, {"z": null, "a": true}]},\n'
               ' "questions": {"2": {"type": "choice", "instructions": "", "criteria": {"b": "Bee", "10": null, "a": ""}},\n'
               '   "lvl": {"type": "score", "criteria": [null, "mid", "top"]}, "1": {"type": "noul", "instructions": "On?"}},\n'
-              ' "images": ["%s"], "raw": true}' % data_url(PNG, "image/png"))
+              ' "images": ["%s"], "raw": true, "media_kwargs": {}}' % data_url(PNG, "image/png"))
     paste_request(d, pasted)
     qs = form_questions(d)
     check(qs == [["2", "choice", ["b", "10", "a"]], ["lvl", "score", []], ["1", "noul", []]],
           "pasted: the questions and options in the form, in order: %r" % qs)
     check(d.find_element(By.ID, "kind-json").is_selected() and d.find_element(By.ID, "raw").is_selected()
           and len(d.find_elements(By.CSS_SELECTOR, "#images li img")) == 1, "pasted: JSON state, raw, one image")
+    extra = js_text(d, "extra-keys")
+    check('"media_kwargs"' in extra, "pasted: a key the form has no field for is listed as sent as pasted: %r" % extra)
     shown = form_request(d)
     check(ordered(shown) == ordered(pasted), "pasted: the JSON panel shows the pasted request\n %s" % shown[:400])
     submit_and_wait(d, "answers")
@@ -573,6 +575,17 @@ def wide_rounds(d, origin):
     check(d.find_element(By.ID, "json-error").get_attribute("hidden") is None and "questions.q" in msg
           and '"instruction"' in msg, "a key the form cannot hold is refused, naming the place: %r" % msg)
     check(form_questions(d) == qs, "a refused paste leaves the form as it was")
+    # pasted on the page, outside any field: the panel opens with it and the form is filled
+    d.execute_script("""
+        document.getElementById('json-panel').open = false; document.activeElement.blur();
+        const dt = new DataTransfer(); dt.setData('text/plain', arguments[0]);
+        document.body.dispatchEvent(new ClipboardEvent('paste', {clipboardData: dt, bubbles: true, cancelable: true}));""",
+                     '{"state": "pasted on the page", "questions": {"only": {"type": "noul"}}}')
+    check(form_questions(d) == [["only", "noul", []]] and d.find_element(By.ID, "state").get_attribute("value")
+          == "pasted on the page" and d.find_element(By.ID, "json-panel").get_attribute("open") is not None,
+          "a request pasted outside a field fills the form: %r" % form_questions(d))
+    check(js_text(d, "extra-keys") == "" and "media_kwargs" not in json.loads(form_request(d)),
+          "a new paste replaces the earlier one's extra keys")
     d.execute_script("document.getElementById('json-panel').open = false")
     check(severe(d) == [], "no console errors at 1280x800")
 
