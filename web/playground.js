@@ -503,15 +503,17 @@
   let saveTimer = 0;
   // The form changed (an edit, a button, a preset, a pasted request): keep it, and show it in the
   // JSON panel (the form wins over unapplied edits there).
+  // Both wait for a pause in typing: with a video in the form each is a pass over megabytes.
   function changed() {
     jsonDirty = false;
     clearTimeout(saveTimer);
-    saveTimer = setTimeout(save, 200);
-    refreshJson();
+    saveTimer = setTimeout(() => {
+      save();
+      refreshJson();
+    }, 200);
   }
 
   function save() {
-    clearTimeout(saveTimer);
     const f = readForm();
     let note = '';
     try {
@@ -782,6 +784,7 @@
     $('curl').textContent = curlOf(req.body);
     $('raw-response').textContent = '';
     $('answers').textContent = '';
+    $('result').scrollTop = 0; // the new answers start at the top of their column
     busy = true;
     $('submit').disabled = true;
     $('status').textContent = 'waiting for the model…';
