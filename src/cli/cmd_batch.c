@@ -574,9 +574,10 @@ int cmd_batch(int argc, char **argv) {
     const cli_cmd cmd = {
         .verb = "batch", .usage = "--model DIR [options] IN.jsonl|- OUT.jsonl", .opts = opts,
         .args = paths, .n_args = &n_paths, .min_args = 2, .max_args = 2,
-        .about = "One answer line per request line, in order. Lines already complete in OUT are kept and their\n"
-                 "requests skipped (resume) when OUT.clef-batch records the same IN and settings; a partial last\n"
-                 "line is removed. IN = - reads stdin (no resume). OUT may not be IN.\n"};
+        .about = "One answer line per request line, in order. The lines of OUT that OUT.clef-batch vouches for\n"
+                 "(the same IN and settings, OUT's first bytes unchanged) are kept and their requests skipped\n"
+                 "(resume); what follows them is removed and answered again. One run at a time per OUT (it is\n"
+                 "locked; a second run refuses, exit 2). IN = - reads stdin (no resume). OUT may not be IN.\n"};
     int st = cli_parse(&cmd, argc, argv);
     if (st != CLI_CONTINUE) return st;
 
