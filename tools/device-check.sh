@@ -4,7 +4,7 @@
 #
 #   tools/device-check.sh prep     HERE (no GPU needed): builds clef / test_cuda_ops / bench_cuda with
 #                                  `make CUDA=1 VIDEO=0 CUDA_ARCHS=90` into build-cuda/dc and fills
-#                                  build-cuda/devcheck/ (~20 MB, carried to the device) with them, the
+#                                  build-cuda/devcheck/ (~11 MB, carried to the device) with them (xz), the
 #                                  shared libraries they need beyond glibc and CUDA, the tiny checkpoint's
 #                                  tokenizer (gzip) and manifest, and ref/: the CPU's answers to the corpus
 #                                  (`clef batch --device cpu`, and `clef decide` for the spot checks), the
@@ -118,6 +118,10 @@ if [ "$mode" = prep ]; then
   for b in "$DC"/bin/*; do objdump -T "$b" | grep -o 'GLIBC_[0-9.]*' ; done | sort -uV | tail -1 > "$DC/glibc-needed.txt"
   git rev-parse HEAD > "$DC/commit.txt" 2>/dev/null || echo "(no git)" > "$DC/commit.txt"
   LD_LIBRARY_PATH="$root/$DC/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" prep_reference "$DC/bin/clef"
+  # binaries and libraries as one xz archive: ~35 MB become ~7 (clef links libcurl for `clef pull`, whose
+  # TLS / Kerberos / LDAP closure is most of the libraries); the working tree and the carry share 64 MiB
+  tar -C "$DC" -cf - bin lib | xz -6 -T"$jobs" > "$DC/binaries.tar.xz"
+  rm -rf "$DC/bin" "$DC/lib"
   du -sh "$DC"
   echo "prep done: now run(command=\"bash tools/device-check.sh\", carry=[\"$DC\"], timeout_s=400)"
   exit 0
@@ -198,7 +202,11 @@ say "device-check $mode $(cat "$DC/commit.txt" 2>/dev/null || git rev-parse HEAD
 say "budget ${BUDGET}s; kernels CLEF_CUDA_ATTN=$CLEF_CUDA_ATTN CLEF_CUDA_DELTA=$CLEF_CUDA_DELTA; variants: ${DEVCHECK_VARIANTS:-none}"
 gpu_sample start before
 
-# ---- build: the carried binaries, else a device build
+# ---- build: the carried binaries (unpacked from prep's archive), else a device build
+if [ -z "$DRY" ] && [ -f "$DC/binaries.tar.xz" ] && [ ! -x "$DC/bin/clef" ]; then
+  python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$DC/binaries.tar.xz" "$DC" \
+    || say "could not unpack $DC/binaries.tar.xz"
+fi
 export BIN_CLEF="$DC/bin/clef" BIN_TEST="$DC/bin/test_cuda_ops" BIN_BENCH="$DC/bin/bench_cuda"
 if [ -n "$DRY" ]; then
   BIN_CLEF=$WORK/stub/clef BIN_TEST=$WORK/stub/test_cuda_ops BIN_BENCH=$WORK/stub/bench_cuda

@@ -13,7 +13,7 @@ read and write JSON. Standard library only, except `make-full` (numpy, through w
     device_check.py client PORT CLIENTS SECONDS BODY LABEL LABEL_LONG
                                                          CLIENTS keep-alive connections POST BODY to clef serve
                                                          on 127.0.0.1:PORT: latency percentiles from the socket
-    device_check.py make-full DIR                        a 9B-shape checkpoint (write_tiny.py --full-dims
+    device_check.py make-full DIR [DIMS]                 a 9B-shape checkpoint (write_tiny.py --full-dims
                                                          layout) with cheap, repeating values: for timing only
     device_check.py stub NAME ARGS...                    DEVCHECK_DRY=1's stand-ins for the GPU programs
 """
@@ -384,7 +384,7 @@ def client(port, clients, seconds, body_path, label, label_long):
 
 # ------------------------------------------------------------------------------------------ 9B checkpoint
 
-def make_full(out):
+def make_full(out, dims="--full-dims"):
     """write_tiny.py --full-dims's files (the same names, shapes and dtypes), but each tensor's values are one
     2M-element block of its value rule repeated: seconds instead of the minutes of the exact generator, and no
     manifest (nothing is compared against it). Finite, of the right scale: the times are the real ones."""
@@ -412,7 +412,7 @@ def make_full(out):
     wt.T.chunks = chunks
     wt.write_manifest = lambda d: []
     t0 = time.time()
-    rc = wt.main([out, "--full-dims"])
+    rc = wt.main([out] + ([dims] if dims else []))
     print(f"make-full: {out} in {time.time() - t0:.1f} s")
     return rc
 
@@ -554,8 +554,8 @@ def main(argv):
         summary(a[0])
     elif cmd == "client" and len(a) == 6:
         return client(int(a[0]), int(a[1]), float(a[2]), a[3], a[4], a[5])
-    elif cmd == "make-full" and len(a) == 1:
-        return make_full(a[0])
+    elif cmd == "make-full" and len(a) in (1, 2):  # a second argument: write_tiny's dims flag ("" = tiny)
+        return make_full(*a)
     elif cmd == "stub" and a:
         return stub(a[0], a[1:])
     else:
