@@ -39,7 +39,7 @@
 # separated by spaces, a variant's VAR=VALUE settings by commas; each runs bench_cuda with them.
 # Time: every step runs under `timeout` (its own limit); the script tracks a total budget
 # ($DEVCHECK_BUDGET seconds, default 300 for run, 240 for bench) and skips a step when less than half its
-# limit is left, so a call with timeout_s = budget + 60 always returns its files. summary.txt is written
+# limit is left, so a call with timeout_s = budget + 120 always returns its files. summary.txt is written
 # as the steps end: a killed call still brings back what was done. Every bench and served figure has the
 # GPU's name, SM / memory clocks, power and temperature sampled before and after its step (bench.jsonl
 # "kind":"gpu" lines; the summary prints them beside the figures).
@@ -123,7 +123,7 @@ if [ "$mode" = prep ]; then
   tar -C "$DC" -cf - bin lib | xz -6 -T"$jobs" > "$DC/binaries.tar.xz"
   rm -rf "$DC/bin" "$DC/lib"
   du -sh "$DC"
-  echo "prep done: now run(command=\"bash tools/device-check.sh\", carry=[\"$DC\"], timeout_s=400)"
+  echo "prep done: now run(command=\"bash tools/device-check.sh\", carry=[\"$DC\"], timeout_s=420)"
   exit 0
 fi
 case "$mode" in run|bench) ;; *) echo "usage: tools/device-check.sh [prep|run|bench]" >&2; exit 2 ;; esac
@@ -295,7 +295,7 @@ if [ "$mode" = run ]; then
     "$BIN_TEST" > "$OUT/test_cuda_ops.txt" 2>&1
     local rc=$?
     say "test_cuda_ops: exit $rc ($(now)s): $(tail -n 1 "$OUT/test_cuda_ops.txt")"
-    grep -E 'worst rel|^graph ' "$OUT/test_cuda_ops.txt" | tee -a "$SUM" > /dev/null
+    grep -E 'worst rel|^graph |^gemm topn' "$OUT/test_cuda_ops.txt" | tee -a "$SUM" > /dev/null
     grep -c 'FAIL' "$OUT/test_cuda_ops.txt" | sed 's/^/op comparisons over their bar: /' | tee -a "$SUM" > /dev/null
     grep -E 'CHECK failed' "$OUT/test_cuda_ops.txt" | head -5 | tee -a "$SUM" > /dev/null
     return $rc

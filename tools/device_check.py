@@ -300,6 +300,11 @@ def summary(path):
             out.append("  %-10s %-4s %-8s %-30s%s %d x %d tok: %.0f tok/s" % (
                 d["kind"], d["precision"], d.get("variant", "base"), d.get("kernels", "?"),
                 " graph" if d.get("graph") else "", d["records"], d["tokens_each"], d["tokens_per_s"]))
+    for d in rows:  # CLEF_CUDA_GEMM_TOPN's choices (bench_cuda's device line)
+        if d.get("kind") == "device" and d.get("gemm_topn", 0) > 1:
+            out.append(f"  gemm top{d['gemm_topn']} {d['precision']} {d.get('variant', 'base')}: {d.get('gemm_shapes')} shapes tuned, "
+                       f"{d.get('gemm_picked_other')} picked another than the first; one call of each: "
+                       f"{d.get('gemm_first_us')} us first -> {d.get('gemm_best_us')} us picked")
     variants = []
     for d in prefill:
         if d.get("variant") and d["variant"] not in variants:
@@ -462,7 +467,10 @@ def stub(name, args):
                 ms = per * 436 * n * 0.8
                 print(json.dumps(dict(kind="packed", precision=p, records=n, tokens_each=436, seconds=ms / 1e3,
                                       tokens_per_s=n * 436 / ms * 1e3, records_per_s=n / ms * 1e3, **k)))
-            print(json.dumps(dict(kind="device", precision=p, name="DRY stub GPU", **k)))
+            topn = int(os.environ.get("CLEF_CUDA_GEMM_TOPN") or 0)
+            gemm = dict(gemm_topn=topn, gemm_shapes=8, gemm_picked_other=3, gemm_first_us=900.0, gemm_best_us=850.0) \
+                if topn > 1 else {}
+            print(json.dumps(dict(kind="device", precision=p, name="DRY stub GPU", **gemm, **k)))
         return 0
     if name == "clef":
         verb = args[0] if args else ""

@@ -23,13 +23,13 @@ absent() {
 # ---- 1. run mode, two variants
 out=$tmp/run
 DEVCHECK_DRY=1 DEVCHECK_DC=$tmp/no-prep OUT=$out DEVCHECK_WORK=$tmp/work1 DEVCHECK_SERVE_SECONDS=1 \
-  DEVCHECK_VARIANTS="CLEF_CUDA_DELTA=v4 CLEF_CUDA_DELTA=v5,CLEF_CUDA_ATTN=v4 bad;variant" \
+  DEVCHECK_VARIANTS="CLEF_CUDA_DELTA=v4 CLEF_CUDA_DELTA=v5,CLEF_CUDA_ATTN=v4 CLEF_CUDA_GEMM_TOPN=8 bad;variant" \
   bash tools/device-check.sh run > $tmp/run.stdout 2>&1
 rc=$?
 [ $rc = 0 ] || { echo "FAIL: dry run exited $rc"; tail -20 $tmp/run.stdout; fail=1; }
 S=$out/summary.txt
 [ -s "$S" ] || { echo "FAIL: no summary.txt"; cat $tmp/run.stdout | tail -20; exit 1; }
-check "first line names the commit and the device" '^device-check run [0-9a-f(]+.* on .*DRY RUN' "$S"
+check "first line names the commit and the device" '^device-check run .* on .*DRY RUN' "$S"
 check "test_cuda_ops line" '^test_cuda_ops: exit 0 ' "$S"
 for p in fp32 fast; do
   check "corpus batch $p within its bar" "^corpus \(clef batch\) cuda $p: 142/142 lines, worst max\|dp\| [0-9.e+-]+ vs cpu \(bar .*0 failing: ok$" "$S"
@@ -49,6 +49,7 @@ check "served image" '^served bf16 image 640x480 \(m001\): p50 ' "$S"
 check "engine with the head" '^engine \(clef bench\) bf16 436 tok: text [0-9.]+ ms, head [0-9.]+ ms' "$S"
 check "the bad variant refused" "^variant 'bad;variant' ignored" "$S"
 check "variants table" '^  CLEF_CUDA_DELTA=v5,CLEF_CUDA_ATTN=v4 +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9]+$' "$S"
+check "the GEMM choice's figures" '^  gemm top8 bf16 CLEF_CUDA_GEMM_TOPN=8: 8 shapes tuned, 3 picked another than the first; one call of each: 900.0 us first -> 850.0 us picked$' "$S"
 check "baseline again after the variants" '^  base-again +[0-9.]+ ' "$S"
 check "per-op rows per variant" '^  kernel bf16 +436 delta_rule +base [0-9.]+  CLEF_CUDA_DELTA=v4 [0-9.]+' "$S"
 check "no timeouts, no skips" '^steps timed out: 0, skipped for the budget: 0$' "$S"
