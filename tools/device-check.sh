@@ -49,6 +49,7 @@
 # (tools/device_check.py stub) for nvidia-smi, test_cuda_ops, bench_cuda, clef and ncu;
 # DEVCHECK_DRY_HANG=NAME makes the steps whose name contains NAME hang (their timeouts fire);
 # DEVCHECK_TIMEOUT_PCT scales every step's limit (tests/parity/test_device_check.sh uses both).
+# DEVCHECK_SKIP="served graphs ...": steps not to run (by name, as the summary prints them).
 set -u
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -138,6 +139,7 @@ if [ "$mode" = bench ]; then export BUDGET=${DEVCHECK_BUDGET:-240}; else export 
 export WORK=${DEVCHECK_WORK:-/tmp/clef-devcheck}
 rm -rf "$WORK" && mkdir -p "$WORK"
 export PY DC root SPOT
+case $DC in /*) export dc_abs=$DC ;; *) export dc_abs=$root/$DC ;; esac
 now() { echo $(( $(date +%s) - T0 )); }
 say() { echo "$*" | tee -a "$SUM"; }
 log() { echo "[$(now)s] $*" >> "$LOG"; }
@@ -153,8 +155,11 @@ gpu_sample() {
 # to what is left. Returns FUNCTION's status, 124 on a timeout, 125 when skipped.
 STEPS_SKIPPED=0 STEPS_TIMED_OUT=0
 step() {
-  local name=$1 t=$(( $2 * PCT / 100 )); shift 2
+  local name=$1 t=$(( $2 * PCT / 100 )) w; shift 2
   [ $t -ge 1 ] || t=1
+  for w in ${DEVCHECK_SKIP:-}; do
+    [ "$w" != "$name" ] || { say "$name: skipped (DEVCHECK_SKIP)"; return 125; }
+  done
   local left=$(( BUDGET - $(now) - RESERVE ))
   if [ $left -lt $(( (t + 1) / 2 )) ]; then
     say "$name: skipped (budget: $(now)s of ${BUDGET}s used, limit ${t}s)"
@@ -190,7 +195,7 @@ fi
 export CLEF_CUDA_ATTN=${CLEF_CUDA_ATTN:-v4} CLEF_CUDA_DELTA=${CLEF_CUDA_DELTA:-v4}
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 # CUDA libraries: the toolkit's, else the pip wheels next to PyTorch
-extra_ld="$root/$DC/lib:$CUDA_HOME/lib64"
+extra_ld="$dc_abs/lib:$CUDA_HOME/lib64"
 for d in $(python3 -c 'import nvidia, os; p = nvidia.__path__[0]; print(" ".join(os.path.join(p, s, "lib") for s in ("cublas", "cuda_runtime", "cu13")))' 2>/dev/null); do
   [ -d "$d" ] && extra_ld="$extra_ld:$d"
 done
@@ -312,7 +317,7 @@ if [ "$mode" = run ]; then
     gzip -dc "$DC/tokenizer.json.gz" > $MODEL/tokenizer.json
     cp "$DC/tokenizer_config.json" $MODEL/
     python3 tools/reference/write_tiny.py $MODEL >> "$LOG" 2>&1 || return 1
-    if (cd $MODEL && sha256sum -c --quiet "$root/$DC/manifest.sha256") >> "$LOG" 2>&1; then
+    if (cd $MODEL && sha256sum -c --quiet "$dc_abs/manifest.sha256") >> "$LOG" 2>&1; then
       say "tiny checkpoint regenerated: sha256 matches models/tiny's manifest"
     else
       say "tiny checkpoint regenerated: sha256 DIFFERS from models/tiny's manifest (the carried cpu answers do not apply)"
