@@ -18,9 +18,11 @@
  *  - CLEF_CUDA_BF16: one term, h = bf16(x), and one cuBLASLt GEMM per Linear (half the fast path's
  *    tensor-core work; input error u |x| instead of u^2 |x|), the bias added in the GEMM's epilogue
  *    (CUBLASLT_EPILOGUE_BIAS: fp32, one rounding) when cuBLASLt has an algorithm for it, else by
- *    the separate kernel. Not verified on a GPU yet (docs/cuda.md).
- * The bias is added by a separate kernel. No atomics anywhere (cuBLAS's default atomics mode is
- * "not allowed"; cuBLASLt's reduction schemes are sequential), so the bits repeat. */
+ *    the separate kernel (verified by run 2026-12-04a, docs/cuda.md).
+ * cuBLASLt's algorithm for a shape: the heuristic's first, or with CLEF_CUDA_GEMM_TOPN = N > 1 the fastest
+ * of its top N among those that give the first's bits (pick_algo), chosen once per shape and kept.
+ * The bias is added by a separate kernel. No floating-point atomics (cuBLAS's default atomics mode is
+ * "not allowed"; cuBLASLt's reduction schemes are sequential; pick_algo's output hash adds integers), so the bits repeat. */
 #include "compute/cuda/cuda_internal.cuh"
 
 namespace clefcu {
