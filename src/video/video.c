@@ -301,7 +301,15 @@ static int demux_open(demux *d, const uint8_t *data, size_t n, const clef_video_
     for (unsigned i = 0; i < d->fmt->nb_streams; i++)
         if ((int)i != d->stream) d->fmt->streams[i]->discard = AVDISCARD_ALL;
     AVRational r = st->avg_frame_rate;
-    if (r.num <= 0 || r.den <= 0) return clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA, "'video_fps'");
+    if (r.num <= 0 || r.den <= 0) {
+        /* The reference's FFmpeg (8.1) gives a raw elementary stream (.m4v) its demuxer's frame rate,
+         * where Debian's leaves none; such a stream cannot seek, so torchvision keeps no frame and the
+         * processor raises on t = 0 (measured: tests/fixtures/video mpeg4_raw.m4v) */
+        if (av_seek_frame(d->fmt, d->stream, 0, AVSEEK_FLAG_BACKWARD) < 0)
+            return clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA, "t:0 must be larger than temporal_factor:%d",
+                                o->temporal_patch_size);
+        return clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA, "'video_fps'");
+    }
     *fps = (double)r.num / (double)r.den;
     /* ours: limits from the headers, before decoding */
     int64_t w = st->codecpar->width, h = st->codecpar->height;
