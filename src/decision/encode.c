@@ -407,6 +407,10 @@ static int cost_images(const json_value **entries, size_t n, const clef_image_op
         clef_err e;
         clef_err_clear(&e);
         int r = clef_image_probe_entry(entries[k]->u.string.s, entries[k]->u.string.len, io, &pr[k], &e);
+        if (r == -1 && e.type && !strcmp(e.type, CLEF_E_OOM)) { /* reported, never absorbed by a retry */
+            *err = e;
+            goto done;
+        }
         if (r == -1) {
             stop = k;
             stop_err = e;
