@@ -377,6 +377,8 @@ static int cost_images(const json_value **entries, size_t n, const clef_image_op
                        size_t max_length, const clef_encode_opts *opts, clef_record *out, clef_err *err) {
     size_t max_images = io->max_images ? io->max_images : max_length / CLEF_IMAGE_MIN_TOKENS_PER_IMAGE;
     if (max_images < 1) max_images = 1;
+    if (n > max_images && io->max_images)
+        return clef_err_set(err, CLEF_E_LIMIT, "the request has %zu images; the limit is %zu", n, max_images);
     if (n > max_images)
         return clef_err_set(err, CLEF_E_LIMIT,
                             "the request has %zu images; the limit is %zu (each image takes at least %d of the %zu "

@@ -13,6 +13,8 @@ checkpoint, through `clef decide` and `clef serve` (loopback):
    each at media_kwargs min/max_pixels 1024, 250 Mpx of decoding) with --timeout 1: the preparation
    stops at its next image once the shutdown's budget is spent, and the server exits within
    --timeout + 2 s (before: after the whole preparation).
+5. clef_options.max_images through the Python package (build/dist/libclef.so): 3 images answered
+   with the default, refused 413 RequestTooLong at max_images=2.
 """
 import base64
 import http.client
@@ -209,6 +211,24 @@ def main():
     check(rc == 0, "SIGTERM during a 250-image preparation: exit %d" % rc)
     check(took < 1 + 2, "SIGTERM during a 250-image preparation: exit after %.2f s (bar: --timeout 1 + 2 s)" % took)
     print("  the client got:", result.get("answer", (None, b""))[0], result.get("answer", (None, b""))[1][:120])
+
+    # ---- clef_options.max_images (the Python package on build/dist/libclef.so) ----
+    lib = os.path.join(BUILD, "dist", "libclef.so")
+    if os.path.exists(lib):
+        os.environ["CLEF_LIBRARY"] = lib
+        sys.path.insert(0, os.path.join(ROOT, "python", "src"))
+        import clef
+        three = json.loads(small)
+        for cap, want in ((0, None), (2, "RequestTooLong")):
+            e = clef.Engine(MODEL, threads=1, max_images=cap)
+            try:
+                got = "answered" if "answers" in e.decide(three) else "?"
+            except clef.Error as x:
+                got = x.type if x.status == 413 else "%s %d" % (x.type, x.status)
+            e.close()
+            check(got == (want or "answered"), "python, max_images=%d, three images: %s" % (cap, got))
+    else:
+        print("  (no %s: max_images through the Python package not checked)" % lib)
 
     if failures:
         print("%d failure(s)" % len(failures))
