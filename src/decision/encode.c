@@ -479,7 +479,8 @@ done:
  * prefix. `fixed` holds the schema's and suffix's lengths (for the budget message). */
 static int encode_images(const clef_tokenizer *tok, const clef_request *req, const clef_encode_opts *opts,
                          const json_value **entries, size_t n_entries, size_t max_length, size_t fixed,
-                         clef_record *out, clef_ids *prefix, image_count *ic, int *unpaid, clef_err *err) {
+                         clef_record *out, clef_ids *prefix, image_count *ic, int *unpaid, size_t *unpushed,
+                         clef_err *err) {
     size_t *placeholder = NULL; /* tokens of each entry's placeholder when the first entry is several images */
     int rc = -1;
     clef_image_opts io;
@@ -580,6 +581,18 @@ layout:
                 goto done;
             }
             ic->features += out->images[k].n_pad;
+        }
+    }
+    if (*unpaid) {
+        /* over the budget from the headers: a prefix that alone passes max_length is only counted (its
+         * pads could be billions: min_pixels = max_pixels = 2^40), for the caller's SchemaTooLong */
+        size_t media = 0;
+        for (size_t k = 0; k < n_entries; k++) media += 2 + out->images[k].n_pad;
+        if (prefix->n + media > max_length) {
+            *unpaid = 2;
+            *unpushed = media;
+            rc = 0;
+            goto done;
         }
     }
     for (size_t k = 0; k < n_entries; k++) {
@@ -719,9 +732,12 @@ int clef_encode_record(const clef_tokenizer *tok, const clef_request *req, const
             goto done;
         }
     }
-    int unpaid = 0; /* the images are over the budget: their grids only, no pixel arrays (cost_images) */
+    /* unpaid: the images are over the budget (cost_images): their grids only, no pixel arrays; 2: their
+     * `unpushed` tokens (pads and delimiters) are counted, not in `prefix` */
+    int unpaid = 0;
+    size_t unpushed = 0;
     if (n_entries && encode_images(tok, req, opts, entries, n_entries, max_length, schema.n + suffix.n, out, &prefix,
-                                   &ic, &unpaid, err))
+                                   &ic, &unpaid, &unpushed, err))
         goto done;
     out->n_real_images = out->n_images;
     /* the videos get what the images left of max_length (ours; their own cap besides); over a budget
@@ -751,6 +767,11 @@ int clef_encode_record(const clef_tokenizer *tok, const clef_request *req, const
     out->state_total = state.n;
 
     /* ---- length check and truncation, the ids ---- */
+    if (unpaid == 2) { /* assemble_ids' error, on the counted prefix */
+        clef_err_set(err, CLEF_E_SCHEMA_TOO_LONG, "schema requires %zu tokens before state; maximum is %zu",
+                     prefix.n + unpushed + schema.n + suffix.n, max_length);
+        goto done;
+    }
     if (assemble_ids(&prefix, &state, &schema, &suffix, max_length, out, err)) goto done;
 
     /* ---- ours, after the reference's checks ---- */

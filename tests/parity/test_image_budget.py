@@ -6,7 +6,8 @@ checkpoint, through `clef decide` and `clef serve` (loopback):
    under +64 MB over the same command answering a text request (decide: the child's ru_maxrss; serve:
    VmHWM before and after). Before the request's running total, each image was decoded, resized and
    patchified (~1.5 MB each) before the total was found over the budget: 3.1 GB for 2,000.
-2. An 8000x8000 PNG (192 MB of RGB if decoded) is refused from its header: peak RSS under +64 MB.
+2. An 8000x8000 PNG (192 MB of RGB if decoded) is refused from its header: peak RSS under +64 MB; so
+   are three 1x1 PNGs at min_pixels = max_pixels = 2^40 (2^30 pad tokens each: counted, not laid out).
 3. A request within the budget (three small PNGs) is still answered (the processor's own grids and
    errors for such requests: test_image_requests.py, test_image_processor.py).
 4. SIGTERM while the server prepares a request of 250 1000x1000 PNGs (within every budget: 1 token
@@ -156,7 +157,10 @@ def main():
         return 77
     one = png(1, 1)
     cases = [("2,000 1x1 PNGs", request_body([one] * 2000)), ("10,000 1x1 PNGs", request_body([one] * 10000)),
-             ("an 8000x8000 PNG", request_body([png(8000, 8000)]))]
+             ("an 8000x8000 PNG", request_body([png(8000, 8000)])),
+             # each image's grid 2^30 tokens: the prompt's pads are counted, never laid out
+             ("three 1x1 PNGs at min_pixels = max_pixels = 2^40",
+              request_body([one] * 3, media_kwargs={"min_pixels": 1 << 40, "max_pixels": 1 << 40}))]
     small = request_body([png(40, 30), png(64, 64, (0, 90, 200)), png(100, 37, (10, 200, 10))])
 
     # ---- clef decide: the child's peak RSS and time against the same command on a text request ----
