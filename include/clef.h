@@ -44,6 +44,7 @@ typedef struct clef_options {
     int allow_image_paths;     /* accept local file paths as images (CLI only) */
     size_t max_image_bytes;    /* 0 = default (16 MiB) */
     int64_t max_image_pixels;  /* decoded width*height cap; 0 = default (64 Mpx) */
+    size_t max_images;         /* images per request; 0 = as many as can fit max_length (max_length / 3) */
     int text_only;             /* do not bind the vision tower */
     /* Compute backend: CLEF_DEVICE_AUTO (0: the CUDA backend when this build has it and a GPU is
      * present, else the CPU; $CLEF_DEVICE = cpu|cuda overrides auto), CLEF_DEVICE_CPU, or
@@ -136,12 +137,16 @@ CLEF_API size_t clef_job_cached_tokens(const clef_job *j);
 CLEF_API void clef_job_finish(clef_job *j, clef_result *out);
 /* Frees a prepared job that will not run (shutdown, deadline). */
 CLEF_API void clef_job_free(clef_job *j);
+/* For a shutdown's budget: clef_job_prepare calls still preparing `seconds` from now (0 or less: at
+ * once) stop before their next image or video entry and fail with DeadlineExceeded (503), as do later
+ * calls with media. For good: the engine is closing. Safe from any thread. */
+CLEF_API void clef_engine_stop_preparing(clef_engine *e, double seconds);
 
 /* Inspection (`clef encode`, `clef respond --model`; docs/development.md "Drivers and the inspection
  * verbs"): the host side of clef_job_prepare alone, without an engine: the body parsed, validated,
  * tokenized with o->model_dir/tokenizer.json (the only file read), its images and videos prepared and
  * the record encoded, with the limits and options clef_open takes from o (max_length, image_tile,
- * allow_image_paths, max_image_bytes, max_image_pixels, split_variant; NULL = clef_options_default).
+ * allow_image_paths, max_image_bytes, max_image_pixels, max_images, split_variant; NULL = clef_options_default).
  * On success *out's body is the encoded record as JSON, {"input_ids":[...],"questions":[{"question_id",
  * "question_type","question_span","option_spans","option_ids"},...]} (plus "images" / "videos" when the
  * request has some), and input_tokens its length; returns 0. Else the error body clef_job_prepare

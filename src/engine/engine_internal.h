@@ -2,6 +2,8 @@
 #ifndef CLEF_ENGINE_INTERNAL_H
 #define CLEF_ENGINE_INTERNAL_H
 
+#include <stdatomic.h>
+
 #include "base/err.h"
 #include "base/json.h"
 #include "clef.h"
@@ -21,6 +23,7 @@ struct clef_engine {
     clef_image_opts image_opts;
     char *dump_dir;
     clef_state_cache *cache; /* NULL: off (state_cache_mb 0, single_request, or a backend that cannot resume) */
+    _Atomic int64_t stop_preparing_at; /* CLOCK_MONOTONIC ns; 0: never (clef_engine_stop_preparing) */
 };
 
 struct clef_job {

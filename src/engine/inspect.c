@@ -38,7 +38,7 @@ int clef_encode_request(const clef_options *o, const char *body, size_t len, cle
     if (!tok) goto out;
     clef_image_opts io;
     clef_host_image_opts(o, &io);
-    if (clef_host_encode(tok, &io, o->max_length, &req, &rec, &err)) goto out;
+    if (clef_host_encode(tok, &io, o->max_length, NULL, NULL, &req, &rec, &err)) goto out;
     if (clef_record_render(&b, &rec)) {
         clef_err_set(&err, CLEF_E_OOM, "out of memory");
         goto out;

@@ -956,7 +956,10 @@ void clef_server_shutdown(clef_server *s) {
     double until = clef_now() + (s->cfg.io_timeout_s ? s->cfg.io_timeout_s : 30);
     while (atomic_load(&s->receiving) > 0 && clef_now() < until) nanosleep(&(struct timespec){0, 2000000}, NULL);
     int cut = clef_guard_cut_all(s->guard);
-    clef_workq_stop(s->prep); /* what is being prepared joins the queue */
+    /* what is being prepared joins the queue, unless it is still preparing when the budget runs out:
+     * then it stops at its next image or video (503) */
+    clef_engine_stop_preparing(s->engine, until - clef_now());
+    clef_workq_stop(s->prep);
     s->prep = NULL;
     pthread_rwlock_wrlock(&s->gate);
     clef_sched *sched = s->sched;

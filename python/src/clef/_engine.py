@@ -94,7 +94,7 @@ class Engine:
     precision: None (the library's default: fp32, or $CLEF_PRECISION with device "auto"), "fp32"
     or "fast" (bf16 tensor cores on CUDA; the CPU ignores it). The rest are clef_options fields
     (include/clef.h): gpu, max_length, image_tile (0, 256, 448), text_only, split ("file",
-    "qwen2", "qwen35"), max_image_bytes, max_image_pixels, allow_image_paths, single_request,
+    "qwen2", "qwen35"), max_image_bytes, max_image_pixels, max_images, allow_image_paths, single_request,
     state_cache_mb (None: the library's default, CLEF_STATE_CACHE_MB_DEFAULT; 0 turns the state
     cache off; the answers are the same bits either way).
     """
@@ -102,7 +102,7 @@ class Engine:
     def __init__(self, model_dir: "Union[str, os.PathLike[str]]", threads: int = 0, device: str = "auto",
                  precision: Optional[str] = None, *, gpu: int = 0, max_length: int = 0, image_tile: int = 0,
                  text_only: bool = False, split: str = "file", max_image_bytes: int = 0,
-                 max_image_pixels: int = 0, allow_image_paths: bool = False,
+                 max_image_pixels: int = 0, max_images: int = 0, allow_image_paths: bool = False,
                  single_request: bool = False, state_cache_mb: Optional[int] = None) -> None:
         self._handle: Optional[int] = None
         if device not in _DEVICES:
@@ -116,7 +116,8 @@ class Engine:
         if state_cache_mb is not None and (not isinstance(state_cache_mb, int) or state_cache_mb < 0):
             raise ValueError(f"state_cache_mb must be None or a non-negative int, not {state_cache_mb!r}")
         for name, v in (("threads", threads), ("gpu", gpu), ("max_length", max_length),
-                        ("max_image_bytes", max_image_bytes), ("max_image_pixels", max_image_pixels)):
+                        ("max_image_bytes", max_image_bytes), ("max_image_pixels", max_image_pixels),
+                        ("max_images", max_images)):
             if not isinstance(v, int) or v < 0:
                 raise ValueError(f"{name} must be a non-negative int, not {v!r}")
         lib = _lib.load()
@@ -136,6 +137,7 @@ class Engine:
         o.split_variant = _SPLITS[split]
         o.max_image_bytes = max_image_bytes
         o.max_image_pixels = max_image_pixels
+        o.max_images = max_images
         o.allow_image_paths = int(bool(allow_image_paths))
         o.single_request = int(bool(single_request))
         if state_cache_mb is not None:

@@ -28,6 +28,7 @@ class Options(ctypes.Structure):
         ("allow_image_paths", ctypes.c_int),
         ("max_image_bytes", ctypes.c_size_t),
         ("max_image_pixels", ctypes.c_int64),
+        ("max_images", ctypes.c_size_t),
         ("text_only", ctypes.c_int),
         ("device", ctypes.c_int),
         ("precision", ctypes.c_int),
