@@ -11,7 +11,12 @@
  *     model thread, then the response. A job's numbers do not depend on which other jobs share
  *     its batch, nor on whether its state came from the state cache.
  * The engine is not reentrant for clef_run_batch / clef_decide: one model thread at a time.
- * clef_job_prepare and clef_job_finish may run on other threads concurrently. */
+ * clef_job_prepare and clef_job_finish may run on other threads concurrently.
+ *
+ * fork(): a CPU engine opened before a fork works in the child (its weights shared copy-on-write; its
+ * thread pool's helpers, which stay in the parent, are started again at the child's first forward),
+ * provided no other thread was inside a call on that engine when the fork happened (the Python
+ * package sees to that: docs/python.md "Processes"). A CUDA engine does not survive a fork. */
 #ifndef CLEF_H
 #define CLEF_H
 

@@ -32,6 +32,13 @@ typedef struct shared_tok {
 static pthread_mutex_t tok_mu = PTHREAD_MUTEX_INITIALIZER;
 static shared_tok *kept_tok;
 
+/* fork(): tok_mu is taken before it and handed back on both sides, so a child never finds it held by
+ * a thread that did not come along */
+static void tok_fork_prepare(void) { pthread_mutex_lock(&tok_mu); }
+static void tok_fork_release(void) { pthread_mutex_unlock(&tok_mu); }
+static pthread_once_t tok_fork_once = PTHREAD_ONCE_INIT;
+static void tok_fork_register(void) { pthread_atfork(tok_fork_prepare, tok_fork_release, tok_fork_release); }
+
 static int same_file(const struct stat *a, const struct stat *b) {
     return a->st_dev == b->st_dev && a->st_ino == b->st_ino && a->st_size == b->st_size &&
            a->st_mtim.tv_sec == b->st_mtim.tv_sec && a->st_mtim.tv_nsec == b->st_mtim.tv_nsec;
@@ -60,6 +67,7 @@ static shared_tok *tokenizer_acquire(const clef_options *o, clef_err *err) {
         clef_err_set(err, CLEF_E_OOM, "out of memory");
         return NULL;
     }
+    pthread_once(&tok_fork_once, tok_fork_register);
     struct stat st;
     int have_st = stat(path.data, &st) == 0;
     clef_buf_free(&path);

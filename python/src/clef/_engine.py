@@ -6,6 +6,7 @@ import ctypes
 import json
 import os
 import threading
+import weakref
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from . import _lib
@@ -82,6 +83,43 @@ def _error(body: str, etype: str, status: int) -> Error:
     except (ValueError, KeyError, TypeError):
         message = body
     return Error(etype, status, message, body)
+
+
+# ---- fork (docs/python.md "Processes")
+# A fork child has one thread. The C library restarts its thread pools' helpers there (base/threads.c,
+# pthread_atfork), and these hooks make the engines' Python side whole: before the fork every live
+# engine's model lock is taken, so no forward is half done in the copy, and in the child each engine
+# gets fresh locks (the copies of the ones other threads held would stay held for ever).
+_engines: "weakref.WeakSet[Engine]" = weakref.WeakSet()
+_engines_lock = threading.Lock()
+_held: List[threading.Lock] = []
+
+
+def _fork_before() -> None:
+    _engines_lock.acquire()
+    for e in list(_engines):
+        for lock in (e._model, e._info):
+            lock.acquire()
+            _held.append(lock)
+
+
+def _fork_after_parent() -> None:
+    while _held:
+        _held.pop().release()
+    _engines_lock.release()
+
+
+def _fork_after_child() -> None:
+    global _engines_lock
+    _held.clear()
+    _engines_lock = threading.Lock()
+    _lib.after_fork_in_child()
+    for e in list(_engines):
+        e._after_fork_in_child()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_fork_before, after_in_parent=_fork_after_parent, after_in_child=_fork_after_child)
 
 
 def _host_options(lib: ctypes.CDLL, model_dir: bytes, max_length: int, image_tile: int, split: str,
@@ -178,9 +216,13 @@ class Engine:
             raise Error("BadModel", 503, err.value.decode("utf-8", "replace"))
         self._handle = handle
         self._model = threading.Lock()  # one clef_run_batch at a time
+        self._info = threading.Lock()  # cache_info's C call (held across a fork: see _fork_before)
         self._state = threading.Condition()  # guards _handle and _active for close()
         self._active = 0
+        self._forked: Optional[str] = None  # why this copy cannot run (a CUDA engine in a fork child)
         self.backend: str = (lib.clef_engine_backend(handle) or b"").decode()
+        with _engines_lock:
+            _engines.add(self)
 
     def cache_info(self) -> Dict[str, int]:
         """The state cache's counters (clef_engine_cache_info): hits, misses, inserts, evictions,
@@ -188,7 +230,8 @@ class Engine:
         handle = self._enter()
         try:
             info = _lib.CacheInfo()
-            self._lib.clef_engine_cache_info(handle, ctypes.byref(info))
+            with self._info:
+                self._lib.clef_engine_cache_info(handle, ctypes.byref(info))
             return {name: int(getattr(info, name)) for name, _ in info._fields_}
         finally:
             self._leave()
@@ -222,7 +265,28 @@ class Engine:
     def closed(self) -> bool:
         return self._handle is None
 
+    def __reduce__(self) -> Any:
+        raise TypeError("a clef.Engine cannot be pickled (it holds a loaded model): with the spawn or forkserver "
+                        "start method open one in each process, e.g. in the Pool's initializer; fork children "
+                        "use the parent's (docs/python.md \"Processes\")")
+
+    def _after_fork_in_child(self) -> None:
+        """This process is a fork child holding a copy of the engine: the locks other threads of the
+        parent held are copies that nobody will release, and those threads' calls are not here."""
+        self._model = threading.Lock()
+        self._info = threading.Lock()
+        self._state = threading.Condition()
+        self._active = 0
+        if self._handle is not None and self.backend.startswith("cuda"):
+            # a CUDA context does not survive fork(): the copy is dropped, never closed
+            self._handle = None
+            self._forked = ("this clef.Engine (CUDA) was opened before fork(); a CUDA context cannot be used in "
+                            "a fork child: use the spawn or forkserver start method and open the engine in "
+                            "the child (docs/python.md \"Processes\")")
+
     def _enter(self) -> int:
+        if self._forked:
+            raise RuntimeError(self._forked)
         with self._state:
             if self._handle is None:
                 raise ValueError("clef.Engine is closed")

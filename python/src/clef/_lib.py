@@ -126,6 +126,12 @@ _lock = threading.Lock()
 _lib: Optional[ctypes.CDLL] = None
 
 
+def after_fork_in_child() -> None:
+    """A fork child: a fresh load lock (the parent's may have been held by another thread)."""
+    global _lock
+    _lock = threading.Lock()
+
+
 def load() -> ctypes.CDLL:
     """The loaded library (loaded once). Raises OSError naming every place tried."""
     global _lib
