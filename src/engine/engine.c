@@ -237,6 +237,7 @@ void clef_job_free(clef_job *j) {
     clef_request_free(&j->req);
     clef_json_doc_free(j->doc);
     free(j->logits);
+    free(j->media_hash);
     free(j);
 }
 

@@ -35,11 +35,17 @@ struct clef_job {
     size_t n_logits;
     int ran;         /* the model ran for this job */
     size_t cached_tokens; /* leading tokens taken from the state cache in its last run */
+    uint8_t *media_hash; /* [rec.n_images][32] once computed: clef_job_media_hashes */
     clef_err err;    /* a failure while running (err.type != NULL) */
 };
 
 /* Fills *out with the error body for err (engine.c; a static OutOfMemory body when rendering fails). */
 void clef_engine_error_result(const clef_err *err, int input_tokens, clef_result *out);
+
+/* The SHA-256 of each of the job's media entries (engine/state_key.h), computed at the first call
+ * and kept: the routing key and the state cache use the same ones. NULL when the job has no media,
+ * or on failure (out of memory; no pixel values). */
+const uint8_t *clef_job_media_hashes(clef_job *j);
 
 /* The model for jobs[0 .. n) in one packed forward (batch.c). Per-job failures go into the jobs. */
 int clef_engine_run_packed(clef_engine *e, clef_job *const *jobs, size_t n);
