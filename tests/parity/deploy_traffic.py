@@ -1,0 +1,103 @@
+"""Traffic for the scale-out tests (test_ray_batch.py, test_ray_serve.py, test_haproxy.py): made here,
+deterministically, never stored.
+
+states_traffic(): N states asked K times each (a different question set each time), shuffled; every
+state is long enough (well over 64 tokens) for the state cache to keep it, and some carry an image
+(images come before the state, so those are cached too).
+
+batch_lines(): 2,000 JSONL lines: that traffic (200 x 5) plus requests on states seen once, invalid
+requests (bad JSON, no questions, bad criteria, invalid UTF-8), empty lines and one line over the
+--max-line the tests pass (LONG_LINE_MAX), shuffled.
+"""
+import base64
+import json
+import os
+import random
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+IMAGES = [os.path.join(ROOT, "tests", "corpus", "images", n) for n in ("gray_alpha_64x64.png", "gray_200x150.png")]
+LONG_LINE_MAX = 65536  # --max-line for the batch tests: the long line is over it, every other line under
+
+WORDS = ("ticket refund invoice delivery parcel router screen battery warranty account password login "
+         "payment card bank transfer order shipping address customer support manager weekend urgent "
+         "broken missing late cancel upgrade downgrade plan subscription renewal discount coupon").split()
+
+
+def _state(rng, i):
+    text = " ".join(rng.choice(WORDS) for _ in range(90))
+    if i % 3 == 0:  # a JSON state: the cache key is the state as the model sees it
+        return {"ticket": i, "body": text, "lang": rng.choice(["en", "de", "fr"])}
+    return f"Case {i}: {text}."
+
+
+def _questions(rng, k):
+    kinds = [
+        {"hot": {"type": "noul", "instructions": "Is the customer angry?"}},
+        {"dept": {"type": "choice", "instructions": "Route the ticket.",
+                  "criteria": {"tech": "Technical problems", "billing": "Payments", "sales": None}}},
+        {"sev": {"type": "score", "instructions": "How severe?", "criteria": ["none", "minor", "major"]}},
+        {"spam": {"type": "noul"}, "lang": {"type": "choice", "criteria": {"en": "", "de": "", "fr": ""}}},
+        {"refund": {"type": "noul", "instructions": "Does the customer want money back?"},
+         "tone": {"type": "score", "criteria": ["calm", "tense", "furious"]}},
+    ]
+    return kinds[k % len(kinds)]
+
+
+def _image_b64(j):
+    with open(IMAGES[j % len(IMAGES)], "rb") as f:
+        return base64.b64encode(f.read()).decode("ascii")
+
+
+def states_traffic(n_states=200, times=5, seed=33, image_every=10):
+    """[(state index, body bytes)], n_states x times, shuffled."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(n_states):
+        state = _state(rng, i)
+        images = [_image_b64(i // image_every)] if image_every and i % image_every == 0 else None
+        for k in range(times):
+            req = {"model": "clef-flash", "state": state, "questions": _questions(rng, k)}
+            if images:
+                req["images"] = images
+            out.append((i, json.dumps(req, separators=(",", ":")).encode()))
+    rng.shuffle(out)
+    return out
+
+
+def batch_lines(total=2000, seed=34):
+    """The 2,000 lines of the batch test (bytes, without their newlines)."""
+    rng = random.Random(seed)
+    lines = [b for _, b in states_traffic(seed=seed)]
+    bad = [
+        b'{"model":"clef-flash","state":"no questions"}',
+        b'{"model":"clef-flash","state":"x","questions":{"q":{"type":"choice","criteria":{}}}}',
+        b'{"model":"clef-flash","state":"x","questions":{"q":{"type":"nope"}}}',
+        b'{"model":"clef-flash","state":',
+        b'not json at all',
+        b'{"model":"clef-flash","state":"\xff\xfe","questions":{"q":{"type":"noul"}}}',
+        b'{"model":"clef-flash","state":"x","images":["not base64!"],"questions":{"q":{"type":"noul"}}}',
+        b'[1,2,3]',
+        b'   ',
+        b'{"model":"clef-flash","state":"crlf","questions":{"q":{"type":"noul"}}}\r',
+    ]
+    for k in range(40):
+        lines.append(bad[k % len(bad)])
+    for _ in range(12):
+        lines.append(b"")
+    long_state = "x" * (LONG_LINE_MAX + 100)
+    lines.append(json.dumps({"model": "clef-flash", "state": long_state, "questions": {"q": {"type": "noul"}}}).encode())
+    i = 0
+    while len(lines) < total:  # states seen once
+        req = {"model": "clef-flash", "state": f"one-off {i}: " + " ".join(rng.choice(WORDS) for _ in range(20)),
+               "questions": _questions(rng, i)}
+        lines.append(json.dumps(req, separators=(",", ":")).encode())
+        i += 1
+    rng.shuffle(lines)
+    return lines
+
+
+def write_jsonl(path, lines, final_newline=False):
+    """Lines joined by '\\n'; the last one without its newline unless final_newline (clef batch counts
+    it all the same)."""
+    with open(path, "wb") as f:
+        f.write(b"\n".join(lines) + (b"\n" if final_newline else b""))
