@@ -336,6 +336,9 @@ def run(argv: List[str]) -> int:
                 except RayActorError:  # its node (or process) died: the shard goes to another engine
                     dead.add(actor)
                     pending.insert(0, s)
+                    for nid, actors in list(engines.items()):  # a node still alive gets a new engine
+                        if actor in actors:
+                            del engines[nid]
                     continue
                 got = {i: ans for r, anss in zip(rs, answers) for i, ans in zip(r, anss)}
                 parts.commit(s, shards[s], got, node)
