@@ -3,9 +3,10 @@ server lines and bind port rewritten to this test's), on models/tiny.
 
 1. Locality: the 200 states x 5 question sets (deploy_traffic.states_traffic), each request sent
    with its X-Clef-State-Key (`clef state-key --jsonl`) from 8 clients. The state-cache hits summed
-   over the 3 backends (/metrics) are >= 90% of one engine's on the same traffic; with `balance
-   roundrobin` instead they are lower (so the check can fail); every answer is byte-equal to one
-   engine's (= clef decide's bytes) and carries the key it was sent with.
+   over the 3 backends (/metrics) are >= 90% of one engine's on the same traffic; every answer is
+   byte-equal to one engine's (= clef decide's bytes) and carries the key it was sent with.
+   CLEF_LOCALITY_RR=1 also runs `balance roundrobin` and requires fewer hits there (the check seen
+   red: docs/deploy.md has the figures; not in CI, where it would add a third pass of the traffic).
 2. Rolling restart (needs --drain-delay): 16 clients retrying on 503 + Retry-After; one of the 3
    backends gets SIGTERM (its /readyz turns 503, HAProxy's check takes it out, it keeps answering
    for --drain-delay), then starts again on its port: no request fails, every answer is the
@@ -196,12 +197,13 @@ def main():
     check(keyed == len(bodies), "every answer carries the key it was sent with")
     check(hits >= 0.9 * one_hits, f"hash on the key: {hits} hits >= 90% of one engine's {one_hits} "
                                   f"({hits / max(one_hits, 1):.2f})")
-    rr_hits, same, _ = through("roundrobin", bodies, keys, ref, check_path)
-    check(same == len(bodies), f"through HAProxy (round robin) every answer is one engine's bytes ({same})")
-    check(rr_hits < hits, f"round robin gets fewer hits: {rr_hits} ({rr_hits / max(one_hits, 1):.2f} of one engine)")
-    print(json.dumps({"locality": {"one_engine_hits": one_hits, "hash_hits": hits, "roundrobin_hits": rr_hits,
-                                   "hash_ratio": round(hits / max(one_hits, 1), 3),
-                                   "roundrobin_ratio": round(rr_hits / max(one_hits, 1), 3)}}))
+    figures = {"one_engine_hits": one_hits, "hash_hits": hits, "hash_ratio": round(hits / max(one_hits, 1), 3)}
+    if os.environ.get("CLEF_LOCALITY_RR") == "1":
+        rr_hits, same, _ = through("roundrobin", bodies, keys, ref, check_path)
+        check(same == len(bodies), f"through HAProxy (round robin) every answer is one engine's bytes ({same})")
+        check(rr_hits < hits, f"round robin gets fewer hits: {rr_hits} ({rr_hits / max(one_hits, 1):.2f} of one engine)")
+        figures.update(roundrobin_hits=rr_hits, roundrobin_ratio=round(rr_hits / max(one_hits, 1), 3))
+    print(json.dumps({"locality": figures}))
 
     if have_drain:
         rolling_restart(bodies[:400], keys[:400], ref[:400], check_path)
