@@ -60,6 +60,7 @@ typedef struct req {
     size_t body_bytes; /* bytes received (also past the cap) */
     int too_big;
     clef_job *job;
+    char state_key[CLEF_STATE_KEY_LEN + 1]; /* the routing key, once prepared ("" before) */
     int tokens;
     size_t cached_tokens; /* prompt tokens the state cache supplied */
     atomic_int state;
@@ -220,6 +221,7 @@ static enum MHD_Result send_bytes(req *r, int status, const char *ctype, const c
     if (!resp) return MHD_NO;
     if (ctype) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
     MHD_add_response_header(resp, "X-Request-Id", r->id);
+    if (r->state_key[0]) MHD_add_response_header(resp, "X-Clef-State-Key", r->state_key);
     if (zipped) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_ENCODING, "gzip");
     if (s->cfg.gzip_min) MHD_add_response_header(resp, MHD_HTTP_HEADER_VARY, r->cors ? "Accept-Encoding, Origin" : "Accept-Encoding");
     if (r->cors) {
@@ -517,6 +519,7 @@ static void prepare_one(void *ctx, void *item) {
         MHD_resume_connection(r->conn);
         return;
     }
+    if (clef_job_state_key(job, r->state_key, sizeof r->state_key)) r->state_key[0] = '\0';
     size_t tokens = clef_job_tokens(job);
     r->tokens = (int)tokens;
     if (s->cfg.max_tokens && tokens > s->cfg.max_tokens) {

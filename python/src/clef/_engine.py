@@ -84,6 +84,50 @@ def _error(body: str, etype: str, status: int) -> Error:
     return Error(etype, status, message, body)
 
 
+def _host_options(lib: ctypes.CDLL, model_dir: bytes, max_length: int, image_tile: int, split: str,
+                  max_image_bytes: int, max_image_pixels: int, allow_image_paths: bool) -> _lib.Options:
+    """clef_options with the fields that change a request's record (what clef_state_key and
+    clef_encode_request read), checked; the rest the library's defaults."""
+    if split not in _SPLITS:
+        raise ValueError(f"split must be one of {sorted(_SPLITS)}, not {split!r}")
+    if image_tile not in _TILES:
+        raise ValueError(f"image_tile must be one of {_TILES}, not {image_tile!r}")
+    for name, v in (("max_length", max_length), ("max_image_bytes", max_image_bytes),
+                    ("max_image_pixels", max_image_pixels)):
+        if not isinstance(v, int) or v < 0:
+            raise ValueError(f"{name} must be a non-negative int, not {v!r}")
+    o = _lib.Options()
+    lib.clef_options_default(ctypes.byref(o))
+    o.model_dir = model_dir
+    o.max_length = max_length
+    o.image_tile = image_tile
+    o.split_variant = _SPLITS[split]
+    o.max_image_bytes = max_image_bytes
+    o.max_image_pixels = max_image_pixels
+    o.allow_image_paths = int(bool(allow_image_paths))
+    return o
+
+
+def state_key(request: Request, model: "Union[str, os.PathLike[str]]", *, max_length: int = 0,
+              image_tile: int = 0, split: str = "file", max_image_bytes: int = 0, max_image_pixels: int = 0,
+              allow_image_paths: bool = False) -> str:
+    """The request's routing key (clef_state_key; docs/serving.md "The routing key"): 64 hex digits,
+    what `clef serve` echoes as X-Clef-State-Key and `clef state-key` prints. Reads only
+    model/tokenizer.json (kept by the library for the next call); no weights. The options are
+    Engine's of the same names: give the serving engine's. Raises clef.Error for a refused request."""
+    lib = _lib.load()
+    model_dir = os.fsencode(model)
+    o = _host_options(lib, model_dir, max_length, image_tile, split, max_image_bytes, max_image_pixels,
+                      allow_image_paths)
+    body = encode_request(request)
+    res = _lib.Result()
+    rc = lib.clef_state_key(ctypes.byref(o), body, len(body), ctypes.byref(res))
+    text, etype, status = _take(lib, res)
+    if rc != 0:
+        raise _error(text, etype or "InternalError", status or 500)
+    return text
+
+
 class Engine:
     """One loaded model (clef_open). Thread-safe: the host side of requests (parsing, tokenizing,
     decoding images) runs concurrently; the model runs one batch at a time (the C engine is not
@@ -109,34 +153,22 @@ class Engine:
             raise ValueError(f"device must be one of {sorted(_DEVICES)}, not {device!r}")
         if precision is not None and precision not in _PRECISIONS:
             raise ValueError(f"precision must be None or one of {sorted(_PRECISIONS)}, not {precision!r}")
-        if split not in _SPLITS:
-            raise ValueError(f"split must be one of {sorted(_SPLITS)}, not {split!r}")
-        if image_tile not in _TILES:
-            raise ValueError(f"image_tile must be one of {_TILES}, not {image_tile!r}")
         if state_cache_mb is not None and (not isinstance(state_cache_mb, int) or state_cache_mb < 0):
             raise ValueError(f"state_cache_mb must be None or a non-negative int, not {state_cache_mb!r}")
-        for name, v in (("threads", threads), ("gpu", gpu), ("max_length", max_length),
-                        ("max_image_bytes", max_image_bytes), ("max_image_pixels", max_image_pixels)):
+        for name, v in (("threads", threads), ("gpu", gpu)):
             if not isinstance(v, int) or v < 0:
                 raise ValueError(f"{name} must be a non-negative int, not {v!r}")
         lib = _lib.load()
         self._lib = lib
-        o = _lib.Options()
-        lib.clef_options_default(ctypes.byref(o))
         self._model_dir = os.fsencode(model_dir)
-        o.model_dir = self._model_dir
+        o = _host_options(lib, self._model_dir, max_length, image_tile, split, max_image_bytes,
+                          max_image_pixels, allow_image_paths)
         o.threads = threads
         o.device = _DEVICES[device]
         if precision is not None:
             o.precision = _PRECISIONS[precision]
         o.gpu = gpu
-        o.max_length = max_length
-        o.image_tile = image_tile
         o.text_only = int(bool(text_only))
-        o.split_variant = _SPLITS[split]
-        o.max_image_bytes = max_image_bytes
-        o.max_image_pixels = max_image_pixels
-        o.allow_image_paths = int(bool(allow_image_paths))
         o.single_request = int(bool(single_request))
         if state_cache_mb is not None:
             o.state_cache_mb = state_cache_mb
@@ -226,6 +258,25 @@ class Engine:
         return text, None
 
     # ---- requests
+    def state_key(self, request: Request) -> str:
+        """The request's routing key as this engine prepares it (clef_job_state_key): equal to
+        clef.state_key(request, model=...) with this engine's options. Raises clef.Error."""
+        body = encode_request(request)
+        handle = self._enter()
+        try:
+            job, err = self._prepare(handle, body)
+            if err is not None:
+                raise err
+            try:
+                key = ctypes.create_string_buffer(_lib.STATE_KEY_LEN + 1)
+                if self._lib.clef_job_state_key(job, key, len(key)) != 0:
+                    raise Error("OutOfMemory", 500, "out of memory while hashing the request's media")
+                return key.value.decode("ascii")
+            finally:
+                self._lib.clef_job_free(job)
+        finally:
+            self._leave()
+
     def decide_raw(self, request: Request) -> str:
         """The response body exactly as `clef decide` prints it (without its newline).
         Raises clef.Error (with .body, the exact error body) when the request is refused."""

@@ -64,6 +64,7 @@ class CacheInfo(ctypes.Structure):
 
 
 DEVICE_AUTO, DEVICE_CPU, DEVICE_CUDA = 0, 1, 2
+STATE_KEY_LEN = 64  # CLEF_STATE_KEY_LEN
 PRECISION_FP32, PRECISION_FAST = 0, 1
 
 _engine_p = ctypes.c_void_p
@@ -85,6 +86,9 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
         "clef_job_free": (None, [_job_p]),
         "clef_job_cached_tokens": (ctypes.c_size_t, [_job_p]),
         "clef_engine_cache_info": (None, [_engine_p, ctypes.POINTER(CacheInfo)]),
+        "clef_state_key": (ctypes.c_int, [ctypes.POINTER(Options), ctypes.c_char_p, ctypes.c_size_t,
+                                          ctypes.POINTER(Result)]),
+        "clef_job_state_key": (ctypes.c_int, [_job_p, ctypes.c_char_p, ctypes.c_size_t]),
     }
     for name, (restype, argtypes) in sigs.items():
         fn = getattr(lib, name)
