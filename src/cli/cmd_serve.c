@@ -15,6 +15,7 @@
 #include "base/bufpool.h"
 #include "cli/cli_opts.h"
 #include "clef.h"
+#include "serve/host_check.h"
 #include "serve/scheduler.h"
 #include "serve/server.h"
 
@@ -60,6 +61,7 @@ static void *signal_main(void *arg) {
 
 int cmd_serve(int argc, char **argv) {
     static char key_buf[512];
+    char err[1024];
     clef_server_config sc;
     clef_server_config_default(&sc);
     clef_options o;
@@ -138,6 +140,8 @@ int cmd_serve(int argc, char **argv) {
          .help = "/health and /metrics need the key too (default: open)"},
         {.name = "--cors-origin", .kind = CLI_STR, .dst = &sc.cors_origin, .arg = "ORIGIN",
          .help = "answer CORS preflights and add CORS headers for ORIGIN (or *); default off"},
+        {.name = "--allowed-hosts", .kind = CLI_STR, .dst = &sc.allowed_hosts, .arg = "LIST",
+         .help = "Host values answered, else 421: names, addresses, .domain, * (default: loopback names when --host is loopback, else any)"},
         {.name = "--gzip-min", .kind = CLI_SIZE, .dst = &sc.gzip_min, .arg = "BYTES", .lo = 0, .hi = 17179869184.0,
          .def = "1024", .help = "gzip answers of at least BYTES when the client accepts gzip; 0 = never"},
         CLI_OPT_END,
@@ -170,6 +174,10 @@ int cmd_serve(int argc, char **argv) {
         fprintf(stderr, "clef serve: --api-key and --cors-origin take a non-empty value\n");
         return 2;
     }
+    if (clef_host_list_check(sc.allowed_hosts, err, sizeof err) != 0) {
+        fprintf(stderr, "clef serve: %s\n", err);
+        return 2;
+    }
     for (const char *ch = sc.cors_origin; ch && *ch; ch++)
         if ((unsigned char)*ch <= 0x20 || (unsigned char)*ch >= 0x7f) { /* it goes into a response header as it is */
             fprintf(stderr, "clef serve: --cors-origin takes an origin (\"https://host[:port]\") or \"*\": no spaces or control characters\n");
@@ -194,7 +202,6 @@ int cmd_serve(int argc, char **argv) {
     }
     pthread_detach(sig_th);
 
-    char err[1024];
     /* a model folder that is not there: one line, before anything listens */
     char cfg_path[4096];
     snprintf(cfg_path, sizeof cfg_path, "%s/config.json", o.model_dir);

@@ -243,11 +243,11 @@ static void queue_answer(clef_guard *g, conn *c, int status, const char *type, c
                               "\r\nVary: Origin\r\n", g->cfg.cors_origin);
     clef_buf_printf(&out, "Content-Length: %zu\r\n\r\n", body.len);
     clef_buf_put(&out, body.data, body.len);
-    size_t queued = 0;
+    size_t queued = 0; /* the body's bytes, as the server logs its own answers' */
     if (!out.oom && !body.oom && gb_reserve(&c->out, c->out.len + out.len, 1) == 0) {
         memcpy(c->out.d + c->out.len, out.data, out.len);
         c->out.len += out.len;
-        queued = out.len;
+        queued = body.len;
     }
     clef_buf_free(&body);
     clef_buf_free(&out);
@@ -413,10 +413,14 @@ static int pump(clef_guard *g, conn *c, unsigned evc) {
                 c->drain_last = now;
                 if (c->drained > linger_max(g)) break; /* past the bound: closed (a reset, if it goes on) */
                 if ((step += (size_t)r) < LINGER_STEP) continue;
-                return 1; /* more on the next event */
+                set_masks(g, c); /* more on the next event (the mask may still be a refusal's, without EPOLLIN) */
+                return 1;
             }
             if (r < 0 && errno == EINTR) continue;
-            if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && !(evc & (EPOLLHUP | EPOLLERR))) return 1;
+            if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && !(evc & (EPOLLHUP | EPOLLERR))) {
+                set_masks(g, c);
+                return 1;
+            }
             break; /* the client closed (or reset) */
         }
         conn_close(g, c, 0, NULL, NULL);

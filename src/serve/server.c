@@ -32,6 +32,7 @@
 #include "base/buf.h"
 #include "base/err.h"
 #include "serve/http_extras.h"
+#include "serve/host_check.h"
 #include "serve/http_guard.h"
 #include "serve/metrics.h"
 #include "serve/playground.h"
@@ -76,6 +77,7 @@ typedef struct req {
     int client_close;  /* the client said Connection: close, or HTTP/1.0 without keep-alive */
     int body_pending;  /* a body was announced and has not been read whole */
     int deferred;      /* no body: routed on the next call (on_request) */
+    int coded_body;    /* refused for its Content-Encoding: the answer says Accept-Encoding: identity */
 } req;
 
 struct clef_server {
@@ -88,6 +90,8 @@ struct clef_server {
     int listen_fd;
     int port;
     char host[128];
+    const char *allowed_hosts; /* the Host values answered (host_check.h); NULL: any */
+    char allowed_default[sizeof CLEF_LOOPBACK_HOSTS + 130]; /* on loopback: its names and the bound address */
     clef_engine *engine;
     clef_sched *sched;
     clef_metrics *metrics;
@@ -228,6 +232,7 @@ static enum MHD_Result send_bytes(req *r, int status, const char *ctype, const c
     }
     if (status == 429 || status == 503) MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, "1");
     if (status == 401) MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+    if (r->coded_body) MHD_add_response_header(resp, MHD_HTTP_HEADER_ACCEPT_ENCODING, "identity"); /* RFC 9110 15.5.16 */
     if (status == 405)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, r->decide || !strcmp(r->route, ROUTE_DECIDE) ? "POST" : "GET, HEAD");
     /* keep-alive unless must_close: the next request's head goes through the guard's strict checks
@@ -236,7 +241,7 @@ static enum MHD_Result send_bytes(req *r, int status, const char *ctype, const c
     enum MHD_Result rc = MHD_queue_response(r->conn, (unsigned)status, resp);
     MHD_destroy_response(resp);
     r->status = status;
-    r->bytes_out = out_len;
+    r->bytes_out = strcmp(r->method, MHD_HTTP_METHOD_HEAD) ? out_len : 0; /* HEAD: no body goes out */
     atomic_store(&r->state, R_ANSWERED);
     return rc;
 }
@@ -416,6 +421,9 @@ static enum MHD_Result decide_checks(clef_server *s, req *r);
 
 static int open_route(const char *route) { return !strcmp(route, "/health") || !strcmp(route, "/metrics"); }
 
+/* Routes an orchestrator's probes call with whatever Host it likes (a pod's address). */
+static int probe_route(const char *route) { return !strcmp(route, "/health"); }
+
 /* The request's id (the client's X-Request-Id when sane), its address, gzip and CORS. */
 static void request_meta(clef_server *s, req *r) {
     struct MHD_Connection *c = r->conn;
@@ -476,6 +484,12 @@ static enum MHD_Result decide_checks(clef_server *s, req *r) {
     if (!json_content_type(ct))
         return send_error(r, 415, "UnsupportedMediaType", "Content-Type must be application/json, not %s",
                           ct ? ct : "missing");
+    const char *ce = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_ENCODING);
+    if (!clef_identity_coding(ce)) { /* the engine would read the compressed bytes as JSON text */
+        r->coded_body = 1;
+        return send_error(r, 415, "UnsupportedMediaType",
+                          "Content-Encoding %s is not supported: send the body uncompressed (identity)", ce);
+    }
     hdr_count hc = {0};
     MHD_get_connection_values(c, MHD_HEADER_KIND, count_cl, &hc);
     if (hc.n > 1) return send_error(r, 400, "BadRequest", "more than one Content-Length header");
@@ -607,6 +621,12 @@ static enum MHD_Result route_request(clef_server *s, req *r, const char *url, co
     const char *route = known_route(url);
     r->route = route ? route : "other";
     int get = !strcmp(method, MHD_HTTP_METHOD_GET) || !strcmp(method, MHD_HTTP_METHOD_HEAD);
+    if (!(route && probe_route(route))) { /* --allowed-hosts (host_check.h); the probes answer any Host */
+        const char *host = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST);
+        if (!clef_host_allowed(s->allowed_hosts, host))
+            return send_error(r, 421, "MisdirectedRequest", "this server does not answer for Host %s (--allowed-hosts)",
+                              host);
+    }
     if (!strcmp(method, MHD_HTTP_METHOD_OPTIONS) && s->cfg.cors_origin &&
         MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Origin"))
         return answer_preflight(s, r);
@@ -623,6 +643,7 @@ static enum MHD_Result route_request(clef_server *s, req *r, const char *url, co
         if (!get) return send_error(r, 405, "MethodNotAllowed", "%s takes GET, not %s", ui->path, method);
         snprintf(r->outcome, sizeof r->outcome, "ok");
         r->status = 200;
+        r->bytes_out = strcmp(method, MHD_HTTP_METHOD_HEAD) ? ui->len : 0;
         atomic_store(&r->state, R_ANSWERED);
         return clef_playground_send(conn, ui, "X-Request-Id", r->id, must_close(r));
     }
@@ -868,6 +889,15 @@ clef_server *clef_server_start(const clef_server_config *c, char *err, size_t er
     if (!s->cfg.model_id) s->cfg.model_id = "clef-flash";
     snprintf(s->host, sizeof s->host, "%s", c->host ? c->host : "127.0.0.1");
     s->cfg.host = s->host;
+    if (clef_host_list_check(c->allowed_hosts, err, err_len) != 0) {
+        free(s);
+        return NULL;
+    }
+    s->allowed_hosts = c->allowed_hosts;
+    if (!s->allowed_hosts && clef_host_is_loopback(s->host)) { /* the default: loopback names, and the address bound */
+        snprintf(s->allowed_default, sizeof s->allowed_default, "%s,%s", CLEF_LOOPBACK_HOSTS, s->host);
+        s->allowed_hosts = s->allowed_default;
+    }
     pthread_rwlock_init(&s->gate, NULL);
     s->metrics = clef_metrics_create();
     if (!s->metrics) {

@@ -42,6 +42,8 @@ typedef struct clef_server_config {
     const char *api_key;     /* NULL = no authentication; else "Authorization: Bearer KEY" or 401 */
     int auth_all;            /* 1: /health and /metrics need the key too (default: they do not) */
     const char *cors_origin; /* NULL = no CORS headers; an origin or "*" */
+    const char *allowed_hosts; /* Host values answered, else 421 (host_check.h); NULL = the default: loopback
+                                  names when host is a loopback address, else any */
     size_t gzip_min;         /* answers of at least this many bytes are gzipped when asked (default 1024; 0 = never) */
     /* tests only ($CLEF_SERVE_TEST_SUBMIT_DELAY_MS): a prepare thread waits this long after queueing a
      * request, so the batch can answer it first (the hand-off's ownership; test_hostile.py) */
