@@ -97,6 +97,7 @@ struct clef_server {
     clef_metrics *metrics;
     pthread_rwlock_t gate; /* submit (read) vs. shutdown (write) */
     atomic_int ready;
+    atomic_int draining; /* --drain-delay: /readyz 503, answers say Connection: close, requests still taken */
     atomic_int shutting;
     atomic_long live; /* request structs alive */
     atomic_long receiving; /* requests past their headers, not yet queued or answered */
@@ -209,7 +210,8 @@ static int has_token(const char *v, const char *tok) {
 static int must_close(const req *r) {
     const clef_server *s = r->srv;
     return s->cfg.keepalive_timeout_s <= 0 || r->nth == 0 || r->nth >= s->cfg.keepalive_requests ||
-           r->client_close || r->body_pending || atomic_load(&s->shutting);
+           r->client_close || r->body_pending || atomic_load(&s->shutting) ||
+           atomic_load(&s->draining); /* a kept-alive client then reconnects, to a replica that stays */
 }
 
 static enum MHD_Result send_bytes(req *r, int status, const char *ctype, const char *body, size_t len) {
@@ -370,18 +372,31 @@ static enum MHD_Result answer_get(clef_server *s, req *r, const char *url) {
     clef_buf b;
     clef_buf_init(&b);
     enum MHD_Result rc;
-    if (!strcmp(url, "/health")) {
-        int ready = atomic_load(&s->ready), shutting = atomic_load(&s->shutting);
+    if (!strcmp(url, "/health")) { /* 503 from the signal on, drain included */
+        int ready = atomic_load(&s->ready), shutting = atomic_load(&s->shutting) || atomic_load(&s->draining);
         const char *st = shutting ? "shutting_down" : ready ? "ok" : "loading";
         clef_buf_printf(&b, "{\"status\":\"%s\"}", st);
         snprintf(r->outcome, sizeof r->outcome, "%s", st);
         rc = send_bytes(r, ready && !shutting ? 200 : 503, "application/json", b.data, b.len);
+    } else if (!strcmp(url, "/livez")) { /* the process answers: loading, draining, shutting down alike */
+        clef_buf_puts(&b, "{\"status\":\"alive\"}");
+        snprintf(r->outcome, sizeof r->outcome, "ok");
+        rc = send_bytes(r, 200, "application/json", b.data, b.len);
+    } else if (!strcmp(url, "/readyz")) { /* send traffic here? (docs/serving.md "Lifecycle") */
+        const char *st = "ready", *why = "the model is loaded and the server takes requests";
+        if (atomic_load(&s->shutting)) st = "shutting_down", why = "the server is shutting down: no new connections";
+        else if (atomic_load(&s->draining))
+            st = "draining", why = "the server was told to stop: it still answers for --drain-delay, then closes its listener";
+        else if (!atomic_load(&s->ready)) st = "loading", why = "the model is still loading";
+        clef_buf_printf(&b, "{\"status\":\"%s\",\"message\":\"%s\"}", st, why);
+        snprintf(r->outcome, sizeof r->outcome, "%s", st);
+        rc = send_bytes(r, strcmp(st, "ready") ? 503 : 200, "application/json", b.data, b.len);
     } else if (!strcmp(url, "/metrics")) {
         pthread_rwlock_rdlock(&s->gate);
         size_t depth = s->sched ? clef_sched_depth(s->sched) : 0;
         pthread_rwlock_unlock(&s->gate);
         clef_metrics_render(s->metrics, &b, depth, s->cfg.queue_len, (long)atomic_load(&s->live) - 1,
-                            atomic_load(&s->ready) && !atomic_load(&s->shutting));
+                            atomic_load(&s->ready) && !atomic_load(&s->shutting) && !atomic_load(&s->draining));
         clef_buf_printf(&b, "# HELP clef_connections_accepted_total TCP connections accepted\n"
                             "# TYPE clef_connections_accepted_total counter\nclef_connections_accepted_total %lu\n",
                         clef_guard_accepted(s->guard));
@@ -411,7 +426,8 @@ static enum MHD_Result answer_get(clef_server *s, req *r, const char *url) {
 }
 
 static const char *known_route(const char *url) {
-    static const char *const routes[] = {ROUTE_DECIDE, "/health", "/metrics", "/v1/models", "/openapi.json"};
+    static const char *const routes[] = {ROUTE_DECIDE, "/health", "/livez", "/readyz", "/metrics", "/v1/models",
+                                         "/openapi.json"};
     for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
         if (!strcmp(url, routes[i])) return routes[i];
     return NULL;
@@ -419,10 +435,12 @@ static const char *known_route(const char *url) {
 
 static enum MHD_Result decide_checks(clef_server *s, req *r);
 
-static int open_route(const char *route) { return !strcmp(route, "/health") || !strcmp(route, "/metrics"); }
-
 /* Routes an orchestrator's probes call with whatever Host it likes (a pod's address). */
-static int probe_route(const char *route) { return !strcmp(route, "/health"); }
+static int probe_route(const char *route) {
+    return !strcmp(route, "/health") || !strcmp(route, "/livez") || !strcmp(route, "/readyz");
+}
+
+static int open_route(const char *route) { return probe_route(route) || !strcmp(route, "/metrics"); }
 
 /* The request's id (the client's X-Request-Id when sane), its address, gzip and CORS. */
 static void request_meta(clef_server *s, req *r) {
@@ -967,8 +985,15 @@ int clef_server_attach(clef_server *s, clef_engine *e) {
         s->sched = NULL;
         return -1;
     }
+    clef_metrics_batch_limits(s->metrics, s->cfg.batch_tokens, s->cfg.max_batch);
     atomic_store(&s->ready, 1);
     return 0;
+}
+
+void clef_server_drain(clef_server *s, double delay_s) {
+    if (!s || atomic_exchange(&s->draining, 1)) return;
+    clef_log_line("\"event\":\"draining\",\"drain_delay_s\":%g,\"in_flight\":%ld", delay_s,
+                  (long)atomic_load(&s->live));
 }
 
 void clef_server_shutdown(clef_server *s) {
