@@ -17,6 +17,9 @@ import random
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 IMAGES = [os.path.join(ROOT, "tests", "corpus", "images", n) for n in ("gray_alpha_64x64.png", "gray_200x150.png")]
 LONG_LINE_MAX = 65536  # --max-line for the batch tests: the long line is over it, every other line under
+# CLEF_DEPLOY_STATES=N: N states instead of 200 (and 10 N batch lines instead of 2,000) for a quick
+# look on a loaded machine; the tests' bars are the same
+STATES = int(os.environ.get("CLEF_DEPLOY_STATES", "200"))
 
 WORDS = ("ticket refund invoice delivery parcel router screen battery warranty account password login "
          "payment card bank transfer order shipping address customer support manager weekend urgent "
@@ -48,7 +51,7 @@ def _image_b64(j):
         return base64.b64encode(f.read()).decode("ascii")
 
 
-def states_traffic(n_states=200, times=5, seed=33, image_every=10):
+def states_traffic(n_states=STATES, times=5, seed=33, image_every=10):
     """[(state index, body bytes)], n_states x times, shuffled."""
     rng = random.Random(seed)
     out = []
@@ -64,7 +67,7 @@ def states_traffic(n_states=200, times=5, seed=33, image_every=10):
     return out
 
 
-def batch_lines(total=2000, seed=34, one_offs=40):
+def batch_lines(total=10 * STATES, seed=34, one_offs=STATES // 5):
     """The 2,000 lines of the batch test (bytes, without their newlines): the 1,000 of
     states_traffic(), one_offs requests on states seen once, and the rest refused requests and empty
     lines (cheap: refused before any forward), one line over LONG_LINE_MAX."""

@@ -183,7 +183,8 @@ def main():
     t_start = time.time()
     bodies = [b for _, b in deploy_traffic.states_traffic()]
     keys = keys_of(bodies)
-    check(len(set(keys)) == 200, f"200 states, 200 keys ({len(set(keys))})")
+    n = deploy_traffic.STATES
+    check(len(set(keys)) == n, f"{n} states, {n} keys ({len(set(keys))})")
 
     one = Backend()
     try:
