@@ -44,8 +44,10 @@ class RayCluster:
         self.workers = workers
         self.cpus = cpus
         self.tmp = tempfile.mkdtemp(prefix="clef-ray-")
+        # RAY_worker_niceness=0: Ray starts workers niced (15), which on a shared machine starves the
+        # engines against the clef processes the tests compare them with
         self.env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0", RAY_ADDRESS=f"127.0.0.1:{self.HEAD_PORT}",
-                        **(env or {}))
+                        RAY_worker_niceness="0", **(env or {}))
         self.node_ports = []
 
     # ---- namespace
