@@ -61,7 +61,15 @@ class RayCluster:
         self._sh("ip", "netns", "add", self.ns)
         try:
             self._sh(*self.netns(["ip", "link", "set", "lo", "up"]))
-            self._start_node(head=True)
+            for attempt in range(3):  # a loaded machine can miss ray start's 60 s registration deadline
+                try:
+                    self._start_node(head=True)
+                    break
+                except RuntimeError:
+                    if attempt == 2:
+                        raise
+                    self._kill_all()
+                    self.node_ports.clear()
             for _ in range(self.workers):
                 self._start_node(head=False)
             self.wait_nodes(1 + self.workers)
@@ -161,7 +169,7 @@ class RayCluster:
                     bad.append(line)
         return bad
 
-    def __exit__(self, *exc):
+    def _kill_all(self):
         for _ in range(3):
             pids = self.pids()
             if not pids:
@@ -172,6 +180,9 @@ class RayCluster:
                 except ProcessLookupError:
                     pass
             time.sleep(0.5)
+
+    def __exit__(self, *exc):
+        self._kill_all()
         self._sh("ip", "netns", "del", self.ns, check=False)
         shutil.rmtree(self.tmp, ignore_errors=True)
         return False
