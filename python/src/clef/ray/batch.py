@@ -236,20 +236,23 @@ def run(argv: List[str]) -> int:
     signal.signal(signal.SIGTERM, on_stop)
     t0 = time.time()
     total = len(inp)
-    todo = [i for i in range(have, total)]
-    keys = _keys(inp, todo, a)
+    # the plan covers all of IN whatever OUT holds, so that a rerun finds the same shards (and the
+    # parts committed before); shards wholly inside OUT's kept lines are not run
+    every = list(range(total))
+    keys = _keys(inp, every, a) if have < total else []
     # lines over --max-line are answered here, like clef batch does, without an engine
-    long_lines = {i for i in todo if inp.lengths[i] > a.max_line}
-    shards = _files.plan_shards(keys, [i for i in todo if i not in long_lines], a.shard_lines)
+    long_lines = {i for i in every if inp.lengths[i] > a.max_line}
+    shards = _files.plan_shards(keys, [i for i in every if i not in long_lines], a.shard_lines) if keys else []
     owner: Dict[int, int] = {i: s for s, lines in enumerate(shards) for i in lines}
     parts = _Parts(a.output, want, a.shard_lines)
+    needed = [s for s, lines in enumerate(shards) if max(lines) >= have]
     done: Dict[int, Dict[int, bytes]] = {}
-    for s, lines in enumerate(shards):
-        got = parts.load(s, lines)
+    for s in needed:
+        got = parts.load(s, shards[s])
         if got is not None:
             done[s] = got
     reused = len(done)
-    pending = [s for s in range(len(shards)) if s not in done]
+    pending = [s for s in needed if s not in done]
     lines_by_node: Dict[str, int] = {}
     written = 0
     errors = 0
