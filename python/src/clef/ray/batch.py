@@ -353,6 +353,9 @@ def run(argv: List[str]) -> int:
     if rc == 0 and stop["sig"]:
         rc = 130
     finished = next_line == total
+    if rc == 0 and not finished:  # never report success on an OUT short of IN
+        print(f"{prog}: {total - next_line} lines not answered; run again to resume", file=sys.stderr)
+        rc = 3
     os.close(out_fd)
     if finished:
         parts.remove()
