@@ -24,14 +24,16 @@ def main():
     ap.add_argument("--model", default=os.path.join(ROOT, "models", "tiny"))
     a = ap.parse_args()
     model = os.path.abspath(a.model)
-    lib = os.path.join(ROOT, "build", "dist", "libclef.so")
+    build = os.environ.get("CLEF_BUILD", os.path.join(ROOT, "build"))
+    lib = os.path.join(build, "dist", "libclef.so")
     tmp = tempfile.mkdtemp(prefix="clef-bench-ray-")
     inp = os.path.join(tmp, "in.jsonl")
-    deploy_traffic.write_jsonl(inp, [b for _, b in deploy_traffic.states_traffic()], final_newline=True)
-    n = 1000
+    lines = [b for _, b in deploy_traffic.states_traffic()]  # CLEF_DEPLOY_STATES=N: N x 5 lines
+    deploy_traffic.write_jsonl(inp, lines, final_newline=True)
+    n = len(lines)
     out = {}
     t0 = time.time()
-    subprocess.run([os.path.join(ROOT, "build", "clef"), "batch", "--model", model, "--threads", "1", inp,
+    subprocess.run([os.path.join(build, "clef"), "batch", "--model", model, "--threads", "1", inp,
                     os.path.join(tmp, "ref.jsonl")], check=True, capture_output=True)
     out["clef_batch_threads1_lines_per_s"] = round(n / (time.time() - t0), 1)
     env = {"CLEF_LIBRARY": lib, "PYTHONPATH": os.path.join(ROOT, "python", "src")}
