@@ -212,7 +212,7 @@ def main():
         while time.time() < stop_at:
             i = rnd.randrange(len(bodies))
             b = bodies[i]
-            head = (f"POST /v1/systemone HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            head = (f"POST /v1/systemone HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
                     f"Content-Length: {len(b)}\r\nConnection: close\r\n\r\n").encode()
             try:
                 s = socket.create_connection(("127.0.0.1", port), timeout=30)
@@ -242,7 +242,7 @@ def main():
         rnd = random.Random(2000 + k)
         while time.time() < stop_at:
             idx = [rnd.randrange(len(bodies)) for _ in range(rnd.randint(2, 48))]
-            data = b"".join(b"POST /v1/systemone HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            data = b"".join(b"POST /v1/systemone HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
                             b"Content-Length: %d\r\n\r\n" % len(bodies[i]) + bodies[i] for i in idx)
             try:
                 s = socket.create_connection(("127.0.0.1", port), timeout=30)
@@ -282,7 +282,7 @@ def main():
             try:
                 s = socket.create_connection(("127.0.0.1", port), timeout=30)
                 s.settimeout(0.2)
-                s.sendall(b"POST /v1/systemone HTTP/1.1\r\nHost: x\r\n")
+                s.sendall(b"POST /v1/systemone HTTP/1.1\r\nHost: localhost\r\n")
                 closed = False
                 while time.time() - t0 < a.header_timeout + 10:
                     try:
@@ -321,7 +321,7 @@ def main():
             try:
                 if kind == 0:  # Content-Length over the cap: 413 before the body
                     s = socket.create_connection(("127.0.0.1", port), timeout=30)
-                    s.sendall((f"POST /v1/systemone HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                    s.sendall((f"POST /v1/systemone HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
                                f"Content-Length: {a.max_body * 4}\r\n\r\n").encode())
                     out = read_all(s, 30)
                     s.close()
@@ -329,7 +329,7 @@ def main():
                     st.add("oversized_length", ok, None if ok else f"oversized length: {out[:100] if out else out!r}")
                 elif kind == 1:  # a chunked body that grows over the cap: 413 and a close
                     s = socket.create_connection(("127.0.0.1", port), timeout=30)
-                    s.sendall(b"POST /v1/systemone HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                    s.sendall(b"POST /v1/systemone HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
                               b"Transfer-Encoding: chunked\r\n\r\n")
                     chunk = b"%x\r\n" % 65536 + b"a" * 65536 + b"\r\n"
                     sent = 0
@@ -356,11 +356,11 @@ def main():
                 st.add("oversized_error", False, f"oversized: {e!r}")
             time.sleep(0.5)
 
-    garbage = [b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03", b"GET / HTTP/1.1\r\nHost: x\r\nContent-Length : 5\r\n\r\nhello",
-               b"POST /v1/systemone HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n",
-               b"POST /v1/systemone HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n",
-               b"POST /v1/systemone HTTP/1.1\r\nHost: x\r\n\r\n{\"a\":1}",
-               b"POST /v1/systemone HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 9\r\n\r\n{\"model\":"]
+    garbage = [b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03", b"GET / HTTP/1.1\r\nHost: localhost\r\nContent-Length : 5\r\n\r\nhello",
+               b"POST /v1/systemone HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: gzip\r\n\r\n",
+               b"POST /v1/systemone HTTP/1.1\r\nHost: localhost\r\nContent-Length: -1\r\n\r\n",
+               b"POST /v1/systemone HTTP/1.1\r\nHost: localhost\r\n\r\n{\"a\":1}",
+               b"POST /v1/systemone HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 9\r\n\r\n{\"model\":"]
 
     def invalid_client(k):
         rnd = random.Random(3000 + k)
