@@ -105,8 +105,13 @@ void clef_build_info(char *buf, size_t len) {
 #else
     const char *be = "cpu";
 #endif
-    snprintf(buf, len, "backends: %s\ncpu features: %s\ncpu gemm kernel: %s\n", be,
-             feats[0] ? feats : "(none beyond x86-64-v2)", clef_gemm_name(clef_gemm_default()));
+    clef_gemm_kernel k = clef_gemm_default();
+    char timed[96] = "";
+    double g5 = clef_gemm_measured_gflops(CLEF_GEMM_AVX512), g2 = clef_gemm_measured_gflops(CLEF_GEMM_AVX2);
+    if (g5 > 0 || g2 > 0)
+        snprintf(timed, sizeof timed, " (timed at first use, one thread: avx512 %.0f, avx2 %.0f GFLOP/s)", g5, g2);
+    snprintf(buf, len, "backends: %s\ncpu features: %s\ncpu gemm kernel: %s%s\n", be,
+             feats[0] ? feats : "(none beyond x86-64-v2)", clef_gemm_name(k), timed);
 }
 
 const char *clef_engine_backend(const clef_engine *e) { return e && e->ops ? e->ops->name : "none"; }
