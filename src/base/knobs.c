@@ -10,7 +10,7 @@
 const clef_knob_info clef_knob_table[] = {
     {"CLEF_DEVICE", "unset (auto: CUDA when built with it and a GPU is present, else CPU)",
      "the backend when the caller asks for device auto (clef batch / serve): cpu or cuda", "user", "clef_knobs"},
-    {"CLEF_PRECISION", "fp32", "the CUDA precision when the caller asks for device auto: fp32, fast or bf16",
+    {"CLEF_PRECISION", "fp32", "the precision when the caller asks for device auto: fp32, fast, bf16 or int8 (int8: CPU only)",
      "user", "clef_knobs"},
     {"CLEF_CPU_CACHE_MB", "1024", "MiB the CPU backend holds for activation buffers, kept for the next forward (0: none)",
      "user", "clef_knobs"},
@@ -76,6 +76,7 @@ void clef_knobs_parse(clef_knobs *k, const char *(*lookup)(const char *name, voi
         k->precision = is(v, "fp32")   ? CLEF_KNOB_PRECISION_FP32
                        : is(v, "fast") ? CLEF_KNOB_PRECISION_FAST
                        : is(v, "bf16") ? CLEF_KNOB_PRECISION_BF16
+                       : is(v, "int8") ? CLEF_KNOB_PRECISION_INT8
                                        : CLEF_KNOB_BAD;
         snprintf(k->precision_raw, sizeof k->precision_raw, "%s", v);
     }

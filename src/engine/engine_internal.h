@@ -21,6 +21,8 @@ struct clef_engine {
     clef_image_opts image_opts;
     char *dump_dir;
     clef_state_cache *cache; /* NULL: off (state_cache_mb 0, single_request, or a backend that cannot resume) */
+    const char *note;        /* clef_engine_note: a static line from the backend, or NULL */
+    int precision;           /* the CLEF_PRECISION_* asked for (after $CLEF_PRECISION) */
 };
 
 struct clef_job {
