@@ -30,6 +30,7 @@ typedef struct clef_knobs {
 
     /* ---- diagnostic (measuring, parity, dispatch tests) ---- */
     int linear_double;      /* CLEF_LINEAR=double: every Linear (and the attention) in double */
+    int ungated_int8;       /* CLEF_UNGATED=int8: open the int8 precision although it failed its gate */
     char gemm[16];          /* CLEF_GEMM=ref|avx2|avx512|amx: the CPU GEMM kernel ("" = auto) */
     int amx_packed;         /* CLEF_AMX_PACKED: 1 (default) = AMX weights packed at load, 0 = per call */
     int arena_poison;       /* CLEF_ARENA_POISON=1: every CPU activation block handed out is filled with NaN */

@@ -110,7 +110,7 @@ extern const int cli_tile_values[];
 #define CLI_OPT_PRECISION(p)                                                                               \
     {.name = "--precision", .kind = CLI_ENUM, .dst = (p), .arg = "fp32|fast|bf16|int8", .def = "fp32",    \
      .choices = cli_precision_choices, .env = "CLEF_PRECISION",                                            \
-     .help = "fp32 = exact; fast / bf16 = two / one bf16 terms (CUDA; the CPU runs fp32 and says so); int8 = int8 weights (CPU)"}
+     .help = "fp32 = exact; fast / bf16 = two / one bf16 terms (CUDA; the CPU runs fp32 and says so); int8 = CPU int8, refused until it passes its gate"}
 #define CLI_OPT_GPU(p)                                                                                     \
     {.name = "--gpu", .kind = CLI_INT, .dst = (p), .arg = "N", .lo = 0, .hi = 1023, .def = "0",           \
      .help = "CUDA device index"}
