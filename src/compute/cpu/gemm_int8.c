@@ -67,10 +67,12 @@ static void run_qw(void *ctx, size_t b, size_t e, int worker) {
 clef_q8_weights *clef_q8_quantize_bf16(clef_pool *pool, const uint16_t *W, size_t ldw, size_t N, size_t K) {
     if (N == 0 || K == 0 || K > CLEF_Q8_MAX_K) return NULL;
     size_t ldq = padded(K);
-    if (N > SIZE_MAX / ldq) return NULL;
+    if (N > (SIZE_MAX - 63) / ldq) return NULL;
     clef_q8_weights *w = malloc(sizeof *w);
     if (!w) return NULL;
-    *w = (clef_q8_weights){.q = aligned_alloc(64, N * ldq), .scale = malloc(N * sizeof(float)), .N = N, .K = K, .ldq = ldq};
+    /* aligned_alloc's size: a multiple of the alignment (C11; ASan checks it) */
+    *w = (clef_q8_weights){.q = aligned_alloc(64, (N * ldq + 63) / 64 * 64), .scale = malloc(N * sizeof(float)),
+                           .N = N, .K = K, .ldq = ldq};
     if (!w->q || !w->scale) {
         clef_q8_weights_free(w);
         return NULL;
@@ -166,7 +168,7 @@ int clef_gemm_q8(clef_q8_kernel kern, clef_pool *pool, float *y, size_t ldy, con
     if (!clef_q8_available(kern) || !w || row0 > w->N || N > w->N - row0) return -1;
     if (T == 0 || N == 0) return 0;
     size_t ldq = w->ldq, nth = (size_t)clef_pool_size(pool);
-    if (T > SIZE_MAX / sizeof(int16_t) / ldq) return -1;
+    if (T > (SIZE_MAX - 63) / sizeof(int16_t) / ldq) return -1;
     int16_t *xq = aligned_alloc(64, (T * ldq * sizeof(int16_t) + 63) / 64 * 64);
     float *sx = malloc(T * sizeof *sx);
     q8_job j = {.kern = kern, .y = y, .ldy = ldy, .xq = xq, .sx = sx, .w = w, .row0 = row0, .N = N, .T = T, .bias = bias};
