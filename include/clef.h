@@ -55,8 +55,12 @@ typedef struct clef_options {
      * present, else the CPU; $CLEF_DEVICE = cpu|cuda overrides auto), CLEF_DEVICE_CPU, or
      * CLEF_DEVICE_CUDA (an error when the build or the machine has none). docs/cuda.md. */
     int device;
-    /* CLEF_PRECISION_FP32 (0: the parity path) or CLEF_PRECISION_FAST (bf16 tensor-core GEMMs on
-     * CUDA; the CPU backend ignores it). $CLEF_PRECISION = fp32|fast applies when device is auto. */
+    /* CLEF_PRECISION_FP32 (0: the exact path, the default), CLEF_PRECISION_FAST (two bf16 terms per
+     * activation), CLEF_PRECISION_BF16 (one bf16 term) or CLEF_PRECISION_INT8 (CPU only: int8
+     * weights quantized per output row at open, activations per token, integer dot products).
+     * docs/precision.md. A precision the backend has no kernel for on this machine runs fp32 and
+     * says so in clef_engine_note (the CPU's fast and bf16 today). $CLEF_PRECISION =
+     * fp32|fast|bf16|int8 applies when device is auto. */
     int precision;
     int gpu;                   /* CUDA device index (0 = the first) */
     /* 1 when the engine will answer one request and close (clef decide): open then skips work
@@ -77,7 +81,12 @@ typedef struct clef_options {
 #define CLEF_STATE_CACHE_MB_DEFAULT 1024
 
 enum { CLEF_DEVICE_AUTO = 0, CLEF_DEVICE_CPU = 1, CLEF_DEVICE_CUDA = 2 };
-enum { CLEF_PRECISION_FP32 = 0, CLEF_PRECISION_FAST = 1, CLEF_PRECISION_BF16 = 2 /* one bf16 term per activation (CUDA) */ };
+enum {
+    CLEF_PRECISION_FP32 = 0,
+    CLEF_PRECISION_FAST = 1,
+    CLEF_PRECISION_BF16 = 2, /* one bf16 term per activation (CUDA) */
+    CLEF_PRECISION_INT8 = 3  /* int8 weights and activations, exact integer sums (CPU) */
+};
 
 CLEF_API void clef_options_default(clef_options *o);
 
@@ -85,8 +94,12 @@ CLEF_API void clef_options_default(clef_options *o);
  * "cpu gemm kernel: ..." (NUL-terminated, cut to len). */
 CLEF_API void clef_build_info(char *buf, size_t len);
 
-/* The backend an open engine computes with: "cpu", "cuda" (fp32) or "cuda-fast". */
+/* The backend an open engine computes with: "cpu" (fp32), "cpu-int8", "cuda" (fp32), "cuda-fast"
+ * or "cuda-bf16". */
 CLEF_API const char *clef_engine_backend(const clef_engine *e);
+/* One line when the engine runs something other than what the options asked (e.g. "--precision
+ * fast has no CPU kernel here ...; running fp32 (exact)"), NULL otherwise. Valid while e is open. */
+CLEF_API const char *clef_engine_note(const clef_engine *e);
 /* Bytes the backend holds in its own form of the weights, made at open (the CPU's AMX-packed
  * Linear weights; 0 when nothing was prepared, e.g. with single_request). */
 CLEF_API size_t clef_engine_prepared_bytes(const clef_engine *e);

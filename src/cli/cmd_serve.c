@@ -295,10 +295,13 @@ int cmd_serve(int argc, char **argv) {
     clef_engine_cache_info(e, &ci);
     /* prepared_mb: the backend's own copy of the weights made at open (the CPU's AMX-packed Linear
      * weights; load_ms includes making it) */
+    /* note: where the engine runs other than asked (clef_engine_note: a static line, no quotes) */
+    const char *note = clef_engine_note(e);
     clef_log_line("\"event\":\"ready\",\"load_ms\":%.1f,\"warmup_ms\":%.1f,\"prepared_mb\":%.1f,"
-                  "\"batch_tokens\":%zu,\"max_batch\":%zu,\"queue\":%zu,\"backend\":\"%s\",\"state_cache_mb\":%zu",
+                  "\"batch_tokens\":%zu,\"max_batch\":%zu,\"queue\":%zu,\"backend\":\"%s\",\"state_cache_mb\":%zu%s%s%s",
                   (t1 - t0) * 1e3, (t2 - t1) * 1e3, (double)clef_engine_prepared_bytes(e) / 1048576.0,
-                  sc.batch_tokens, sc.max_batch, sc.queue_len, clef_engine_backend(e), ci.limit >> 20);
+                  sc.batch_tokens, sc.max_batch, sc.queue_len, clef_engine_backend(e), ci.limit >> 20,
+                  note ? ",\"note\":\"" : "", note ? note : "", note ? "\"" : "");
 
     atomic_store(&sig_phase, 1);
     while (sem_wait(&sig_sem) != 0) {

@@ -7,6 +7,7 @@ import json
 import os
 import threading
 import weakref
+import warnings
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from . import _lib
@@ -18,7 +19,8 @@ Request = Union[Mapping[str, Any], str, bytes, bytearray, memoryview]
 Image = Union[bytes, bytearray, memoryview, "os.PathLike[str]", str]
 
 _DEVICES = {"auto": _lib.DEVICE_AUTO, "cpu": _lib.DEVICE_CPU, "cuda": _lib.DEVICE_CUDA}
-_PRECISIONS = {"fp32": _lib.PRECISION_FP32, "fast": _lib.PRECISION_FAST}
+_PRECISIONS = {"fp32": _lib.PRECISION_FP32, "fast": _lib.PRECISION_FAST, "bf16": _lib.PRECISION_BF16,
+               "int8": _lib.PRECISION_INT8}
 _SPLITS = {"file": 0, "qwen2": 1, "qwen35": 2}
 _TILES = (0, 256, 448)
 
@@ -175,8 +177,10 @@ class Engine:
 
     model_dir: a release-layout folder (models/tiny, or the downloaded clef-flash).
     threads: compute threads (0 = every online core). device: "auto", "cpu" or "cuda".
-    precision: None (the library's default: fp32, or $CLEF_PRECISION with device "auto"), "fp32"
-    or "fast" (bf16 tensor cores on CUDA; the CPU ignores it). The rest are clef_options fields
+    precision: None (the library's default: fp32, or $CLEF_PRECISION with device "auto"), "fp32",
+    "fast" or "bf16" (bf16 tensor cores on CUDA; the CPU has no kernel for them and runs fp32, saying
+    so in .note and with a warnings.warn), or "int8" (CPU; refused until it passes its fidelity gate,
+    docs/precision.md). The rest are clef_options fields
     (include/clef.h): gpu, max_length, image_tile (0, 256, 448), text_only, split ("file",
     "qwen2", "qwen35"), max_image_bytes, max_image_pixels, max_images, allow_image_paths, single_request,
     state_cache_mb (None: the library's default, CLEF_STATE_CACHE_MB_DEFAULT; 0 turns the state
@@ -225,6 +229,11 @@ class Engine:
         self.backend: str = (lib.clef_engine_backend(handle) or b"").decode()
         with _engines_lock:
             _engines.add(self)
+        # where the engine runs other than asked (e.g. precision "fast" on a CPU): one line, else None
+        note = lib.clef_engine_note(handle)
+        self.note: Optional[str] = note.decode() if note else None
+        if self.note:
+            warnings.warn(self.note, RuntimeWarning, stacklevel=2)
 
     def cache_info(self) -> Dict[str, int]:
         """The state cache's counters (clef_engine_cache_info): hits, misses, inserts, evictions,

@@ -66,7 +66,7 @@ class CacheInfo(ctypes.Structure):
 
 DEVICE_AUTO, DEVICE_CPU, DEVICE_CUDA = 0, 1, 2
 STATE_KEY_LEN = 64  # CLEF_STATE_KEY_LEN
-PRECISION_FP32, PRECISION_FAST = 0, 1
+PRECISION_FP32, PRECISION_FAST, PRECISION_BF16, PRECISION_INT8 = 0, 1, 2, 3
 
 _engine_p = ctypes.c_void_p
 _job_p = ctypes.c_void_p
@@ -78,6 +78,7 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
         "clef_open": (_engine_p, [ctypes.POINTER(Options), ctypes.c_char_p, ctypes.c_size_t]),
         "clef_close": (None, [_engine_p]),
         "clef_engine_backend": (ctypes.c_char_p, [_engine_p]),
+        "clef_engine_note": (ctypes.c_char_p, [_engine_p]),
         "clef_result_free": (None, [ctypes.POINTER(Result)]),
         "clef_decide": (ctypes.c_int, [_engine_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(Result)]),
         "clef_job_prepare": (_job_p, [_engine_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(Result)]),
