@@ -199,8 +199,14 @@ def test_loading(expected):
               "the limits are --batch-tokens and --max-batch")
         occ = metric(text, "clef_batch_occupancy") or 0
         check(0 < occ <= 1, "clef_batch_occupancy after a forward of one small request: %g in (0, 1]" % occ)
-        check(metric(text, "clef_requests_in_flight") == 0 and metric(text, "clef_queue_depth") == 0,
-              "nothing in flight or queued at rest")
+        t_end = time.time() + 3  # the POST's request ends (on_completed) just after its answer went out
+        rest = text
+        while time.time() < t_end and (metric(rest, "clef_requests_in_flight") or metric(rest, "clef_queue_depth")):
+            time.sleep(0.05)
+            rest = request(srv.port, "GET", "/metrics")[2].decode()
+        check(metric(rest, "clef_requests_in_flight") == 0 and metric(rest, "clef_queue_depth") == 0,
+              "nothing in flight or queued at rest (%s, %s)" % (metric(rest, "clef_requests_in_flight"),
+                                                                metric(rest, "clef_queue_depth")))
         families = re.findall(r"^# TYPE (\S+) ", text, re.M)
         missing = [f for f in families if not documented_metric(f)]
         check(len(families) > 20 and not missing, "every metric is named in docs/serving.md's table: missing %s" % missing)
