@@ -8,8 +8,8 @@
  * both = fast and fp32, all = fast, bf16 and fp32. --graph 1 runs each forward through
  * clef_cuda_graph_run keyed by the token count (the timed reps replay the captured graph; the warm-up
  * runs eagerly and the capture is untimed). Kernel variants come from the environment
- * (CLEF_CUDA_LINEAR=bf16, CLEF_CUDA_ATTN=simt|v2|v3|v4, CLEF_CUDA_DELTA=v1|v2|v3|v4; cuda_ops.h says which
- * are verified and default); every line names them in "kernels". Kernels inside an op are reported
+ * (CLEF_CUDA_LINEAR=bf16, CLEF_CUDA_ATTN=simt|v2|v3|v4, CLEF_CUDA_DELTA=v1|v2|v3|v4|v5, CLEF_CUDA_GEMM_TOPN=N;
+ * cuda_ops.h says which are verified and default); every line names them in "kernels". Kernels inside an op are reported
  * as "op.X" lines (delta_rule.A / .B) and are not added to the total.
  *
  * One JSON object per line on stdout:
@@ -21,7 +21,7 @@
  *       records one after another, one forward each
  *   {"kind":"packed", precision, records, tokens_each, seconds, records_per_s, tokens_per_s}
  *       --packed N: N records of 436 tokens packed into one forward (median of reps)
- *   {"kind":"device", name, arena_bytes, weight_bytes, graph counters}
+ *   {"kind":"device", name, arena_bytes, weight_bytes, graph counters, gemm_* (CLEF_CUDA_GEMM_TOPN's choices)}
  * Work and utilisation:
  *   - tflop is the model's analytic work (GEMMs 2*M*N*K, causal attention 2*T^2*hd*heads per layer,
  *     the chunked delta rule's matrix products); mfu_pct = tflop / seconds / peak (peak_pct is the
@@ -224,7 +224,7 @@ static int packed = 0; /* --packed N: N records of 436 tokens in one forward */
 
 static int run_precision(int precision, const size_t *Ts, int nT, int reps, int records, int layers) {
     const char *pname = prec_name(precision);
-    char kern[128]; /* which kernel variants ran (env CLEF_CUDA_LINEAR / ATTN / DELTA at create) */
+    char kern[160]; /* which kernel variants ran (env CLEF_CUDA_LINEAR / ATTN / DELTA at create) */
     double peak = precision == CLEF_CUDA_FP32 ? PEAK_FP32 : PEAK_BF16;
     clef_err err;
     clef_err_clear(&err);
@@ -236,8 +236,12 @@ static int run_precision(int precision, const size_t *Ts, int nT, int reps, int 
     clef_cuda_kernels kv;
     clef_cuda_get_kernels(ops, &kv);
     clef_cuda_set_graph(ops, use_graph);
-    snprintf(kern, sizeof kern, "\"kernels\":\"linear=%s,attn=%s,delta=%s\",\"graph\":%s",
-             precision == CLEF_CUDA_FP32 ? "fp32" : precision == CLEF_CUDA_BF16 || !kv.linear_split ? "bf16" : "split",
+    clef_cuda_gemm_info gi0;
+    clef_cuda_gemm_stats(ops, &gi0);
+    char gemm[24] = ""; /* CLEF_CUDA_GEMM_TOPN: the GEMM algorithm choice, when not the heuristic's first */
+    if (gi0.topn > 1) snprintf(gemm, sizeof gemm, ",gemm=top%d", gi0.topn);
+    snprintf(kern, sizeof kern, "\"kernels\":\"linear=%s%s,attn=%s,delta=%s\",\"graph\":%s",
+             precision == CLEF_CUDA_FP32 ? "fp32" : precision == CLEF_CUDA_BF16 || !kv.linear_split ? "bf16" : "split", gemm,
              kv.attn == CLEF_CUDA_ATTN_SIMT ? "simt" : kv.attn == CLEF_CUDA_ATTN_V2 ? "v2" : kv.attn == CLEF_CUDA_ATTN_V4 ? "v4" : "v3", kv.delta == CLEF_CUDA_DELTA_V1   ? "v1"
              : kv.delta == CLEF_CUDA_DELTA_V2 ? "v2"
              : kv.delta == CLEF_CUDA_DELTA_V4 ? "v4"
@@ -360,12 +364,18 @@ static int run_precision(int precision, const size_t *Ts, int nT, int reps, int 
     clef_cuda_memory(ops, &ab, &wb);
     clef_cuda_graph_info gi;
     clef_cuda_graph_stats(ops, &gi);
+    clef_cuda_gemm_info gm;
+    clef_cuda_gemm_stats(ops, &gm);
     printf("{\"kind\":\"device\",\"precision\":\"%s\",%s,\"name\":\"%s\",\"arena_bytes\":%zu,\"weight_bytes\":%zu,"
            "\"weights_seconds\":%.3f,\"graph_captured\":%llu,\"graph_replayed\":%llu,\"graph_fallbacks\":%llu,"
-           "\"graph_unsafe\":%zu,\"graph_pool_bytes\":%zu,\"graph_unsafe_why\":\"%s\"%s%s%s}\n",
+           "\"graph_unsafe\":%zu,\"graph_pool_bytes\":%zu,\"graph_unsafe_why\":\"%s\",\"gemm_topn\":%d,"
+           "\"gemm_shapes\":%llu,\"gemm_picked_other\":%llu,\"gemm_same_bits\":%llu,\"gemm_tried\":%llu,"
+           "\"gemm_first_us\":%.1f,\"gemm_best_us\":%.1f%s%s%s}\n",
            pname, kern, clef_cuda_device_name(ops), ab, wb, tw, (unsigned long long)gi.captured,
            (unsigned long long)gi.replayed, (unsigned long long)gi.fallbacks, gi.unsafe, gi.pool_bytes,
-           gi.last_unsafe_why, rc ? ",\"error\":\"" : "", rc ? clef_cuda_last_error(ops) : "", rc ? "\"" : "");
+           gi.last_unsafe_why, gm.topn, (unsigned long long)gm.shapes, (unsigned long long)gm.picked_other,
+           (unsigned long long)gm.same_bits, (unsigned long long)gm.tried, gm.first_us, gm.best_us,
+           rc ? ",\"error\":\"" : "", rc ? clef_cuda_last_error(ops) : "", rc ? "\"" : "");
     fflush(stdout);
     ops->free(ops, hidden);
     free(ids);

@@ -9,7 +9,7 @@ invalid, slow and oversized requests, on loopback. Checks, and prints as one JSO
   - every hostile request gets the answer its bound promises (docs/reliability.md): a slow but
     complete request its normal answer, a head that never ends a close (or 408) after
     --header-timeout, an oversized Content-Length 413, a chunked body over --max-body 413 + close,
-    a 1x1 PNG asking for 80 Mpx through media_kwargs 413;
+    a 1x1 PNG asking for 80 Mpx through media_kwargs 413, 2,000 1x1 PNGs in one request 413;
   - RSS (VmRSS of the server, sampled every second) flat within 10% after the warm-up;
   - /health latency p99 (a probe on a fresh connection every 100 ms) under 50 ms.
 The roles of the C clients: 9/16 corpus requests one at a time, 1/16 corpus requests pipelined (2 to
@@ -311,10 +311,13 @@ def main():
                          "media_kwargs": {"min_pixels": 80000000, "max_pixels": 80000000},
                          "questions": {"q": {"type": "noul"}}}).encode()
 
+    many_req = json.dumps({"model": "clef-flash", "state": "x", "images": ["data:image/png;base64," + big_png] * 2000,
+                           "questions": {"q": {"type": "noul"}}}).encode()
+
     def oversized_client(k):
         rnd = random.Random(2000 + k)
         while time.time() < stop_at:
-            kind = rnd.randrange(3)
+            kind = rnd.randrange(4)
             try:
                 if kind == 0:  # Content-Length over the cap: 413 before the body
                     s = socket.create_connection(("127.0.0.1", port), timeout=30)
@@ -340,11 +343,15 @@ def main():
                     s.close()
                     ok = sent < a.max_body * 3 or (out is not None and out.startswith(b"HTTP/1.1 413 "))
                     st.add("oversized_chunked", ok, None if ok else f"oversized chunked: sent {sent}, {out[:100] if out else out!r}")
-                else:  # 80 Mpx asked of a 1x1 PNG: refused before resizing
+                elif kind == 2:  # 80 Mpx asked of a 1x1 PNG: refused before resizing
                     t0 = time.perf_counter()
                     s_, d = post(port, mk_req)
                     ok = s_ == 413
                     st.add("oversized_pixels", ok, None if ok else f"media_kwargs request: {s_} {d[:200]!r}")
+                else:  # 2,000 1x1 PNGs in one request: refused from their headers, no pixel array built
+                    s_, d = post(port, many_req)
+                    ok = s_ == 413
+                    st.add("many_images", ok, None if ok else f"many-image request: {s_} {d[:200]!r}")
             except OSError as e:
                 st.add("oversized_error", False, f"oversized: {e!r}")
             time.sleep(0.5)

@@ -4,21 +4,23 @@
 // batch_record_render, batch_resume_decide, batch_resume_apply). The input, read front to back:
 //   byte 0, settings: bit 0 --restart; bit 1 a small cap on OUT's lines (the next byte B: 2B+1 bytes,
 //     else BATCH_OUT_LINE_MAX); bits 2-3 OUT is its own file (0, 3), a hard link to IN (1), a symlink
-//     to IN (2); bit 4 IN is a pipe; bits 5-7 the record OUT.clef-batch: 0 absent, 1 and 7 this run's,
-//     2 this run's with one byte changed, 3 the bytes after OUT's end mark, 4 empty, 5 this run's with a
-//     byte more, 6 the record of other settings;
+//     to IN (2); bit 4 IN is a pipe; bits 5-7 the record OUT.clef-batch: 0 absent, 1 this run's
+//     identity vouching for all of OUT's complete lines, 7 for its first M (M from the bytes after
+//     OUT's end mark), 2 the record of 1 with one byte changed, 3 the bytes after OUT's end mark, 4
+//     empty, 5 the record of 1 with a byte more, 6 the identity of other settings with the state of 1;
 //   then IN: a byte N (N & 7 lines; 0x80: the last without '\n'), N bytes choosing each line (a valid
 //     request for models/tiny, invalid ones, or raw bytes from the input);
 //   then OUT, a program of bytes until 0xFF or the end: answer lines, error lines, junk lines, raw
 //     bytes, newlines, long lines, NULs and invalid UTF-8, a torn answer (see out_op).
 // These must hold, or the target aborts:
 //   - OUT being IN (hard link, symlink) is refused, and IN keeps every byte whatever was decided;
-//   - a resume only without --restart, from a file IN, with the record byte-identical to this run's,
-//     and every kept line (no longer than the cap) an answer object ({"model","answers"} or {"error"},
-//     checked here apart from the code under test); conversely, such an OUT is resumed, not refused;
-//   - the cut is at a line boundary within OUT's size, keeps exactly the complete lines counted (what
-//     follows has no '\n'), there are no more of them than IN's lines, and after it OUT holds exactly
-//     those bytes and its offset is at their end;
+//   - a resume only without --restart, from a file IN, with the record's identity this run's and its
+//     state the true lines, bytes and sha256 of a prefix of OUT (modes 1 and 7), and every complete
+//     line (no longer than the cap) an answer object ({"model","answers"} or {"error"}, checked here
+//     apart from the code under test); conversely, such an OUT is resumed, not refused;
+//   - the cut is exactly at the end of the prefix the record vouches for, keeps its lines (no more
+//     than IN's), the decision's hash is that prefix's, and after it OUT holds exactly those bytes and
+//     its offset is at their end;
 //   - a refusal changes nothing; its message is one non-empty line that renders as a JSON string of
 //     valid UTF-8 which parses back;
 //   - --restart empties OUT, a fresh OUT stays empty; and ASan/UBSan/LeakSanitizer find nothing.
@@ -33,9 +35,11 @@
 //   build/fuzz_batch -max_len=16384 -max_total_time=600 -rss_limit_mb=2048 build/fuzz-batch
 //
 // The second mode, -DCLEF_FUZZ_BATCH_RUN (see run_one at the end: the whole verb, cmd_batch, in-process
-// on $CLEF_FUZZ_MODEL, models/tiny by default; each input run, rerun and resumed after a cut: IN keeps
-// every byte, OUT holds one answer per IN line, the rerun changes nothing, the resume ends with the
-// uninterrupted run's OUT; a hard link to IN as OUT is refused with --restart). Slow (the weights are
+// on $CLEF_FUZZ_MODEL, models/tiny by default; each input run, rerun and resumed as a run killed
+// after its record vouched for K lines and while it wrote more: IN keeps every byte, OUT holds one
+// answer per IN line, the rerun changes nothing, the resume ends with the uninterrupted run's OUT, an
+// OUT cut below what its record vouches for is refused unchanged; a hard link to IN as OUT is refused
+// with --restart). Slow (the weights are
 // loaded for every run: seconds an input); its inputs are fuzz/corpus/batch-run:
 //
 //   make build/gen/serve/web_assets.h
@@ -60,6 +64,7 @@
 #include "base/buf.h"
 #include "base/err.h"
 #include "base/json.h"
+#include "base/sha256.h"
 #include "base/utf8.h"
 #include "cli/batch_resume.h"
 
@@ -315,40 +320,41 @@ static int decide_one(const uint8_t *data, size_t size) {
     CHECK(batch_count_lines(in_fd, &in_lines, hex) == 0);
     CHECK(batch_record_render(&want, pipe_in ? NULL : hex, 512, 448, "default", 0, 0, "f32") == 0);
 
-    /* the record found next to OUT */
+    /* OUT's complete lines (answers or not): the prefix a record of mode 1 (all) or 7 (the first M)
+     * vouches for */
+    const char *ob = out_before->data ? out_before->data : "";
+    size_t olen = out_before->len;
+    uint64_t all_lines = 0;
+    for (size_t a = 0; a < olen; a++) all_lines += ob[a] == '\n';
+    uint64_t m = rec_mode == 7 && raw_rec.len ? (unsigned char)raw_rec.data[0] % (all_lines + 1) : all_lines;
+    size_t m_end = 0;
+    for (uint64_t k = 0; k < m; k++) m_end = (size_t)((const char *)memchr(ob + m_end, '\n', olen - m_end) - ob) + 1;
+    char m_hex[65];
+    clef_sha256_hex(ob, m_end, m_hex);
+    clef_buf state, t;
+    clef_buf_init(&state);
+    clef_buf_init(&t);
+    CHECK(batch_state_render(&state, m, m_end, m_hex) == 0);
     switch (rec_mode) {
     case 0: break;
-    case 1: case 7: CHECK(write_file(g_rec, want.data, want.len) == 0); break;
+    case 1: case 7: put(&t, want.data, want.len), put(&t, state.data, state.len); break;
     case 2: {
-        clef_buf t;
-        clef_buf_init(&t);
-        put(&t, want.data, want.len);
+        put(&t, want.data, want.len), put(&t, state.data, state.len);
         size_t at = raw_rec.len ? (size_t)(unsigned char)raw_rec.data[0] % t.len : t.len / 2;
         t.data[at] ^= (char)(raw_rec.len > 1 && raw_rec.data[1] ? raw_rec.data[1] : 1);
-        CHECK(write_file(g_rec, t.data, t.len) == 0);
-        clef_buf_free(&t);
         break;
     }
-    case 3: CHECK(write_file(g_rec, raw_rec.data ? raw_rec.data : "", raw_rec.len) == 0); break;
-    case 4: CHECK(write_file(g_rec, "", 0) == 0); break;
-    case 5: {
-        clef_buf t;
-        clef_buf_init(&t);
-        put(&t, want.data, want.len);
-        puts_(&t, raw_rec.len ? "x" : "\n");
-        CHECK(write_file(g_rec, t.data, t.len) == 0);
-        clef_buf_free(&t);
-        break;
-    }
-    case 6: {
-        clef_buf t;
-        clef_buf_init(&t);
+    case 3: put(&t, raw_rec.data ? raw_rec.data : "", raw_rec.len); break;
+    case 4: break;
+    case 5: put(&t, want.data, want.len), put(&t, state.data, state.len), puts_(&t, raw_rec.len ? "x" : "\n"); break;
+    case 6:
         CHECK(batch_record_render(&t, pipe_in ? NULL : hex, 9000, 448, "default", 0, 0, "f32") == 0);
-        CHECK(write_file(g_rec, t.data, t.len) == 0);
-        clef_buf_free(&t);
+        put(&t, state.data, state.len);
         break;
     }
-    }
+    if (rec_mode != 0) CHECK(write_file(g_rec, t.data ? t.data : "", t.len) == 0);
+    clef_buf_free(&state);
+    clef_buf_free(&t);
 
     int out_fd = open(g_out, O_RDWR | O_CLOEXEC);
     CHECK(out_fd >= 0);
@@ -378,10 +384,7 @@ static int decide_one(const uint8_t *data, size_t size) {
                 (unsigned long long)d->cut_at, (unsigned long long)out_st.st_size, d->msg);
 
     /* the state, judged here apart from the code under test */
-    const char *ob = out_before->data ? out_before->data : "";
-    size_t olen = out_before->len;
-    int rec_match = rec.len == want.len && rec.len && !memcmp(rec.data, want.data, want.len);
-    uint64_t lines = 0, complete_end = 0;
+    int rec_match = rec_mode == 1 || rec_mode == 7; /* this run's identity and OUT's true prefix */
     int all_answers = 1;
     for (size_t a = 0; a < olen;) {
         const char *nl = memchr(ob + a, '\n', olen - a);
@@ -391,9 +394,7 @@ static int decide_one(const uint8_t *data, size_t size) {
             all_answers = 0;
             break;
         }
-        lines++;
         a += l + 1;
-        complete_end = a;
     }
 
     if (same) CHECK(d->action == BATCH_REFUSE && strstr(d->msg, "same file"));
@@ -404,18 +405,23 @@ static int decide_one(const uint8_t *data, size_t size) {
         CHECK(!same && !restart && !pipe_in && olen > 0 && rec_match);
         CHECK(d->cut_at <= olen);
         CHECK(d->cut_at == 0 || ob[d->cut_at - 1] == '\n');
-        CHECK(!memchr(ob + d->cut_at, '\n', olen - d->cut_at));
         uint64_t nls = 0;
         for (size_t a = 0; a < d->cut_at; a++) nls += ob[a] == '\n';
         CHECK(nls == d->have && d->have <= in_lines);
-        CHECK(all_answers && d->have == lines && d->cut_at == complete_end);
+        CHECK(all_answers && d->have == m && d->cut_at == m_end);
+        clef_sha256 cp = d->out_sha;
+        uint8_t dg[32];
+        char dhex[65];
+        clef_sha256_final(&cp, dg);
+        clef_sha256_to_hex(dg, dhex);
+        CHECK(!strcmp(dhex, m_hex));
         break;
     }
     case BATCH_REFUSE: check_message(d->msg); break;
     default: CHECK(0);
     }
     /* a state that must be resumed */
-    if (!same && !restart && !pipe_in && olen > 0 && rec_match && all_answers && lines <= in_lines)
+    if (!same && !restart && !pipe_in && olen > 0 && rec_match && all_answers && m <= in_lines)
         CHECK(d->action == BATCH_RESUME);
     /* restart, resp. an empty OUT, never refused unless OUT is IN */
     if (!same && restart) CHECK(d->action == BATCH_RESTART);
@@ -559,13 +565,37 @@ static int run_one(const uint8_t *data, size_t size) {
     CHECK(run_batch(g_out, max_line, max_batch, 0) == 0);
     read_file(g_out, &after);
     CHECK(after.len == first.len && (first.len == 0 || !memcmp(after.data, first.data, first.len)));
-    /* interrupted at byte X: the resume ends with the same OUT */
-    CHECK(truncate(g_out, (off_t)(x % (first.len + 1))) == 0);
+    /* killed after its record vouched for the first K lines, while it wrote more (cut at byte X at or
+     * after them): the resume ends with the same OUT */
+    uint64_t k = lines ? x % (lines + 1) : 0;
+    size_t k_end = 0;
+    for (uint64_t i = 0; i < k; i++) k_end = (size_t)((const char *)memchr(first.data + k_end, '\n', first.len - k_end) - first.data) + 1;
+    size_t cut = k_end + (size_t)(x >> 4) % (first.len - k_end + 1);
+    clef_buf rec;
+    clef_buf_init(&rec);
+    read_file(g_rec, &rec);
+    const char *nl = rec.len ? memchr(rec.data, '\n', rec.len) : NULL;
+    CHECK(nl);
+    rec.len = (size_t)(nl - rec.data) + 1; /* the identity line */
+    char k_hex[65];
+    clef_sha256_hex(first.data ? first.data : "", k_end, k_hex);
+    CHECK(batch_state_render(&rec, k, k_end, k_hex) == 0);
+    CHECK(write_file(g_rec, rec.data, rec.len) == 0);
+    CHECK(truncate(g_out, (off_t)cut) == 0);
     CHECK(run_batch(g_out, max_line, max_batch, 0) == 0);
     read_file(g_out, &after);
     CHECK(after.len == first.len && (first.len == 0 || !memcmp(after.data, first.data, first.len)));
     read_file(g_in, &after);
     CHECK(after.len == in.len && (in.len == 0 || !memcmp(after.data, in.data, in.len)));
+    /* cut below what its (rewritten, complete) record vouches for: refused, OUT unchanged */
+    if (first.len > 1) { /* not to 0 bytes: an empty OUT is a fresh start */
+        size_t below = 1 + (size_t)x % (first.len - 1);
+        CHECK(truncate(g_out, (off_t)below) == 0);
+        CHECK(run_batch(g_out, max_line, max_batch, 0) == 2);
+        read_file(g_out, &after);
+        CHECK(after.len == below && !memcmp(after.data, first.data, below));
+    }
+    clef_buf_free(&rec);
     if (s & 8) { /* OUT a hard link to IN, --restart: refused, IN keeps every byte */
         char link_path[700];
         snprintf(link_path, sizeof link_path, "%s/link.jsonl", g_dir);

@@ -1,6 +1,7 @@
 // The clef playground (docs/serving.md, "The playground"): builds a SystemOne request from the
 // form, POSTs it to /v1/systemone on the server that served this page, and shows the answers as
-// bars with the response's own numbers, the request as a curl command and the raw response.
+// bars with the response's own numbers, the request as JSON and as a curl command, and the raw
+// response. The form is kept in localStorage; a whole request can be pasted in and copied out.
 // No library, no build step, nothing fetched from anywhere but this server.
 'use strict';
 
@@ -8,10 +9,22 @@
   const $ = (id) => document.getElementById(id);
   const TYPE_LABEL = { noul: 'yes/no (noul)', choice: 'choice', score: 'score' };
   const IMAGE_TYPES = /^image\/(png|jpeg|webp|gif)$/;
-  const images = []; // {name, size, url} in the order they were added
+  const VIDEO_NAME = /\.(mp4|m4v|mov|mkv|webm|avi|ogv)$/i;
+  const SAVE_KEY = 'clef-playground-form-v1'; // localStorage: the form, kept across reloads
+  const KEY_KEY = 'clef-playground-api-key'; // sessionStorage: the API key, this tab only
+  const images = []; // {name, size, url} in request order
+  const videos = []; // the same for "videos"
+  let extra = []; // [key, raw JSON text]: top-level keys of a pasted request the form has no field for
   let busy = false;
+  let jsonDirty = false; // the JSON panel was edited and not yet put into the form
 
-  class UserError extends Error {}
+  // A mistake the page sees itself; `field` is the input to point at.
+  class UserError extends Error {
+    constructor(message, field) {
+      super(message);
+      this.field = field;
+    }
+  }
 
   // JSON string literal of s (JSON.stringify escapes exactly what JSON needs).
   const J = (s) => JSON.stringify(String(s));
@@ -37,7 +50,88 @@
     box.hidden = !msg;
   }
 
+  const kib = (bytes) => Math.max(1, Math.ceil(bytes / 1024)) + ' KiB';
+
+  // ---------------------------------------------------------------- JSON that keeps its order
+
+  // JSON.parse puts integer-like keys first and turns 12345678901234567890 into a double; a pasted
+  // request must come back out with its questions, options and numbers as written. This reads
+  // (already valid) JSON into nodes: {t: 'obj', pairs: [[key, node]]}, {t: 'arr', items},
+  // {t: 'str', v}, or a number/true/false/null kept as its source text {t: 'lit', raw}.
+  function parseOrdered(text) {
+    JSON.parse(text); // the browser's own message (with the position) for invalid JSON
+    const token = /"[^"\\]*(?:\\.[^"\\]*)*"|-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?|true|false|null/y;
+    let i = 0;
+    const ws = () => {
+      while (i < text.length && ' \t\n\r'.includes(text[i])) i++;
+    };
+    const literal = () => {
+      token.lastIndex = i;
+      const m = token.exec(text);
+      i = token.lastIndex;
+      return m[0];
+    };
+    function value() {
+      ws();
+      const c = text[i];
+      if (c === '{' || c === '[') {
+        const obj = c === '{';
+        const node = obj ? { t: 'obj', pairs: [] } : { t: 'arr', items: [] };
+        i++;
+        ws();
+        if (text[i] === (obj ? '}' : ']')) {
+          i++;
+          return node;
+        }
+        for (;;) {
+          if (obj) {
+            ws();
+            const k = JSON.parse(literal());
+            ws();
+            i++; // ':'
+            node.pairs.push([k, value()]);
+          } else {
+            node.items.push(value());
+          }
+          ws();
+          if (text[i++] !== ',') return node; // '}' or ']'
+        }
+      }
+      const raw = literal();
+      return c === '"' ? { t: 'str', v: JSON.parse(raw) } : { t: 'lit', raw };
+    }
+    return value();
+  }
+
+  // Pretty JSON text of a node (two-space indent), order and number spelling as parsed.
+  function pretty(n, ind = '') {
+    const in2 = ind + '  ';
+    if (n.t === 'obj')
+      return n.pairs.length
+        ? '{\n' + n.pairs.map(([k, v]) => in2 + J(k) + ': ' + pretty(v, in2)).join(',\n') + '\n' + ind + '}' : '{}';
+    if (n.t === 'arr')
+      return n.items.length ? '[\n' + n.items.map((v) => in2 + pretty(v, in2)).join(',\n') + '\n' + ind + ']' : '[]';
+    return n.t === 'str' ? J(n.v) : n.raw;
+  }
+
+  // Compact JSON text of a node (what is sent).
+  function compact(n) {
+    if (n.t === 'obj') return '{' + n.pairs.map(([k, v]) => J(k) + ':' + compact(v)).join(',') + '}';
+    if (n.t === 'arr') return '[' + n.items.map(compact).join(',') + ']';
+    return n.t === 'str' ? J(n.v) : n.raw;
+  }
+
+  const kindOf = (n) => (n.t === 'obj' ? 'an object' : n.t === 'arr' ? 'a list' : n.t === 'str' ? 'a string' : n.raw);
+
   // ---------------------------------------------------------------- questions
+
+  // An input whose empty value means "" (not "absent"): a pasted request said "" there.
+  function setField(input, v) {
+    input.value = v || '';
+    if (v === '') input.dataset.empty = '1';
+    else delete input.dataset.empty;
+  }
+  const fieldValue = (input) => (input.value !== '' ? input.value : input.dataset.empty ? '' : null);
 
   function uniqueId(type) {
     const used = new Set(Array.from(document.querySelectorAll('#questions .q-id'), (i) => i.value));
@@ -56,11 +150,12 @@
     if (fs.dataset.type === 'score') idInput.remove();
     else idInput.value = id || '';
     const d = row.querySelector('.o-description');
-    d.value = description || '';
+    setField(d, description);
     if (fs.dataset.type === 'score') d.setAttribute('aria-label', 'level description');
     row.querySelector('.remove-option').addEventListener('click', () => {
       row.remove();
       renumber(fs);
+      changed();
     });
     fs.querySelector('.options').appendChild(row);
     renumber(fs);
@@ -71,22 +166,28 @@
     const fs = $('question-template').content.firstElementChild.cloneNode(true);
     fs.dataset.type = type;
     fs.querySelector('.q-type').textContent = TYPE_LABEL[type];
-    fs.querySelector('.q-id').value = id || uniqueId(type);
-    fs.querySelector('.q-instructions').value = instructions || '';
+    fs.querySelector('.q-id').value = id === undefined ? uniqueId(type) : id; // "" stays ""
+    setField(fs.querySelector('.q-instructions'), instructions);
     const add = fs.querySelector('.add-option');
     if (type === 'noul') {
       add.remove();
     } else {
       add.textContent = type === 'choice' ? '+ option' : '+ level';
-      add.addEventListener('click', () => addOption(fs, '', '').querySelector('input').focus());
+      add.addEventListener('click', () => {
+        addOption(fs, '', null).querySelector('input').focus();
+        changed();
+      });
     }
-    fs.querySelector('.remove-question').addEventListener('click', () => fs.remove());
+    fs.querySelector('.remove-question').addEventListener('click', () => {
+      fs.remove();
+      changed();
+    });
     $('questions').appendChild(fs);
     for (const [oid, desc] of options || []) addOption(fs, oid, desc);
     return fs;
   }
 
-  // ---------------------------------------------------------------- images
+  // ---------------------------------------------------------------- images and videos
 
   function readFile(f) {
     return new Promise((resolve, reject) => {
@@ -100,39 +201,192 @@
   async function addFiles(files) {
     const problems = [];
     for (const f of Array.from(files)) {
-      if (!IMAGE_TYPES.test(f.type)) {
-        problems.push(f.name + ': not a PNG, JPEG, WebP or GIF image (' + (f.type || 'unknown type') + ')');
+      const isImage = IMAGE_TYPES.test(f.type);
+      const isVideo = !isImage && (f.type.startsWith('video/') || VIDEO_NAME.test(f.name));
+      if (!isImage && !isVideo) {
+        problems.push(f.name + ': not a PNG, JPEG, WebP or GIF image, nor a video (' + (f.type || 'unknown type') + ')');
         continue;
       }
       try {
-        images.push({ name: f.name, size: f.size, url: await readFile(f) });
+        let url = await readFile(f);
+        // a clip the browser has no type for (some .mkv) is sent as the server accepts it
+        if (isVideo && !url.startsWith('data:video/'))
+          url = 'data:application/octet-stream;base64,' + url.slice(url.indexOf(',') + 1);
+        (isImage ? images : videos).push({ name: f.name, size: f.size, url });
       } catch (e) {
         problems.push(f.name + ': cannot be read (' + e.message + ')');
       }
     }
     showError($('images-error'), problems.join('\n'));
-    renderImages();
+    renderMedia();
+    changed();
   }
 
-  function renderImages() {
-    const ul = $('images');
-    ul.textContent = '';
-    images.forEach((im, i) => {
-      const li = el('li');
-      const img = el('img');
-      img.src = im.url;
-      img.alt = im.name;
-      const cap = el('span', 'caption', im.name + ' (' + Math.ceil(im.size / 1024) + ' KiB)');
-      const rm = el('button', 'remove-image', '×');
-      rm.type = 'button';
-      rm.setAttribute('aria-label', 'remove ' + im.name);
-      rm.addEventListener('click', () => {
-        images.splice(i, 1);
-        renderImages();
+  function renderMedia() {
+    for (const [list, ul, what] of [[images, $('images'), 'image'], [videos, $('videos'), 'video']]) {
+      ul.textContent = '';
+      list.forEach((m, i) => {
+        const li = el('li');
+        // images as thumbnails (data: is allowed for img-src); a video as a label: the page's
+        // CSP has no media-src for data: URLs, and a name and a size say enough
+        if (what === 'image' && m.url.startsWith('data:image/')) {
+          const img = el('img');
+          img.src = m.url;
+          img.alt = m.name;
+          li.appendChild(img);
+        } else {
+          li.appendChild(el('span', 'media-kind', what === 'video' ? '▶' : '?'));
+        }
+        const rm = el('button', 'remove-' + what, '×');
+        rm.type = 'button';
+        rm.setAttribute('aria-label', 'remove ' + m.name);
+        rm.addEventListener('click', () => {
+          list.splice(i, 1);
+          renderMedia();
+          changed();
+        });
+        li.append(el('span', 'caption', m.name + ' (' + kib(m.size) + ')'), rm);
+        ul.appendChild(li);
       });
-      li.append(img, cap, rm);
-      ul.appendChild(li);
+    }
+  }
+
+  // ---------------------------------------------------------------- the form as data
+
+  // Everything the form holds, as plain data (saved in localStorage, and what presets and pasted
+  // requests are turned into). Empty instructions/descriptions are null ("leave it out"/null)
+  // unless a pasted request said "".
+  function readForm() {
+    return {
+      kind: $('kind-json').checked ? 'json' : 'text',
+      state: $('state').value,
+      model: $('model').value,
+      raw: $('raw').checked,
+      questions: Array.from($('questions').children, (fs) => ({
+        type: fs.dataset.type,
+        id: fs.querySelector('.q-id').value,
+        instructions: fieldValue(fs.querySelector('.q-instructions')),
+        options: Array.from(fs.querySelectorAll('.option'), (row) => {
+          const oid = row.querySelector('.o-id');
+          return [oid ? oid.value : null, fieldValue(row.querySelector('.o-description'))];
+        }),
+      })),
+      images: images.slice(),
+      videos: videos.slice(),
+      extra: extra.slice(),
+    };
+  }
+
+  function writeForm(f) {
+    $(f.kind === 'json' ? 'kind-json' : 'kind-text').checked = true;
+    $('state').value = f.state;
+    $('state').classList.toggle('mono', f.kind === 'json');
+    if (typeof f.model === 'string') $('model').value = f.model;
+    $('raw').checked = !!f.raw;
+    $('questions').textContent = '';
+    for (const q of f.questions) if (TYPE_LABEL[q.type]) addQuestion(q.type, q.id, q.instructions, q.options);
+    images.splice(0, images.length, ...(f.images || []));
+    videos.splice(0, videos.length, ...(f.videos || []));
+    extra = (f.extra || []).slice();
+    showError($('images-error'), '');
+    renderMedia();
+    renderExtra();
+    clearMarks();
+  }
+
+  function renderExtra() {
+    const p = $('extra-keys');
+    p.textContent = '';
+    p.hidden = !extra.length;
+    if (!extra.length) return;
+    p.append('Also sent as pasted: ' + extra.map(([k]) => J(k)).join(', ') + ' ');
+    const b = el('button', 'drop-extra', 'leave them out');
+    b.type = 'button';
+    b.addEventListener('click', () => {
+      extra = [];
+      renderExtra();
+      changed();
     });
+    p.appendChild(b);
+  }
+
+  // A pasted request (JSON text) as form data; refuses, naming the place, what the form cannot
+  // hold, so that what Decide sends is what was pasted.
+  function fromRequest(text) {
+    let root;
+    try {
+      root = parseOrdered(text);
+    } catch (e) {
+      throw new UserError('The request is not valid JSON: ' + e.message);
+    }
+    if (root.t !== 'obj')
+      throw new UserError('A request is a JSON object ({"model": …, "state": …, "questions": {…}}), not ' + kindOf(root) + '.');
+    const f = { kind: 'text', state: '', model: $('model').value, raw: false, questions: [], images: [], videos: [], extra: [] };
+    let sawState = false;
+    let sawQuestions = false;
+    for (const [key, v] of root.pairs) {
+      if (key === 'model') {
+        if (v.t !== 'str') throw new UserError('"model" is a string ("clef-flash"), not ' + kindOf(v) + '.');
+        f.model = v.v;
+      } else if (key === 'state') {
+        sawState = true;
+        f.kind = v.t === 'str' ? 'text' : 'json';
+        f.state = v.t === 'str' ? v.v : pretty(v);
+      } else if (key === 'questions') {
+        if (v.t !== 'obj')
+          throw new UserError('"questions" is an object of question id → question ({"hot": {"type": "noul"}}), not ' + kindOf(v) + '.');
+        sawQuestions = true;
+        f.questions = v.pairs.map(([id, q]) => questionFrom(id, q));
+      } else if (key === 'images' || key === 'videos') {
+        if (v.t !== 'arr' || !v.items.every((x) => x.t === 'str'))
+          throw new UserError('"' + key + '" is a list of strings (data: URLs or base64), not ' + kindOf(v) + '.');
+        f[key] = v.items.map((x, i) => ({
+          name: 'pasted ' + key.slice(0, -1) + ' ' + (i + 1),
+          size: x.v.startsWith('data:') ? Math.round(((x.v.length - x.v.indexOf(',') - 1) * 3) / 4) : x.v.length,
+          url: x.v,
+        }));
+      } else if (key === 'raw' && v.t === 'lit' && v.raw === 'true') {
+        f.raw = true;
+      } else {
+        f.extra.push([key, compact(v)]); // the form has no field for it: sent as it came
+      }
+    }
+    if (!sawState) throw new UserError('The request has no "state" (the text or JSON the questions are about).');
+    if (!sawQuestions) throw new UserError('The request has no "questions".');
+    return f;
+  }
+
+  function questionFrom(id, q) {
+    const at = 'questions.' + id;
+    if (q.t !== 'obj') throw new UserError(at + ' is ' + kindOf(q) + '; a question is an object ({"type": "noul"}).');
+    const get = (k) => q.pairs.filter(([key]) => key === k).map(([, v]) => v).pop();
+    for (const [k] of q.pairs)
+      if (!['type', 'instructions', 'criteria'].includes(k))
+        throw new UserError(at + ': unknown key ' + J(k) + ' (a question has "type", "instructions" and "criteria").');
+    const type = get('type');
+    if (!type || type.t !== 'str' || !TYPE_LABEL[type.v])
+      throw new UserError(at + '.type must be "noul", "choice" or "score"' + (type ? ', not ' + compact(type) : '') + '.');
+    const ins = get('instructions');
+    if (ins && ins.t !== 'str') throw new UserError(at + '.instructions: the form holds text, not ' + kindOf(ins) + '.');
+    const crit = get('criteria');
+    const desc = (n, where) => {
+      if (n.t === 'str') return n.v;
+      if (n.t === 'lit' && n.raw === 'null') return null;
+      throw new UserError(at + '.criteria' + where + ': the form holds a text description or null, not ' + kindOf(n) + '.');
+    };
+    let options = [];
+    if (type.v === 'noul') {
+      if (crit) throw new UserError(at + ': a noul question has no "criteria".');
+    } else if (type.v === 'choice') {
+      if (!crit || crit.t !== 'obj')
+        throw new UserError(at + '.criteria: a choice question needs an object of option id → description.');
+      options = crit.pairs.map(([oid, d]) => [oid, desc(d, '.' + oid)]);
+    } else {
+      if (!crit || crit.t !== 'arr')
+        throw new UserError(at + '.criteria: a score question needs a list of level descriptions.');
+      options = crit.items.map((d, i) => [null, desc(d, '[' + i + ']')]);
+    }
+    return { type: type.v, id, instructions: ins ? ins.v : null, options };
   }
 
   // ---------------------------------------------------------------- the request
@@ -142,62 +396,60 @@
   // come back in request order; a choice tie goes to the first option). The JSON state is sent as
   // typed (checked with JSON.parse first), so large integers and the like arrive intact.
   function buildRequest() {
-    const text = $('state').value;
+    const f = readForm();
     let state;
-    if ($('kind-json').checked) {
-      if (!text.trim()) throw new UserError('State: JSON mode needs a JSON value (or switch to text).');
+    if (f.kind === 'json') {
+      if (!f.state.trim()) throw new UserError('State: JSON mode needs a JSON value (or switch to text).', $('state'));
       try {
-        JSON.parse(text);
+        JSON.parse(f.state);
       } catch (e) {
-        throw new UserError('State is not valid JSON: ' + e.message);
+        throw new UserError('State is not valid JSON: ' + e.message, $('state'));
       }
-      state = text.trim();
+      state = f.state.trim();
     } else {
-      state = J(text);
+      state = J(f.state);
     }
     const questions = [];
     const parts = [];
     const seen = new Set();
-    const desc = (row) => {
-      const d = row.querySelector('.o-description').value;
-      return d === '' ? 'null' : J(d);
-    };
-    for (const fs of $('questions').children) {
-      const type = fs.dataset.type;
-      const id = fs.querySelector('.q-id').value;
-      if (id === '') throw new UserError('A ' + TYPE_LABEL[type] + ' question has no id.');
-      if (seen.has(id)) throw new UserError('Two questions have the id "' + id + '".');
+    const fieldsets = $('questions').children;
+    const desc = (d) => (d === null ? 'null' : J(d));
+    f.questions.forEach((q, qi) => {
+      const fs = fieldsets[qi];
+      const { type, id } = q;
+      if (id === '') throw new UserError('A ' + TYPE_LABEL[type] + ' question has no id.', fs.querySelector('.q-id'));
+      if (seen.has(id)) throw new UserError('Two questions have the id "' + id + '".', fs.querySelector('.q-id'));
       seen.add(id);
       const name = 'Question "' + id + '"';
-      let q = '{"type":' + J(type);
-      const instructions = fs.querySelector('.q-instructions').value;
-      if (instructions !== '') q += ',"instructions":' + J(instructions);
-      const rows = Array.from(fs.querySelectorAll('.option'));
+      let body = '{"type":' + J(type);
+      if (q.instructions !== null) body += ',"instructions":' + J(q.instructions);
       const options = [];
       if (type === 'choice') {
-        if (!rows.length) throw new UserError(name + ' needs at least one option.');
-        const crit = rows.map((row, i) => {
-          const oid = row.querySelector('.o-id').value;
-          if (oid === '') throw new UserError(name + ': option ' + (i + 1) + ' has no id.');
-          if (options.includes(oid)) throw new UserError(name + ': two options have the id "' + oid + '".');
+        if (!q.options.length) throw new UserError(name + ' needs at least one option.', fs.querySelector('.add-option'));
+        const crit = q.options.map(([oid, d], i) => {
+          const input = fs.querySelectorAll('.o-id')[i];
+          if (oid === '') throw new UserError(name + ': option ' + (i + 1) + ' has no id.', input);
+          if (options.includes(oid)) throw new UserError(name + ': two options have the id "' + oid + '".', input);
           options.push(oid);
-          return J(oid) + ':' + desc(row);
+          return J(oid) + ':' + desc(d);
         });
-        q += ',"criteria":{' + crit.join(',') + '}';
+        body += ',"criteria":{' + crit.join(',') + '}';
       } else if (type === 'score') {
-        if (!rows.length) throw new UserError(name + ' needs at least one level.');
-        rows.forEach((row, i) => options.push(String(i)));
-        q += ',"criteria":[' + rows.map(desc).join(',') + ']';
+        if (!q.options.length) throw new UserError(name + ' needs at least one level.', fs.querySelector('.add-option'));
+        q.options.forEach((o, i) => options.push(String(i)));
+        body += ',"criteria":[' + q.options.map(([, d]) => desc(d)).join(',') + ']';
       } else {
         options.push('true');
       }
-      parts.push(J(id) + ':' + q + '}');
+      parts.push(J(id) + ':' + body + '}');
       questions.push({ id, type, options });
-    }
-    if (!parts.length) throw new UserError('Add at least one question.');
-    let body = '{"model":' + J($('model').value) + ',"state":' + state + ',"questions":{' + parts.join(',') + '}';
-    if (images.length) body += ',"images":[' + images.map((im) => J(im.url)).join(',') + ']';
-    if ($('raw').checked) body += ',"raw":true';
+    });
+    if (!parts.length) throw new UserError('Add at least one question.', $('add-noul'));
+    let body = '{"model":' + J(f.model) + ',"state":' + state + ',"questions":{' + parts.join(',') + '}';
+    if (images.length) body += ',"images":[' + images.map((m) => J(m.url)).join(',') + ']';
+    if (videos.length) body += ',"videos":[' + videos.map((m) => J(m.url)).join(',') + ']';
+    if (f.raw) body += ',"raw":true';
+    for (const [k, raw] of extra) if (!(k === 'raw' && f.raw)) body += ',' + J(k) + ':' + raw;
     body += '}';
     return { body, questions };
   }
@@ -208,6 +460,166 @@
     let c = 'curl -s ' + shellQuote(location.origin + '/v1/systemone') + " -H 'Content-Type: application/json'";
     if ($('api-key').value) c += ' -H "Authorization: Bearer $CLEF_API_KEY"';
     return c + ' --data-binary ' + shellQuote(body);
+  }
+
+  // ---------------------------------------------------------------- the JSON panel
+
+  // The panel shows the form's request (kept up to date while it is open and not being edited);
+  // pasting a whole request into it, or "fill the form", puts that request into the form.
+  function refreshJson() {
+    if (jsonDirty || !$('json-panel').open) return;
+    try {
+      $('request-json').value = pretty(parseOrdered(buildRequest().body));
+      showError($('json-error'), '');
+    } catch (e) {
+      if (!(e instanceof UserError)) throw e;
+      showError($('json-error'), 'The form is not a complete request yet: ' + e.message);
+    }
+  }
+
+  function applyJson() {
+    const f = fromRequest($('request-json').value);
+    writeForm(f);
+    jsonDirty = false;
+    showError($('json-error'), '');
+    $('json-note').textContent = 'the form now holds this request';
+    setTimeout(() => { $('json-note').textContent = ''; }, 2500);
+    changed();
+  }
+
+  function tryApplyJson() {
+    try {
+      applyJson();
+      return true;
+    } catch (e) {
+      if (!(e instanceof UserError)) throw e;
+      showError($('json-error'), e.message);
+      return false;
+    }
+  }
+
+  // ---------------------------------------------------------------- kept across reloads
+
+  let saveTimer = 0;
+  // The form changed (an edit, a button, a preset, a pasted request): keep it, and show it in the
+  // JSON panel (the form wins over unapplied edits there).
+  // Both wait for a pause in typing: with a video in the form each is a pass over megabytes.
+  function changed() {
+    jsonDirty = false;
+    clearTimeout(saveTimer);
+    saveTimer = setTimeout(() => {
+      save();
+      refreshJson();
+    }, 200);
+  }
+
+  function save() {
+    const f = readForm();
+    let note = '';
+    try {
+      localStorage.setItem(SAVE_KEY, JSON.stringify(f));
+    } catch (e) {
+      // over the storage quota (large media): keep the rest
+      try {
+        localStorage.setItem(SAVE_KEY, JSON.stringify(Object.assign(f, { images: [], videos: [] })));
+        note = 'images and videos are too large to keep across reloads';
+      } catch (e2) {
+        note = 'the form cannot be kept across reloads (' + e2.message + ')';
+      }
+    }
+    $('saved-note').textContent = note;
+  }
+
+  function restore() {
+    let f = null;
+    try {
+      f = JSON.parse(localStorage.getItem(SAVE_KEY) || 'null');
+    } catch (e) {
+      f = null;
+    }
+    try {
+      $('api-key').value = sessionStorage.getItem(KEY_KEY) || '';
+    } catch (e) {
+      /* storage off: nothing kept */
+    }
+    if (!f || !Array.isArray(f.questions)) return false;
+    writeForm(f);
+    return true;
+  }
+
+  // ---------------------------------------------------------------- presets
+
+  // A small picture drawn here (a house under the sun): the image example needs no file and
+  // fetches nothing.
+  function sceneImage() {
+    const c = document.createElement('canvas');
+    c.width = 96;
+    c.height = 64;
+    const g = c.getContext('2d');
+    g.fillStyle = '#8fd0f5';
+    g.fillRect(0, 0, 96, 44);
+    g.fillStyle = '#4c9a3f';
+    g.fillRect(0, 44, 96, 20);
+    g.fillStyle = '#ffd23f';
+    g.beginPath();
+    g.arc(76, 14, 9, 0, 2 * Math.PI);
+    g.fill();
+    g.fillStyle = '#c8553d';
+    g.fillRect(16, 30, 30, 20);
+    g.fillStyle = '#6b3e26';
+    g.beginPath();
+    g.moveTo(12, 31);
+    g.lineTo(31, 16);
+    g.lineTo(50, 31);
+    g.fill();
+    g.fillStyle = '#3d2a1e';
+    g.fillRect(27, 38, 8, 12);
+    return c.toDataURL('image/png');
+  }
+
+  // Each example is a request; JSON.stringify keeps these keys' order (none is integer-like).
+  const PRESETS = {
+    ticket: () => ({
+      state: 'Subject: Charged twice for my March invoice\n\nHello, my card was charged twice (2 x 49.00 EUR) for ' +
+        'invoice INV-2291. This is the third time I write about it. Please refund the second charge today, ' +
+        'otherwise I will cancel my subscription.\n\nMaria',
+      questions: {
+        category: { type: 'choice', instructions: 'What is the ticket about?',
+          criteria: { billing: 'Payments, invoices, refunds', technical: 'Something does not work',
+            account: 'Login, profile, cancellation', other: null } },
+        urgency: { type: 'score', instructions: 'How urgent is it?', criteria: ['can wait', 'today', 'right now'] },
+        refund: { type: 'noul', instructions: 'Does the customer ask for a refund?' },
+      },
+    }),
+    record: () => ({
+      state: { order_id: 48213, customer: { name: 'Jan Novak', since: '2019-04-02', orders: 37 },
+        items: [{ sku: 'KTL-200', name: 'Electric kettle', qty: 1, price: 39.9 },
+          { sku: 'MUG-12', name: 'Mug', qty: 6, price: 7.5 }],
+        total: 84.9, currency: 'EUR', shipping: { country: 'CZ', express: true },
+        payment: { method: 'card', attempts: 3 } },
+      questions: {
+        fraud_risk: { type: 'choice', instructions: 'How risky is this order?',
+          criteria: { low: null, medium: null, high: 'Hold it for a manual check' } },
+        express: { type: 'noul', instructions: 'Was express shipping requested?' },
+      },
+    }),
+    image: () => ({
+      state: 'A photo sent by a customer.',
+      questions: {
+        outdoors: { type: 'noul', instructions: 'Is the picture taken outdoors?' },
+        time_of_day: { type: 'choice', criteria: { day: 'The sun is up', night: 'It is dark' } },
+      },
+      images: [sceneImage()],
+    }),
+  };
+
+  function applyPreset(name) {
+    const f = fromRequest(JSON.stringify(PRESETS[name]()));
+    f.images.forEach((m) => { m.name = name + ' example.png'; });
+    writeForm(f);
+    jsonDirty = false;
+    clearProblem();
+    changed();
   }
 
   // ---------------------------------------------------------------- the answers
@@ -270,35 +682,113 @@
     if (obj.usage) box.appendChild(el('p', 'muted usage', 'input tokens: ' + obj.usage.input_tokens));
   }
 
-  function describeError(resp, obj, text) {
-    const head = 'HTTP ' + resp.status + (resp.statusText ? ' ' + resp.statusText : '');
-    if (obj && obj.error && typeof obj.error === 'object')
-      return head + ' — ' + (obj.error.type || 'error') + ': ' + (obj.error.message || '(no message)');
-    if (resp.ok) return head + ' — the response is not the JSON answer expected (see the raw response below).';
-    return head + (text ? ' — ' + text.slice(0, 300) : '');
+  // ---------------------------------------------------------------- problems
+
+  function clearMarks() {
+    document.querySelectorAll('.invalid').forEach((e) => {
+      e.classList.remove('invalid');
+      e.removeAttribute('aria-invalid');
+    });
+    document.querySelectorAll('#form .field-note').forEach((e) => e.remove());
+  }
+
+  function clearProblem() {
+    showProblem(null);
+  }
+
+  // The error panel: a title (HTTP status and error type, or what went wrong on the page), the
+  // message, and what to do next; the field at fault, if any, is marked and focused. The Answers
+  // heading is hidden while a problem is shown.
+  function showProblem(p) {
+    const box = $('error');
+    box.textContent = '';
+    box.hidden = !p;
+    $('answers-heading').hidden = !!p;
+    clearMarks();
+    if (!p) return;
+    $('placeholder').hidden = true;
+    box.append(el('strong', 'problem-title', p.title));
+    if (p.message) box.append(el('p', 'problem-message', p.message));
+    if (p.hint) box.append(el('p', 'problem-hint', p.hint));
+    if (p.field) {
+      // the field at fault, marked, with the message beside it (on a phone the panel is further down)
+      const d = p.field.closest('details');
+      if (d) d.open = true;
+      p.field.classList.add('invalid');
+      p.field.setAttribute('aria-invalid', 'true');
+      const note = el('p', 'field-note', p.fieldNote || p.message || p.title);
+      note.setAttribute('role', 'alert');
+      (p.field.closest('.option, label') || p.field).after(note);
+      p.field.focus();
+    } else {
+      reveal(box);
+    }
+  }
+
+  const HINTS = {
+    413: 'The request is larger than the server accepts (clef serve --max-body, default 16M): use smaller images or videos.',
+    429: 'The server is busy: try again in a moment.',
+    503: 'The server is busy or still loading the model: try again in a moment.',
+  };
+
+  function problemOf(resp, obj, text) {
+    const head = 'HTTP ' + resp.status;
+    const e = obj && obj.error && typeof obj.error === 'object' ? obj.error : null;
+    if (resp.status === 401) {
+      const had = !!$('api-key').value;
+      return {
+        fieldNote: had ? 'The server refused this key: check it, then press Decide.'
+          : 'This server needs an API key: enter it here, then press Decide.',
+        title: head + ' — ' + ((e && e.type) || 'Unauthorized') + ': ' + (had ? 'the server refused this API key' : 'this server needs an API key'),
+        message: e && e.message,
+        hint: (had ? 'Check the key in the API key field (under Options)' : 'Enter the key in the API key field (under Options)') +
+          ' — the one given to clef serve --api-key — and press Decide again.',
+        field: $('api-key'),
+      };
+    }
+    if (e) return { title: head + ' — ' + (e.type || 'error'), message: e.message || '(no message)', hint: HINTS[resp.status] };
+    if (resp.ok) return { title: head + ' — the response is not the JSON answer expected', hint: 'See the raw response below.' };
+    return { title: head + (resp.statusText ? ' ' + resp.statusText : ''), message: text.slice(0, 300), hint: HINTS[resp.status] };
+  }
+
+  // Brings an element of the result into view when it is not (the narrow, one-column layout).
+  function reveal(elem) {
+    const r = elem.getBoundingClientRect();
+    if (r.top < 0 || r.bottom > window.innerHeight) {
+      $('result').scrollTop = 0;
+      $('result').scrollIntoView({ block: 'start' });
+    }
   }
 
   // ---------------------------------------------------------------- submit
 
   async function submit(ev) {
-    ev.preventDefault();
+    if (ev) ev.preventDefault();
     if (busy) return;
-    showError($('error'), '');
+    clearProblem();
+    if (jsonDirty && !tryApplyJson()) {
+      showProblem({ title: 'Not sent: the request JSON above does not fit the form', message: $('json-error').textContent,
+        field: $('request-json') });
+      return;
+    }
     let req;
     try {
       req = buildRequest();
     } catch (e) {
       if (!(e instanceof UserError)) throw e;
-      showError($('error'), e.message);
+      showProblem({ title: 'Not sent', message: e.message, field: e.field });
       return;
     }
-    $('result').hidden = false;
+    save();
+    $('placeholder').hidden = true;
     $('curl').textContent = curlOf(req.body);
     $('raw-response').textContent = '';
     $('answers').textContent = '';
+    $('result').scrollTop = 0; // the new answers start at the top of their column
     busy = true;
     $('submit').disabled = true;
     $('status').textContent = 'waiting for the model…';
+    reveal($('result'));
     const headers = { 'Content-Type': 'application/json' };
     if ($('api-key').value) headers.Authorization = 'Bearer ' + $('api-key').value;
     const t0 = performance.now();
@@ -310,10 +800,10 @@
       } catch (e) {
         $('status').textContent = '';
         const mb = req.body.length / 1048576;
-        showError($('error'), 'Could not reach the server (' + e.message + ').' + (mb >= 1
-          ? ' The request is ' + mb.toFixed(1) + ' MB: over the server\'s --max-body (default 16M) the server ' +
+        showProblem({ title: 'No answer from the server', message: e.message, hint: mb >= 1
+          ? 'The request is ' + mb.toFixed(1) + ' MB: over the server\'s --max-body (default 16M) the server ' +
             'answers 413 and closes the connection, which a browser may see as this.'
-          : ''));
+          : 'Is clef serve still running?' });
         return;
       }
       const ms = Math.round(performance.now() - t0);
@@ -327,10 +817,13 @@
         obj = null;
       }
       if (!resp.ok || !obj || typeof obj !== 'object' || obj.error || !obj.answers) {
-        showError($('error'), describeError(resp, obj, text));
+        showProblem(problemOf(resp, obj, text));
         return;
       }
+      if (resp.status === 200 && $('api-key').value) serverInfo(); // the key works: say so in the header
       renderAnswers(obj, req.questions);
+      const first = $('answers').firstElementChild;
+      if (first) reveal(first);
       $('answers').dataset.done = String(Date.now());
     } finally {
       busy = false;
@@ -338,14 +831,25 @@
     }
   }
 
-  async function serverInfo() {
+  let gotModel = false;
+  async function serverInfo(firstVisit) {
     try {
-      const r = await fetch('/v1/models');
+      const headers = {};
+      if ($('api-key').value) headers.Authorization = 'Bearer ' + $('api-key').value;
+      const r = await fetch('/v1/models', { headers });
+      if (r.status === 401) {
+        $('server').textContent = 'needs an API key (Options)';
+        return;
+      }
       const m = await r.json();
       const d = m && m.data && m.data[0];
       if (!d) throw new Error('no model listed');
       $('server').textContent = d.id + (d.ready ? ' · ready' : ' · loading');
-      if (d.id) $('model').value = d.id;
+      if (d.id && firstVisit && !gotModel) {
+        $('model').value = d.id;
+        changed();
+      }
+      gotModel = true;
     } catch (e) {
       $('server').textContent = 'server info unavailable';
     }
@@ -354,20 +858,51 @@
   // ---------------------------------------------------------------- wiring
 
   function init() {
-    $('form').addEventListener('submit', submit);
-    $('add-noul').addEventListener('click', () => addQuestion('noul').querySelector('.q-id').focus());
-    $('add-choice').addEventListener('click', () =>
-      addQuestion('choice', '', '', [['', ''], ['', '']]).querySelector('.q-id').focus());
-    $('add-score').addEventListener('click', () =>
-      addQuestion('score', '', '', [['', 'low'], ['', 'medium'], ['', 'high']]).querySelector('.q-id').focus());
-    $('state').addEventListener('keydown', (e) => {
-      if (e.key === 'Enter' && (e.ctrlKey || e.metaKey)) $('form').requestSubmit();
-    });
-    const syncKind = () => {
-      $('state').classList.toggle('mono', $('kind-json').checked);
+    const form = $('form');
+    form.addEventListener('submit', submit);
+    // any edit: unmark the field, keep the form (the JSON panel's own edits wait for "fill the form")
+    const edited = (e) => {
+      const t = e.target;
+      if (t.id === 'request-json') {
+        jsonDirty = true;
+        return;
+      }
+      if (t.dataset && e.type === 'input') delete t.dataset.empty;
+      if (t.classList && t.classList.contains('invalid')) clearMarks(); // the field and its note
+      if (t.id === 'api-key') {
+        try {
+          sessionStorage.setItem(KEY_KEY, t.value);
+        } catch (err) {
+          /* storage off */
+        }
+        return;
+      }
+      if (t.id !== 'file') changed();
     };
+    form.addEventListener('input', edited);
+    form.addEventListener('change', edited);
+    form.addEventListener('keydown', (e) => {
+      if (e.key === 'Enter' && (e.ctrlKey || e.metaKey)) {
+        e.preventDefault();
+        form.requestSubmit();
+      }
+    });
+    $('add-noul').addEventListener('click', () => {
+      addQuestion('noul').querySelector('.q-id').focus();
+      changed();
+    });
+    $('add-choice').addEventListener('click', () => {
+      addQuestion('choice', undefined, null, [['', null], ['', null]]).querySelector('.q-id').focus();
+      changed();
+    });
+    $('add-score').addEventListener('click', () => {
+      addQuestion('score', undefined, null, [[null, 'low'], [null, 'medium'], [null, 'high']]).querySelector('.q-id').focus();
+      changed();
+    });
+    const syncKind = () => $('state').classList.toggle('mono', $('kind-json').checked);
     $('kind-text').addEventListener('change', syncKind);
     $('kind-json').addEventListener('change', syncKind);
+    document.querySelectorAll('.preset').forEach((b) => b.addEventListener('click', () => applyPreset(b.dataset.preset)));
 
     $('file').addEventListener('change', async (e) => {
       await addFiles(e.target.files);
@@ -388,24 +923,63 @@
     window.addEventListener('dragover', (e) => e.preventDefault());
     window.addEventListener('drop', (e) => e.preventDefault());
 
-    $('copy-curl').addEventListener('click', async () => {
-      const text = $('curl').textContent;
-      try {
-        await navigator.clipboard.writeText(text);
-        $('copy-curl').textContent = 'copied';
-      } catch (e) { // no clipboard (a page served over plain HTTP to another host): select it
-        const range = document.createRange();
-        range.selectNodeContents($('curl'));
-        const sel = window.getSelection();
-        sel.removeAllRanges();
-        sel.addRange(range);
-        $('copy-curl').textContent = 'selected: press Ctrl+C';
-      }
-      setTimeout(() => { $('copy-curl').textContent = 'copy'; }, 2000);
+    // the JSON panel
+    $('json-panel').addEventListener('toggle', refreshJson);
+    $('json-apply').addEventListener('click', tryApplyJson);
+    const ta = $('request-json');
+    ta.addEventListener('paste', (e) => {
+      // a whole request pasted over the panel's text (empty or all selected) fills the form at once
+      const text = e.clipboardData && e.clipboardData.getData('text/plain');
+      const whole = ta.value.trim() === '' || (ta.selectionStart === 0 && ta.selectionEnd === ta.value.length);
+      if (!text || !whole) return;
+      e.preventDefault();
+      ta.value = text;
+      jsonDirty = true;
+      tryApplyJson();
     });
+    // a request pasted anywhere outside a field: open the panel with it
+    document.addEventListener('paste', (e) => {
+      const t = e.target;
+      if (t.closest && t.closest('input, textarea, [contenteditable]')) return;
+      const text = e.clipboardData && e.clipboardData.getData('text/plain');
+      if (!text || !/^\s*\{/.test(text)) return;
+      e.preventDefault();
+      $('json-panel').open = true;
+      ta.value = text;
+      jsonDirty = true;
+      tryApplyJson();
+    });
+    copyButton($('json-copy'), () => ta.value, ta);
+    window.addEventListener('pagehide', save); // an edit within the save delay survives a reload
+    copyButton($('copy-curl'), () => $('curl').textContent, $('curl'));
 
-    addQuestion('noul', 'hot', 'Is the water hot?');
-    serverInfo();
+    const restored = restore();
+    if (!restored) addQuestion('noul', 'hot', 'Is the water hot?');
+    serverInfo(!restored);
+  }
+
+  function copyButton(button, text, node) {
+    const label = button.textContent;
+    button.addEventListener('click', async () => {
+      if (node.id === 'request-json') refreshJson();
+      try {
+        await navigator.clipboard.writeText(text());
+        button.textContent = 'copied';
+      } catch (e) { // no clipboard (a page served over plain HTTP to another host): select it
+        if (node.select) {
+          node.focus();
+          node.select();
+        } else {
+          const range = document.createRange();
+          range.selectNodeContents(node);
+          const sel = window.getSelection();
+          sel.removeAllRanges();
+          sel.addRange(range);
+        }
+        button.textContent = 'selected: press Ctrl+C';
+      }
+      setTimeout(() => { button.textContent = label; }, 2000);
+    });
   }
 
   init();

@@ -33,6 +33,9 @@ const clef_knob_info clef_knob_table[] = {
     {"CLEF_CUDA_GRAPH", "0", "=1: CUDA forwards run through CUDA graphs keyed by shape (run 2026-12-04a: -1.7 ms at 436 tokens)",
      "diagnostic", "clef_knobs"},
     {"CLEF_CUDA_GRAPH_MAX", "8", "CUDA graphs kept per backend (later shapes run eagerly)", "diagnostic", "clef_knobs"},
+    {"CLEF_CUDA_GEMM_TOPN", "0",
+     "2..16: the fastest of cuBLASLt's top N algorithms per GEMM shape with the first's bits (unverified on a GPU)",
+     "diagnostic", "clef_knobs"},
     {"CLEF_SERVE_TEST_LOAD_DELAY_MS", "0", "clef serve waits this long before loading the model (tests of /health)",
      "diagnostic", "src/cli/cmd_serve.c"},
     {"CLEF_SERVE_TEST_SUBMIT_DELAY_MS", "0",
@@ -105,6 +108,12 @@ void clef_knobs_parse(clef_knobs *k, const char *(*lookup)(const char *name, voi
         char *end;
         long n = strtol(v, &end, 10);
         if (!*end && n >= 0 && n <= 1024) k->cuda_graph_max = n;
+    }
+    v = lookup("CLEF_CUDA_GEMM_TOPN", ctx);
+    if (v && *v) { /* a whole number in 0..16; anything else: the default (0) */
+        char *end;
+        long n = strtol(v, &end, 10);
+        if (!*end && n >= 0 && n <= 16) k->cuda_gemm_topn = (int)n;
     }
 }
 

@@ -39,6 +39,7 @@ typedef struct clef_knobs {
     int cuda_delta;         /* CLEF_CUDA_DELTA=v1|v2|v3|v4|v5: 0, 1, 2, 3 (default), 4 = CLEF_CUDA_DELTA_* */
     int cuda_graph;         /* CLEF_CUDA_GRAPH=1: forwards through CUDA graphs where the caller asks (default 0) */
     long cuda_graph_max;    /* CLEF_CUDA_GRAPH_MAX: graphs kept per backend (default 8) */
+    int cuda_gemm_topn;     /* CLEF_CUDA_GEMM_TOPN: 0..16, cuBLASLt algorithms timed per GEMM shape (default 0: the first) */
 } clef_knobs;
 
 /* One row of the registry: every knob clef (library, CLI, server) reads from the environment. */

@@ -1,9 +1,15 @@
 /* clef batch's resume decision (src/cli/cmd_batch.c), apart from the run so that it can be fuzzed
  * in-process (fuzz/fuzz_batch.c): given what a run finds (IN's and OUT's identities, OUT's bytes
- * through a file descriptor it only reads, the record OUT.clef-batch holds and the record this run
- * would write), decide to start fresh, to start over (--restart), to resume after K complete answer
+ * through a file descriptor it only reads, the record OUT.clef-batch holds and the identity this run
+ * would record), decide to start fresh, to start over (--restart), to resume after K complete answer
  * lines cutting OUT at byte X, or to refuse with a message. batch_resume_decide never writes;
- * batch_resume_apply carries out a decision on OUT. */
+ * batch_resume_apply carries out a decision on OUT.
+ *
+ * The record is two JSON lines: the identity (IN's sha256 and the settings that change answers,
+ * batch_record_render) and the state of OUT it vouches for (batch_state_render: K lines, X bytes,
+ * the sha256 of OUT's first X bytes), rewritten (atomically) after every synced batch. A resume keeps
+ * exactly those X bytes, and only when OUT's first X bytes hash to the record's sha256: lines after X
+ * (written by a run killed before it updated the record) are answered again, never trusted. */
 #ifndef CLEF_CLI_BATCH_RESUME_H
 #define CLEF_CLI_BATCH_RESUME_H
 
@@ -12,6 +18,7 @@
 #include <sys/types.h>
 
 #include "base/buf.h"
+#include "base/sha256.h"
 
 /* The record's first bytes that are read and compared (one JSON line, far shorter). */
 #define BATCH_RECORD_MAX 4096
@@ -36,7 +43,7 @@ typedef struct {
     uint64_t out_size; /* OUT's size when opened */
     const char *rec;   /* what OUT.clef-batch holds (NULL when there is none or it is empty) */
     size_t rec_len;
-    const char *want; /* the record of this run (batch_record_render) */
+    const char *want; /* the identity line of this run (batch_record_render); the record starts with it */
     size_t want_len;
     size_t line_max; /* longest OUT line read back (BATCH_OUT_LINE_MAX) */
 } batch_resume_in;
@@ -45,6 +52,7 @@ typedef struct {
     batch_action action;
     uint64_t have;   /* BATCH_RESUME: OUT's complete answer lines kept */
     uint64_t cut_at; /* BATCH_RESUME: the end of the last of them (OUT's size after the cut) */
+    clef_sha256 out_sha; /* BATCH_RESUME: OUT's first cut_at bytes hashed (to go on with); else empty */
     char msg[3 * 4200 + 512]; /* BATCH_REFUSE: the reason, one line without "clef batch: " or '\n' */
 } batch_decision;
 
@@ -64,10 +72,14 @@ int batch_resume_apply(int out_fd, const batch_decision *d);
  * the offset goes back to 0. 0, or -1 (errno). */
 int batch_count_lines(int fd, uint64_t *lines, char hex[65]);
 
-/* The record of what OUT answers: IN's hash (NULL: null, IN is a pipe) and the settings that change
+/* The identity line of the record: IN's hash (NULL: null, IN is a pipe) and the settings that change
  * answers, one JSON line. 0, or -1 out of memory. */
 int batch_record_render(clef_buf *b, const char *in_hex, int max_length, int tile, const char *split, int text_only,
                         int allow_image_paths, const char *precision);
+
+/* The state line of the record: OUT's first `bytes` bytes hold `lines` answer lines and hash to hex
+ * (64 lowercase digits). 0, or -1 out of memory. */
+int batch_state_render(clef_buf *b, uint64_t lines, uint64_t bytes, const char *hex);
 
 /* The first BATCH_RECORD_MAX bytes of the record at path, appended to b (nothing when there is none).
  * 1 when it had bytes, 0 when it is missing or empty, -1 out of memory. */

@@ -5,11 +5,17 @@
  * at most the batch being written (whose partial tail the next run cuts). docs/serving.md.
  *
  * Never losing input (SQLite's habits): IN is opened read-only and never written; OUT is refused
- * when it is IN (same st_dev/st_ino: paths, symlinks, hard links); a record OUT.clef-batch (one
- * JSON line, written with rename before OUT gets its first line) names IN's SHA-256 and the
- * settings that change answers, and an OUT that is not empty is resumed only when that record
- * matches and each of its complete lines is an answer ({"model","answers",...} or {"error"}); any
- * other OUT is refused, not taken as finished work (--restart overwrites it). A line over
+ * when it is IN (same st_dev/st_ino: paths, symlinks, hard links). One run at a time on an OUT: the
+ * run holds an exclusive flock on OUT itself (not on the record, which is replaced by rename) from
+ * before it reads OUT to its exit, and a second run on the same file (any name) refuses at once. A
+ * record OUT.clef-batch (batch_resume.h: IN's SHA-256 and the settings that change answers, then
+ * the lines, bytes and SHA-256 of OUT's prefix it vouches for; written to a temporary file unique to
+ * the run, fsync'ed and renamed before OUT's first line and after every synced batch) decides a
+ * resume: an OUT that is not empty is resumed only when the record's identity is this run's, OUT's
+ * first bytes hash to the record's and each complete line is an answer ({"model","answers",...} or
+ * {"error"}); any other OUT is refused, not taken as finished work (--restart overwrites it). At the
+ * end OUT is synced and read back: its size, lines and hash must be what the run wrote, else exit 3.
+ * A line over
  * --max-line bytes is not held: it gets an error line (RequestTooLong) and the run goes on. The
  * decision on OUT (fresh, restart, resume after K lines cut at byte X, refuse) is batch_resume.c's,
  * fuzzed by fuzz/fuzz_batch.c. */
@@ -19,6 +25,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -120,14 +128,21 @@ static int reader_next(line_reader *r, char **line, size_t *cap, size_t max, siz
     return 1;
 }
 
-/* Writes the record next to OUT (tmp file, fsync, rename, fsync of the folder). */
+/* Writes the record next to OUT: a temporary file unique to this run (pid and random, O_EXCL, never
+ * a link followed), fsync, rename, fsync of the folder. */
 static int write_record(const char *rec_path, const clef_buf *b) {
     char tmp[4200];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp", rec_path) >= (int)sizeof tmp) {
-        errno = ENAMETOOLONG;
-        return -1;
+    int fd = -1;
+    for (int tries = 0; fd < 0 && tries < 8; tries++) {
+        uint32_t rnd = 0;
+        if (getrandom(&rnd, sizeof rnd, GRND_NONBLOCK) != (ssize_t)sizeof rnd) rnd = (uint32_t)(clef_now() * 1e9);
+        if (snprintf(tmp, sizeof tmp, "%s.tmp-%ld-%08x", rec_path, (long)getpid(), rnd) >= (int)sizeof tmp) {
+            errno = ENAMETOOLONG;
+            return -1;
+        }
+        fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+        if (fd < 0 && errno != EEXIST) return -1;
     }
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) return -1;
     if (write_all(fd, b->data, b->len) != 0 || fsync(fd) != 0) {
         int e = errno;
@@ -192,7 +207,62 @@ typedef struct {
     struct stat in_st, out_st;
     uint64_t total; /* IN's lines (counted as read when IN is a pipe) */
     uint64_t have;  /* complete answer lines OUT already holds (resume) */
+    const clef_buf *want; /* the record's identity line (batch_record_render) */
+    clef_sha256 out_sha;  /* OUT's bytes so far, hashed */
+    uint64_t out_bytes;   /* OUT's size as this run wrote it */
 } batch_files;
+
+/* The record vouching for OUT as it is now: `lines` answers in f->out_bytes bytes hashing to
+ * f->out_sha (synced before the call). 0, or -1 (errno). */
+static int save_record(const batch_files *f, uint64_t lines) {
+    clef_sha256 copy = f->out_sha;
+    uint8_t dg[32];
+    char hex[65];
+    clef_sha256_final(&copy, dg);
+    clef_sha256_to_hex(dg, hex);
+    clef_buf b;
+    clef_buf_init(&b);
+    clef_buf_put(&b, f->want->data, f->want->len);
+    if (batch_state_render(&b, lines, f->out_bytes, hex) != 0 || b.oom) {
+        clef_buf_free(&b);
+        errno = ENOMEM;
+        return -1;
+    }
+    int rc = write_record(f->rec_path, &b);
+    int e = errno;
+    clef_buf_free(&b);
+    errno = e;
+    return rc;
+}
+
+/* OUT synced and read back from its descriptor: its size, lines and SHA-256 must be the `lines`
+ * answers this run (and the resumed prefix) wrote. 0, or -1 with the reason printed. */
+static int verify_out(const batch_files *f, uint64_t lines) {
+    if (fdatasync(f->out) != 0) {
+        fprintf(stderr, "clef batch: cannot sync %s: %s\n", f->out_path, strerror(errno));
+        return -1;
+    }
+    struct stat st;
+    uint64_t n = 0;
+    char hex[65], want_hex[65];
+    clef_sha256 copy = f->out_sha;
+    uint8_t dg[32];
+    clef_sha256_final(&copy, dg);
+    clef_sha256_to_hex(dg, want_hex);
+    if (fstat(f->out, &st) != 0 || lseek(f->out, 0, SEEK_SET) < 0 || batch_count_lines(f->out, &n, hex) != 0) {
+        fprintf(stderr, "clef batch: cannot read %s back: %s\n", f->out_path, strerror(errno));
+        return -1;
+    }
+    if ((uint64_t)st.st_size != f->out_bytes || n != lines || strcmp(hex, want_hex)) {
+        fprintf(stderr,
+                "clef batch: %s changed under this run: it holds %llu bytes in %llu lines, the run wrote %llu bytes in "
+                "%llu answer lines; rerun with --restart\n",
+                f->out_path, (unsigned long long)st.st_size, (unsigned long long)n, (unsigned long long)f->out_bytes,
+                (unsigned long long)lines);
+        return -1;
+    }
+    return 0;
+}
 
 static void close_files(batch_files *f) {
     if (!f->from_stdin || f->in_fd > 0) close(f->in_fd);
@@ -206,6 +276,7 @@ static int open_files(batch_files *f) {
         fprintf(stderr, "clef batch: OUT must be a file (it is resumed and synced), not -\n");
         return 2;
     }
+    clef_sha256_init(&f->out_sha);
     if (snprintf(f->rec_path, sizeof f->rec_path, "%s.clef-batch", f->out_path) >= (int)sizeof f->rec_path) {
         fprintf(stderr, "clef batch: %s: the name is too long\n", f->out_path);
         return 2;
@@ -246,6 +317,17 @@ static int open_files(batch_files *f) {
         close_files(f);
         return 2;
     }
+    /* one run at a time on this file, whatever its name: the lock is on OUT itself, which is never
+     * renamed (the record is), and goes with the run's descriptor when it exits */
+    if (flock(f->out, LOCK_EX | LOCK_NB) != 0) {
+        if (errno == EWOULDBLOCK)
+            fprintf(stderr, "clef batch: %s is in use by another clef batch run (it holds the lock on it); nothing "
+                            "was changed\n", out_path);
+        else
+            fprintf(stderr, "clef batch: cannot lock %s: %s\n", out_path, strerror(errno));
+        close_files(f);
+        return 2;
+    }
     return 0;
 }
 
@@ -264,6 +346,7 @@ static int check_out(batch_files *f, const clef_options *o, int restart, clef_bu
     } else {
         f->from_stdin = 1; /* a pipe or device: read once, hashed as it goes, no resume */
     }
+    f->want = want;
     if (batch_record_render(want, f->from_stdin ? NULL : in_hex, o->max_length, o->image_tile,
                             cli_split_choices[o->split_variant], o->text_only, o->allow_image_paths,
                             cli_precision_choices[o->precision])) {
@@ -299,7 +382,9 @@ static int check_out(batch_files *f, const clef_options *o, int restart, clef_bu
         rc = 2;
     } else if (d->action == BATCH_RESUME) {
         f->have = d->have;
-    } else if (write_record(rec_path, want) != 0) { /* before OUT's first line */
+        f->out_sha = d->out_sha;
+        f->out_bytes = d->cut_at;
+    } else if (save_record(f, 0) != 0) { /* an empty OUT vouched for, before its first line */
         fprintf(stderr, "clef batch: cannot write %s: %s\n", rec_path, strerror(errno));
         rc = 2;
     }
@@ -375,6 +460,11 @@ static int run_requests(clef_engine *e, batch_files *f, size_t batch_tokens, siz
             if (en->res.error_type) errors++;
             else tokens += (uint64_t)(en->res.input_tokens > 0 ? en->res.input_tokens : 0);
             int bad = !en->res.body || write_all(out, en->res.body, en->res.body_len) != 0 || write_all(out, "\n", 1) != 0;
+            if (!bad) {
+                clef_sha256_update(&f->out_sha, en->res.body, en->res.body_len);
+                clef_sha256_update(&f->out_sha, "\n", 1);
+                f->out_bytes += (uint64_t)en->res.body_len + 1;
+            }
             clef_result_free(&en->res);
             en->done = 0;
             head = (head + 1) % window;
@@ -388,7 +478,11 @@ static int run_requests(clef_engine *e, batch_files *f, size_t batch_tokens, siz
             wrote = 1;
         }
         if (wrote) {
-            fdatasync(out);
+            if (fdatasync(out) != 0 || save_record(f, written) != 0) { /* the answers durable, then vouched for */
+                fprintf(stderr, "\nclef batch: cannot sync %s or write its record: %s\n", out_path, strerror(errno));
+                rc = 3;
+                goto done;
+            }
             double dt = clef_now() - t0;
             uint64_t run = written - have;
             char extra[160], eta[32];
@@ -427,7 +521,15 @@ done:
         if (en->job) clef_job_free(en->job);
         else if (en->done) clef_result_free(&en->res);
     }
-    fdatasync(out);
+    /* never an exit 0 with fewer answers in OUT than the event line reports */
+    if (rc) {
+        fdatasync(out);
+    } else if (verify_out(f, written) != 0) {
+        rc = 3;
+    } else if (save_record(f, written) != 0) {
+        fprintf(stderr, "clef batch: cannot write %s: %s\n", f->rec_path, strerror(errno));
+        rc = 3;
+    }
     double dt = clef_now() - t0;
     fprintf(stderr,
             "{\"event\":\"batch\",\"written\":%llu,\"skipped\":%llu,\"total\":%llu,\"errors\":%llu,\"tokens\":%llu,"
@@ -472,9 +574,10 @@ int cmd_batch(int argc, char **argv) {
     const cli_cmd cmd = {
         .verb = "batch", .usage = "--model DIR [options] IN.jsonl|- OUT.jsonl", .opts = opts,
         .args = paths, .n_args = &n_paths, .min_args = 2, .max_args = 2,
-        .about = "One answer line per request line, in order. Lines already complete in OUT are kept and their\n"
-                 "requests skipped (resume) when OUT.clef-batch records the same IN and settings; a partial last\n"
-                 "line is removed. IN = - reads stdin (no resume). OUT may not be IN.\n"};
+        .about = "One answer line per request line, in order. The lines of OUT that OUT.clef-batch vouches for\n"
+                 "(the same IN and settings, OUT's first bytes unchanged) are kept and their requests skipped\n"
+                 "(resume); what follows them is removed and answered again. One run at a time per OUT (it is\n"
+                 "locked; a second run refuses, exit 2). IN = - reads stdin (no resume). OUT may not be IN.\n"};
     int st = cli_parse(&cmd, argc, argv);
     if (st != CLI_CONTINUE) return st;
 

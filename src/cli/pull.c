@@ -9,6 +9,7 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <time.h>
@@ -148,12 +149,18 @@ static int hash_fd(int fd, uint64_t n, clef_sha256 *s, const char *path, clef_er
     return 0;
 }
 
-/* 1 when path is a regular file of f's size and sha256; 0 when not; -1 on a read error. */
+/* 1 when path is itself (not through a symbolic link) a regular file of f's size and sha256; 0 when
+ * not; -1 on a read error. */
 static int file_verified(const char *path, const pull_file *f, clef_err *err) {
-    struct stat st;
-    if (stat(path, &st) != 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size != f->bytes) return 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return io_error(err, errno, "opening", path);
+    struct stat st, fst;
+    if (lstat(path, &st) != 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size != f->bytes) return 0;
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) return errno == ELOOP || errno == ENXIO ? 0 : io_error(err, errno, "opening", path);
+    if (fstat(fd, &fst) != 0 || !S_ISREG(fst.st_mode) || fst.st_dev != st.st_dev || fst.st_ino != st.st_ino ||
+        (uint64_t)fst.st_size != f->bytes) {
+        close(fd);
+        return 0; /* replaced between the two looks: not the file that was checked */
+    }
     clef_sha256 s;
     clef_sha256_init(&s);
     int rc = hash_fd(fd, f->bytes, &s, path, err);
@@ -170,8 +177,8 @@ uint64_t pull_bytes_needed(const pull_opts *o, const pull_file *f) {
     char final[PATH_MAX], part[PATH_MAX];
     if (paths(o, f, final, part, NULL)) return f->bytes;
     struct stat st;
-    if (stat(final, &st) == 0 && S_ISREG(st.st_mode) && (uint64_t)st.st_size == f->bytes) return 0;
-    if (stat(part, &st) == 0 && S_ISREG(st.st_mode) && (uint64_t)st.st_size <= f->bytes)
+    if (lstat(final, &st) == 0 && S_ISREG(st.st_mode) && (uint64_t)st.st_size == f->bytes) return 0;
+    if (lstat(part, &st) == 0 && S_ISREG(st.st_mode) && (uint64_t)st.st_size <= f->bytes)
         return f->bytes - (uint64_t)st.st_size;
     return f->bytes;
 }
@@ -181,6 +188,101 @@ int64_t pull_free_bytes(const char *dir) {
     if (statvfs(dir, &v) != 0) return -1;
     unsigned long long n = (unsigned long long)v.f_bavail * v.f_frsize;
     return n > INT64_MAX ? INT64_MAX : (int64_t)n;
+}
+
+/* ---- what a remote sends, printed ---- */
+
+/* src's first n bytes as printable ASCII for a message: bytes 0x20-0x7e kept (a backslash doubled),
+ * \n \r \t and every other byte (ESC, other controls, non-ASCII) written as escapes, so that no byte a
+ * server chose reaches the terminal as a control; cut to cap - 1 characters ("..." when cut). */
+static void printable(char *dst, size_t cap, const char *src, size_t n) {
+    size_t o = 0;
+    int cut = 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)src[i];
+        char e[8];
+        if (c >= 0x20 && c < 0x7f && c != '\\') e[0] = (char)c, e[1] = 0;
+        else if (c == '\\') snprintf(e, sizeof e, "\\\\");
+        else if (c == '\n') snprintf(e, sizeof e, "\\n");
+        else if (c == '\r') snprintf(e, sizeof e, "\\r");
+        else if (c == '\t') snprintf(e, sizeof e, "\\t");
+        else snprintf(e, sizeof e, "\\x%02x", c);
+        size_t l = strlen(e);
+        if (o + l + 4 > cap) {
+            cut = 1;
+            break;
+        }
+        memcpy(dst + o, e, l);
+        o += l;
+    }
+    if (cut) memcpy(dst + o, "...", 3), o += 3;
+    dst[o] = 0;
+}
+
+/* ---- the .part file ---- */
+
+static const char *kind_of(mode_t m) {
+    return S_ISLNK(m) ? "a symbolic link" : S_ISFIFO(m) ? "a FIFO" : S_ISCHR(m) ? "a character device" : S_ISBLK(m) ? "a block device"
+         : S_ISSOCK(m) ? "a socket" : S_ISDIR(m) ? "a folder" : "not a regular file";
+}
+
+static int unsafe(clef_err *err, const char *path, const char *what) {
+    return clef_err_set(err, PULL_E_UNSAFE,
+                        "%s is %s, not a partial download clef pull made: nothing was written to it; remove it and run "
+                        "clef pull again", path, what);
+}
+
+/* Opens the .part for appending: created here (O_EXCL), or one left by an earlier run that is a
+ * regular file of this user with one link, opened without following a link and checked again on
+ * the opened descriptor; locked (flock) so that two pulls into one folder do not write it at once.
+ * Returns the descriptor, or -1 with err (UnsafePath for anything else at that name). */
+static int part_open(const char *part, clef_err *err) {
+    int fd = open(part, O_RDWR | O_APPEND | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd < 0 && errno != EEXIST) return io_error(err, errno, "creating", part), -1;
+    if (fd < 0) {
+        struct stat ls;
+        if (lstat(part, &ls) != 0) return io_error(err, errno, "reading", part), -1;
+        if (!S_ISREG(ls.st_mode)) return unsafe(err, part, kind_of(ls.st_mode)), -1;
+        /* O_NONBLOCK: were it swapped for a FIFO or a device since, the open does not wait on it */
+        fd = open(part, O_RDWR | O_APPEND | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+        if (fd < 0) {
+            if (errno == ELOOP) return unsafe(err, part, "a symbolic link"), -1;
+            if (errno == ENXIO) return unsafe(err, part, "a FIFO"), -1;
+            return io_error(err, errno, "opening", part), -1;
+        }
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        close(fd);
+        return io_error(err, e, "reading", part), -1;
+    }
+    char why[96] = "";
+    if (!S_ISREG(st.st_mode)) snprintf(why, sizeof why, "%s", kind_of(st.st_mode));
+    else if (st.st_uid != geteuid()) snprintf(why, sizeof why, "a file of another user (uid %ld)", (long)st.st_uid);
+    else if (st.st_nlink != 1)
+        snprintf(why, sizeof why, "a file with %ld names (a hard link to a file elsewhere)", (long)st.st_nlink);
+    if (why[0]) {
+        close(fd);
+        return unsafe(err, part, why), -1;
+    }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0 || flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        int e = errno;
+        close(fd);
+        if (e == EWOULDBLOCK)
+            return clef_err_set(err, PULL_E_UNSAFE, "%s is being written by another clef pull into the same folder",
+                                part), -1;
+        return io_error(err, e, "locking", part), -1;
+    }
+    return fd;
+}
+
+/* 1 when path names, itself, the file open at fd. */
+static int names_fd(const char *path, int fd) {
+    struct stat a, b;
+    return lstat(path, &a) == 0 && fstat(fd, &b) == 0 && S_ISREG(a.st_mode) && a.st_dev == b.st_dev &&
+           a.st_ino == b.st_ino;
 }
 
 /* ---- one transfer ---- */
@@ -196,8 +298,7 @@ typedef struct xfer {
     const pull_file *f;
     const char *part;
     CURL *curl;
-    int fd;
-    int regular;        /* the .part is a regular file (can be truncated) */
+    int fd;             /* the .part (part_open), open for the whole of pull_file_get */
     uint64_t have;      /* bytes in the .part, all hashed into sha */
     clef_sha256 sha;
     int started;        /* the first body byte of the final response was seen */
@@ -241,8 +342,8 @@ static size_t on_body(char *p, size_t size, size_t nmemb, void *ctx) {
         curl_easy_getinfo(x->curl, CURLINFO_RESPONSE_CODE, &x->status);
         if (x->status == 200 && x->have > 0) {
             /* the server ignored the Range: the body starts at byte 0 */
-            if (!x->regular || ftruncate(x->fd, 0) != 0) {
-                x->write_errno = x->regular ? errno : EINVAL;
+            if (ftruncate(x->fd, 0) != 0) {
+                x->write_errno = errno;
                 return 0;
             }
             x->have = x->at_start = 0;
@@ -282,33 +383,16 @@ static int transfer(xfer *x, int *retry, clef_err *err) {
     const pull_opts *o = x->o;
     const pull_file *f = x->f;
     *retry = 0;
-    x->fd = open(x->part, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    if (x->fd < 0) return io_error(err, errno, "creating", x->part);
     struct stat st;
-    if (fstat(x->fd, &st) != 0) {
-        int e = errno;
-        close(x->fd);
-        return io_error(err, e, "reading", x->part);
-    }
-    x->regular = S_ISREG(st.st_mode);
-    x->have = x->regular ? (uint64_t)st.st_size : 0;
+    if (fstat(x->fd, &st) != 0) return io_error(err, errno, "reading", x->part);
+    x->have = (uint64_t)st.st_size; /* what is on disk is hashed again, not what this run believes it wrote */
     clef_sha256_init(&x->sha);
     if (x->have > f->bytes) { /* longer than the file can be: start over */
-        if (ftruncate(x->fd, 0) != 0) {
-            int e = errno;
-            close(x->fd);
-            return io_error(err, e, "truncating", x->part);
-        }
+        if (ftruncate(x->fd, 0) != 0) return io_error(err, errno, "truncating", x->part);
         x->have = 0;
     }
-    if (x->have > 0 && hash_fd(x->fd, x->have, &x->sha, x->part, err)) {
-        close(x->fd);
-        return -1;
-    }
-    if (x->have == f->bytes) {
-        close(x->fd);
-        return 0;
-    }
+    if (x->have > 0 && hash_fd(x->fd, x->have, &x->sha, x->part, err)) return -1;
+    if (x->have == f->bytes) return 0;
 
     char url[4096];
     const char *ep = o->endpoint;
@@ -316,12 +400,10 @@ static int transfer(xfer *x, int *retry, clef_err *err) {
     while (el > 0 && ep[el - 1] == '/') el--;
     int ul = snprintf(url, sizeof url, "%.*s/%s/resolve/%s/%s", (int)el, ep, o->repo, o->revision, f->name);
     if (ul < 0 || ul >= (int)sizeof url) {
-        close(x->fd);
         return clef_err_set(err, PULL_E_HTTP, "URL too long for %s", f->name);
     }
     CURL *c = curl_easy_init();
     if (!c) {
-        close(x->fd);
         return clef_err_set(err, CLEF_E_OOM, "curl_easy_init failed");
     }
     x->curl = c;
@@ -330,13 +412,11 @@ static int transfer(xfer *x, int *retry, clef_err *err) {
     if (o->token && *o->token) {
         if (snprintf(auth, sizeof auth, "Authorization: Bearer %s", o->token) >= (int)sizeof auth) {
             curl_easy_cleanup(c);
-            close(x->fd);
             return clef_err_set(err, PULL_E_HTTP, "HF_TOKEN is too long");
         }
         struct curl_slist *h2 = curl_slist_append(hdr, auth);
         if (!h2) {
             curl_easy_cleanup(c);
-            close(x->fd);
             return clef_err_set(err, CLEF_E_OOM, "out of memory");
         }
         hdr = h2;
@@ -383,8 +463,10 @@ static int transfer(xfer *x, int *retry, clef_err *err) {
     curl_slist_free_all(hdr);
     curl_easy_cleanup(c);
     x->curl = NULL;
-    if (x->regular && fsync(x->fd) != 0 && !x->write_errno) x->write_errno = errno;
-    if (close(x->fd) != 0 && !x->write_errno) x->write_errno = errno;
+    char errtext[2 * CURL_ERROR_SIZE], bodytext[160]; /* what the server chose, escaped for the terminal */
+    printable(errtext, sizeof errtext, errbuf, strnlen(errbuf, sizeof errbuf));
+    printable(bodytext, sizeof bodytext, x->body, x->body_len);
+    if (fsync(x->fd) != 0 && !x->write_errno) x->write_errno = errno;
     show(x, 1);
 
     if (x->write_errno) return io_error(err, x->write_errno, "writing", x->part);
@@ -400,7 +482,7 @@ static int transfer(xfer *x, int *retry, clef_err *err) {
         /* retried only after this file already got bytes in this run (a network that came and went) */
         *retry = x->have > 0;
         return clef_err_set(err, PULL_E_NO_NETWORK, "cannot reach %s for %s: %s (no network? check HF_ENDPOINT)",
-                            host, f->name, errbuf[0] ? errbuf : curl_easy_strerror(cr));
+                            host, f->name, errtext[0] ? errtext : curl_easy_strerror(cr));
     case CURLE_PARTIAL_FILE:
     case CURLE_RECV_ERROR:
     case CURLE_SEND_ERROR:
@@ -412,11 +494,11 @@ static int transfer(xfer *x, int *retry, clef_err *err) {
         return clef_err_set(err, PULL_E_DROPPED,
                             "%s: the connection dropped at %" PRIu64 " of %" PRIu64 " bytes (%s); "
                             "the partial file %s is kept: run clef pull again to resume",
-                            f->name, x->have, f->bytes, errbuf[0] ? errbuf : curl_easy_strerror(cr), x->part);
+                            f->name, x->have, f->bytes, errtext[0] ? errtext : curl_easy_strerror(cr), x->part);
     case CURLE_TOO_MANY_REDIRECTS:
         return clef_err_set(err, PULL_E_HTTP, "%s: too many redirects from %s", f->name, url);
     default:
-        return clef_err_set(err, PULL_E_NETWORK, "%s: %s (%s)", f->name, errbuf[0] ? errbuf : curl_easy_strerror(cr),
+        return clef_err_set(err, PULL_E_NETWORK, "%s: %s (%s)", f->name, errtext[0] ? errtext : curl_easy_strerror(cr),
                             url);
     }
     if (status == 404)
@@ -432,8 +514,8 @@ static int transfer(xfer *x, int *retry, clef_err *err) {
         return clef_err_set(err, PULL_E_SIZE, "%s: the server has no bytes after %" PRIu64 " (HTTP 416), the manifest "
                             "says %" PRIu64 " bytes (%s)", f->name, x->have, f->bytes, url);
     if (status != 200 && status != 206)
-        return clef_err_set(err, PULL_E_HTTP, "%s: HTTP %ld at %s%s%.120s", f->name, status, url,
-                            x->body_len ? ": " : "", x->body);
+        return clef_err_set(err, PULL_E_HTTP, "%s: HTTP %ld at %s%s%s", f->name, status, url,
+                            x->body_len ? ": " : "", bodytext);
     if (x->have != f->bytes)
         return clef_err_set(err, PULL_E_SIZE, "%s: the server's file ended at %" PRIu64 " bytes, the manifest says %"
                             PRIu64 " (%s)", f->name, x->have, f->bytes, url);
@@ -445,7 +527,7 @@ int pull_file_get(const pull_opts *o, const pull_file *f, pull_stats *st, clef_e
     if (paths(o, f, final, part, err)) return -1;
     FILE *log = o->log;
     struct stat sb;
-    if (stat(final, &sb) == 0) {
+    if (lstat(final, &sb) == 0) {
         int v = file_verified(final, f, err);
         if (v < 0) return -1;
         if (v) {
@@ -454,7 +536,9 @@ int pull_file_get(const pull_opts *o, const pull_file *f, pull_stats *st, clef_e
             return 0;
         }
         if (log)
-            fprintf(log, "pull: %s: present but not the manifest's size and sha256: fetching it again\n", f->name);
+            fprintf(log, "pull: %s: present but %s: fetching it again\n", f->name,
+                    S_ISREG(sb.st_mode) ? "not the manifest's size and sha256"
+                                        : "not a regular file (it is replaced, never followed)");
     }
     xfer x;
     memset(&x, 0, sizeof x);
@@ -462,6 +546,8 @@ int pull_file_get(const pull_opts *o, const pull_file *f, pull_stats *st, clef_e
     x.f = f;
     x.part = part;
     x.last_decile = 0;
+    x.fd = part_open(part, err);
+    if (x.fd < 0) return -1;
     snprintf(x.label, sizeof x.label, "%.120s", f->name);
     cli_progress_init(&x.bar, x.label);
     if (log && !x.bar.tty) {
@@ -482,7 +568,8 @@ int pull_file_get(const pull_opts *o, const pull_file *f, pull_stats *st, clef_e
         cli_progress_end(&x.bar);
         if (!retry || attempt >= o->retries) {
             struct stat ps; /* an empty .part helps no later run: do not leave it behind */
-            if (lstat(part, &ps) == 0 && S_ISREG(ps.st_mode) && ps.st_size == 0) unlink(part);
+            if (fstat(x.fd, &ps) == 0 && ps.st_size == 0 && names_fd(part, x.fd)) unlink(part);
+            close(x.fd);
             return -1;
         }
         attempt++;
@@ -498,18 +585,53 @@ int pull_file_get(const pull_opts *o, const pull_file *f, pull_stats *st, clef_e
     }
     cli_progress_end(&x.bar);
     uint8_t d[32];
-    char hex[65];
+    char hex[65], disk_hex[65];
     clef_sha256_final(&x.sha, d);
     clef_sha256_to_hex(d, hex);
-    if (strcmp(hex, f->sha256) != 0) {
-        int removed = unlink(part) == 0;
+    /* the file as it lies on disk (synced by transfer), read back through the same descriptor: what
+     * the rename will publish, not the bytes as they streamed past */
+    struct stat ps;
+    clef_sha256 disk;
+    clef_sha256_init(&disk);
+    if (fstat(x.fd, &ps) != 0) {
+        int e = errno;
+        close(x.fd);
+        return io_error(err, e, "reading", part);
+    }
+    if (hash_fd(x.fd, f->bytes, &disk, part, err) != 0) {
+        close(x.fd);
+        return -1;
+    }
+    clef_sha256_final(&disk, d);
+    clef_sha256_to_hex(d, disk_hex);
+    if (strcmp(hex, f->sha256) != 0 || strcmp(disk_hex, f->sha256) != 0 || (uint64_t)ps.st_size != f->bytes) {
+        int removed = names_fd(part, x.fd) && unlink(part) == 0;
+        close(x.fd);
         return clef_err_set(err, PULL_E_HASH,
-                            "%s: sha256 %s, the manifest says %s: the download is not the release's file; %s",
-                            f->name, hex, f->sha256,
+                            "%s: sha256 %s (%s on disk, %" PRIu64 " bytes), the manifest says %s: the download is not "
+                            "the release's file; %s",
+                            f->name, hex, disk_hex, (uint64_t)ps.st_size, f->sha256,
                             removed ? "it was removed (nothing written under the final name)"
                                     : "remove the partial file by hand");
     }
-    if (rename(part, final) != 0) return io_error(err, errno, "renaming to", final);
+    /* the name still the file checked, then renamed over whatever the final name was (a link there is
+     * replaced, not followed), and the final name checked to be that file */
+    if (!names_fd(part, x.fd)) {
+        close(x.fd);
+        return clef_err_set(err, PULL_E_UNSAFE, "%s was replaced while it was checked: nothing was renamed", part);
+    }
+    if (rename(part, final) != 0) {
+        int e = errno;
+        close(x.fd);
+        return io_error(err, e, "renaming to", final);
+    }
+    if (!names_fd(final, x.fd)) {
+        struct stat ls;
+        if (lstat(final, &ls) == 0 && !S_ISREG(ls.st_mode)) unlink(final); /* never a link left as a release file */
+        close(x.fd);
+        return clef_err_set(err, PULL_E_UNSAFE, "%s was replaced right after the rename: it was removed", final);
+    }
+    close(x.fd);
     int dfd = open(o->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dfd >= 0) {
         (void)fsync(dfd); /* the rename itself durable; best effort (not every file system allows it) */

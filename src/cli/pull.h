@@ -5,11 +5,19 @@
  * redirects followed, as the hub sends LFS files to its CDN; the token goes only to the endpoint's
  * host, never to a host a redirect names):
  *   - a file already under its final name with the manifest's size and sha256 is kept as it is;
- *   - bytes go to DIR/.{name}.part; a .part left by an earlier run or a dropped connection is resumed
- *     with an HTTP Range request (a server that ignores the Range restarts it from 0);
- *   - the sha256 is computed as the bytes arrive (over the resumed prefix first), and the .part is
- *     renamed to its final name only when size and sha256 equal the manifest's; on a mismatch the
- *     .part is removed (its bytes are wrong, resuming it cannot help).
+ *   - bytes go to DIR/.{name}.part, created with O_EXCL | O_NOFOLLOW, or, left by an earlier run or a
+ *     dropped connection, resumed with an HTTP Range request (a server that ignores the Range restarts
+ *     it from 0) only when it is a regular file of this user with one name (fstat on the descriptor
+ *     opened without following links); a symbolic link, FIFO, device or hard link there is refused
+ *     (UnsafePath), never written through; the .part is flock'ed while it is written;
+ *   - the sha256 is computed as the bytes arrive (over the resumed prefix first), then again over the
+ *     file as it lies on disk (read back through the same descriptor after fsync), and the .part is
+ *     renamed to its final name only when both equal the manifest's (and the name still is that file;
+ *     after the rename the final name is checked to be it); on a mismatch the .part is removed;
+ *   - a final name that is a symbolic link (or not a regular file) is never taken as present: it is
+ *     fetched again and replaced by the rename, its target untouched;
+ *   - what the server sends that is printed (an error page's start, curl's message) is escaped to
+ *     printable ASCII and cut short.
  * Every failure is a clef_err with one of the PULL_E_* names below and a sentence naming the file. */
 #ifndef CLEF_CLI_PULL_H
 #define CLEF_CLI_PULL_H
@@ -30,6 +38,7 @@
 #define PULL_E_SIZE "SizeMismatch"          /* the server's file is longer or shorter than the manifest's */
 #define PULL_E_DISK_FULL "DiskFull"         /* ENOSPC / EDQUOT, or too little room before starting */
 #define PULL_E_MANIFEST "BadManifest"
+#define PULL_E_UNSAFE "UnsafePath"          /* DIR/.NAME.part is not a regular file of ours with one name */
 
 typedef struct pull_file {
     char name[160];  /* [A-Za-z0-9._-], not starting with '.' (checked: it becomes a path) */

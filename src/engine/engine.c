@@ -237,7 +237,28 @@ void clef_job_free(clef_job *j) {
     clef_request_free(&j->req);
     clef_json_doc_free(j->doc);
     free(j->logits);
+    free(j->media_hash);
     free(j);
+}
+
+static int64_t mono_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+void clef_engine_stop_preparing(clef_engine *e, double seconds) {
+    if (!e) return;
+    if (!(seconds > 0)) seconds = 0; /* a budget already spent (or NaN): at once */
+    int64_t at = mono_ns() + (int64_t)((seconds < 1e9 ? seconds : 1e9) * 1e9);
+    atomic_store(&e->stop_preparing_at, at ? at : 1); /* 0 means never */
+}
+
+/* clef_host_encode's stop: clef_engine_stop_preparing's time has come. */
+static int prepare_stopped(void *ctx) {
+    const clef_engine *e = ctx;
+    int64_t at = atomic_load(&e->stop_preparing_at);
+    return at != 0 && mono_ns() >= at;
 }
 
 clef_job *clef_job_prepare(clef_engine *e, const char *body, size_t len, clef_result *out) {
@@ -252,7 +273,8 @@ clef_job *clef_job_prepare(clef_engine *e, const char *body, size_t len, clef_re
     j->e = e;
     /* the host pipeline (engine/host.h), as clef_encode_request runs it */
     if (clef_host_parse(body, len, &j->doc, &j->req, &err)) goto fail;
-    if (clef_host_encode(e->tok, &e->image_opts, e->opts.max_length, &j->req, &j->rec, &err)) goto fail;
+    if (clef_host_encode(e->tok, &e->image_opts, e->opts.max_length, prepare_stopped, e, &j->req, &j->rec,
+                         &err)) goto fail;
 
     for (size_t q = 0; q < j->rec.n_questions; q++) j->n_logits += j->rec.questions[q].n_options;
     j->logits = calloc(j->n_logits ? j->n_logits : 1, sizeof *j->logits);

@@ -61,6 +61,7 @@ typedef struct req {
     size_t body_bytes; /* bytes received (also past the cap) */
     int too_big;
     clef_job *job;
+    char state_key[CLEF_STATE_KEY_LEN + 1]; /* the routing key, once prepared ("" before) */
     int tokens;
     size_t cached_tokens; /* prompt tokens the state cache supplied */
     atomic_int state;
@@ -226,6 +227,7 @@ static enum MHD_Result send_bytes(req *r, int status, const char *ctype, const c
     if (!resp) return MHD_NO;
     if (ctype) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
     MHD_add_response_header(resp, "X-Request-Id", r->id);
+    if (r->state_key[0]) MHD_add_response_header(resp, "X-Clef-State-Key", r->state_key);
     if (zipped) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_ENCODING, "gzip");
     if (s->cfg.gzip_min) MHD_add_response_header(resp, MHD_HTTP_HEADER_VARY, r->cors ? "Accept-Encoding, Origin" : "Accept-Encoding");
     if (r->cors) {
@@ -549,6 +551,7 @@ static void prepare_one(void *ctx, void *item) {
         MHD_resume_connection(r->conn);
         return;
     }
+    if (clef_job_state_key(job, r->state_key, sizeof r->state_key)) r->state_key[0] = '\0';
     size_t tokens = clef_job_tokens(job);
     r->tokens = (int)tokens;
     if (s->cfg.max_tokens && tokens > s->cfg.max_tokens) {
@@ -1011,7 +1014,10 @@ void clef_server_shutdown(clef_server *s) {
     double until = clef_now() + (s->cfg.io_timeout_s ? s->cfg.io_timeout_s : 30);
     while (atomic_load(&s->receiving) > 0 && clef_now() < until) nanosleep(&(struct timespec){0, 2000000}, NULL);
     int cut = clef_guard_cut_all(s->guard);
-    clef_workq_stop(s->prep); /* what is being prepared joins the queue */
+    /* what is being prepared joins the queue, unless it is still preparing when the budget runs out:
+     * then it stops at its next image or video (503) */
+    clef_engine_stop_preparing(s->engine, until - clef_now());
+    clef_workq_stop(s->prep);
     s->prep = NULL;
     pthread_rwlock_wrlock(&s->gate);
     clef_sched *sched = s->sched;

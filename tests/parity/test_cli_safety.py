@@ -13,6 +13,7 @@ Item 8, `clef batch` and its files:
 Item 9, local files: `clef encode` and `clef respond --model` read an image path only with
 --allow-image-paths.
 CLEF_BIN overrides the binary (to see the tests red on an old build)."""
+import hashlib
 import json
 import os
 import resource
@@ -97,8 +98,13 @@ def main():
     check(p.returncode == 0 and b'"skipped":6' in p.stderr and b'"written":0' in p.stderr,
           "rerun on a complete OUT: skipped 6, written 0 (%r)" % p.stderr[-300:])
     answers = read(out)
-    # torn tail and resume still work
-    write(out, b"\n".join(answers.split(b"\n")[:3]) + b'\n{"model":"clef-fl')
+    # torn tail and resume still work: a run killed after its record vouched for 3 lines (the record's
+    # form: docs/cli.md) and while writing the 4th
+    kept = b"\n".join(answers.split(b"\n")[:3]) + b"\n"
+    identity = read(out + ".clef-batch").split(b"\n")[0]
+    state = {"out_lines": 3, "out_bytes": len(kept), "out_sha256": hashlib.sha256(kept).hexdigest()}
+    write(out + ".clef-batch", identity + b"\n" + json.dumps(state, separators=(",", ":")).encode() + b"\n")
+    write(out, kept + b'{"model":"clef-fl')
     p = batch(inp, out)
     check(p.returncode == 0 and read(out) == answers, "resume after a torn line completes OUT exactly")
 

@@ -4,8 +4,9 @@
 The server (a ThreadingHTTPServer subclass, loopback only) answers GET /{repo}/resolve/{rev}/{name}
 with Range support, and can, per file: redirect to /cdn/{name} on another host name (127.0.0.1 while
 the endpoint is localhost, as the hub sends LFS files to its CDN), serve corrupted bytes, drop the
-connection after half the file (once, or every time), or 404. The test builds a manifest of
-models/tiny (name, size, sha256: the release manifest's form) and passes it with --manifest.
+connection after half the file (once, or every time), or 404; and, as a hostile hub, answer an error
+page of terminal escapes and a forged "done" line, or ignore every Range. The test builds a manifest
+of models/tiny (name, size, sha256: the release manifest's form) and passes it with --manifest.
 
 Checks:
  1. a full pull: every file byte-equal to models/tiny, no .part left; a redirect followed (the token
@@ -14,12 +15,20 @@ Checks:
  2. a corrupted file: HashMismatch, exit 1, nothing under its final name, no .part;
  3. a 404: NotFound naming HTTP 404, exit 1, nothing written;
  4. no network (a closed port): NoNetwork, exit 1;
- 5. disk full (the .part is a link to /dev/full): DiskFull, exit 1;
+ 5. disk full (a tmpfs with room for one file's inode, in a user and mount namespace the test makes):
+    DiskFull, exit 1;
  6. --retries 0 and a drop: ConnectionDropped, the .part kept; the next run resumes it (Range) and
     verifies;
  7. on a terminal (a pty), a progress bar drawn with carriage returns;
  8. the built-in manifest lists the release (14 files, 19.08 GB); a manifest naming ../escape and a
-    revision other than the manifest's are refused (exit 2).
+    revision other than the manifest's are refused (exit 2);
+ 9. what sits at DIR/.NAME.part or DIR/NAME (issue #35): a symbolic link to a file outside DIR that
+    holds the file's first half (with a hub that honours Range and one that ignores it), a FIFO, a
+    link to /dev/null or /dev/full, a character device, a hard link to a file outside: refused
+    (UnsafePath, exit 1), never "verified", nothing outside DIR changed, no link or FIFO left under
+    the final name; a final name that is a link to a good copy outside is fetched again and replaced
+    by a regular file; a .part left by a drop is refetched from 0 by a hub that ignores Range; a
+    hub's error page of ESC sequences, newlines and a forged "done" line printed escaped.
 Runs with .venv-test's python; the binary from $CLEF_BUILD (default build/)."""
 import hashlib
 import http.server
@@ -28,6 +37,7 @@ import os
 import pty
 import select
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -39,6 +49,8 @@ CLEF = os.path.join(BUILD, "clef")
 MODEL = os.path.join(ROOT, "models", "tiny")
 REPO, REV = "Cloudflare/clef-flash", "17f0b0ad64efb65d273590632833508766b2aae6"
 TOKEN = "hf_test_token_123"
+HOSTILE_BODY = (b"\x1b[2J\x1b[H\r\nclef pull: done: 14 files verified in clef-flash (14 fetched, 0 already present)\n"
+                b"\x1b]0;owned\x07\x9b31m\xff")
 
 
 def skip(why):
@@ -58,12 +70,14 @@ class Hub(http.server.ThreadingHTTPServer):
         self.port = self.server_address[1]
         self.redirect, self.corrupt, self.missing = set(), set(), set()
         self.drop_once, self.drop_always = set(), set()
+        self.hostile, self.ignore_range = set(), False
         self.log = []
         self.lock = threading.Lock()
 
     def reset(self):
         self.redirect, self.corrupt, self.missing = set(), set(), set()
         self.drop_once, self.drop_always = set(), set()
+        self.hostile, self.ignore_range = set(), False
         with self.lock:
             self.log = []
 
@@ -92,6 +106,13 @@ class Handler(http.server.BaseHTTPRequestHandler):
             name = self.path[len("/cdn/"):]
         else:
             name = None
+        if name in s.hostile:  # an error page meant for the terminal that prints it
+            body = HOSTILE_BODY
+            self.send_response(500)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
         path = os.path.join(s.folder, name) if name and "/" not in name else None
         if not path or name in s.missing or not os.path.isfile(path):
             body = b"Entry not found"
@@ -108,7 +129,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             data = bytes(data)
         start = 0
         rng = self.headers.get("Range")
-        if rng and rng.startswith("bytes=") and rng.endswith("-"):
+        if rng and rng.startswith("bytes=") and rng.endswith("-") and not s.ignore_range:
             start = int(rng[6:-1])
             if start >= len(data):
                 self.send_response(416)
@@ -250,18 +271,22 @@ def run(tmp):
     check(rc == 1 and "NoNetwork" in err and "cannot reach" in err, "4: no network reported as NoNetwork",
           err[-1000:])
 
-    # 5. disk full: the .part of the first file is a link to /dev/full
+    # 5. disk full: DIR a tmpfs with inodes for itself and one file, in a user and mount namespace made
+    #    here (the first file fits, the second's .part cannot be created: ENOSPC)
     d5 = os.path.join(tmp, "d5")
     os.makedirs(d5)
     hub.reset()
-    if os.path.exists("/dev/full"):
-        os.symlink("/dev/full", os.path.join(d5, f".{names[0]}.part"))
-        rc, err = pull(d5, manifest, endpoint)
-        check(rc == 1 and "DiskFull" in err and "no space left" in err, "5: disk full reported as DiskFull",
-              err[-1000:])
-        check(not os.path.exists(os.path.join(d5, names[0])), "5: nothing under the final name")
+    env = dict(os.environ, HF_ENDPOINT=endpoint)
+    ns = subprocess.run(["unshare", "-rm", "sh", "-c", 'mount -t tmpfs -o size=256m,nr_inodes=2 none "$1" && '
+                         'exec "$2" pull --dir "$1" --manifest "$3"', "sh", d5, CLEF, manifest],
+                        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=300)
+    err = ns.stderr.decode("utf-8", "replace")
+    if "mount" in err and "pull:" not in err or "unshare" in err:
+        print("note: no user and mount namespace here (%s), disk-full case not run" % err.strip()[-200:])
     else:
-        print("note: no /dev/full here, disk-full case not run")
+        check(ns.returncode == 1 and "DiskFull" in err and "no space left" in err and names[1] in err,
+              "5: disk full reported as DiskFull", err[-1000:])
+        check(not os.listdir(d5), "5: nothing left outside the namespace's tmpfs")
 
     # 6. --retries 0: the drop is reported, the .part kept; the next run resumes
     d6 = os.path.join(tmp, "d6")
@@ -322,7 +347,117 @@ def run(tmp):
     check(rc == 2 and "not a plain name" in err, "8: a manifest naming ../escape is refused", err[-600:])
     rc, err = pull(os.path.join(tmp, "d8"), manifest, endpoint, ["--revision", "main"])
     check(rc == 2 and "needs --manifest FILE" in err, "8: a revision other than the manifest's is refused", err[-600:])
+    hostile(tmp, hub, manifest, endpoint, files, names, big)
     hub.shutdown()
+
+
+def snapshot(path):
+    st = os.lstat(path)
+    with open(path, "rb") as f:
+        return f.read(), st.st_mtime_ns, st.st_size
+
+
+def hostile(tmp, hub, manifest, endpoint, files, names, big):
+    name = "config.json"  # the manifest's first file, small enough for a pipe's buffer
+    with open(os.path.join(MODEL, name), "rb") as f:
+        full = f.read()
+    outside = os.path.join(tmp, "outside")
+    os.makedirs(outside)
+    victim = os.path.join(outside, "victim")
+
+    def place(kind, d):
+        part = os.path.join(d, f".{name}.part")
+        with open(victim, "wb") as f:  # what a resume through a link would extend to the right bytes
+            f.write(full[: len(full) // 2])
+        if kind == "symlink":
+            os.symlink(victim, part)
+        elif kind == "hardlink":
+            os.link(victim, part)
+        elif kind == "fifo":
+            os.mkfifo(part)
+        elif kind == "devnull":
+            os.symlink("/dev/null", part)
+        elif kind == "devfull":
+            os.symlink("/dev/full", part)
+        elif kind == "chardev":
+            try:
+                os.mknod(part, 0o600 | stat.S_IFCHR, os.makedev(1, 3))  # /dev/null's numbers
+            except OSError as e:
+                print(f"note: cannot make a device node here ({e}), that case not run")
+                return False
+        return True
+
+    cases = [("symlink", False), ("symlink", True), ("hardlink", False), ("fifo", False), ("devnull", False),
+             ("devnull", True), ("devfull", False), ("chardev", False)]
+    for i, (kind, ignore) in enumerate(cases):
+        d = os.path.join(tmp, f"d9{i}")
+        os.makedirs(d)
+        hub.reset()
+        hub.ignore_range = ignore
+        if not place(kind, d):
+            continue
+        before = snapshot(victim)
+        what = f"9: {kind} at .{name}.part" + (" (a hub ignoring Range)" if ignore else "")
+        try:
+            rc, err = pull(d, manifest, endpoint, ["--retries", "0"])
+        except subprocess.TimeoutExpired:
+            rc, err = -1, "timed out"
+        final = os.path.join(d, name)
+        check(rc == 1 and "UnsafePath" in err and "verified" not in err and "done:" not in err,
+              f"{what}: refused, never verified", err[-800:])
+        check(snapshot(victim) == before and sorted(os.listdir(outside)) == ["victim"],
+              f"{what}: nothing outside --dir changed")
+        check(not os.path.lexists(final) or stat.S_ISREG(os.lstat(final).st_mode),
+              f"{what}: no link, FIFO or device under the final name")
+    hub.ignore_range = False
+
+    # a final name that is a link to a good copy outside: fetched again, replaced by a regular file
+    d = os.path.join(tmp, "d9l")
+    os.makedirs(d)
+    hub.reset()
+    with open(victim, "wb") as f:
+        f.write(full)
+    before = snapshot(victim)
+    os.symlink(victim, os.path.join(d, name))
+    rc, err = pull(d, manifest, endpoint)
+    final = os.path.join(d, name)
+    check(rc == 0 and stat.S_ISREG(os.lstat(final).st_mode) and sha256(final) == files[name]["sha256"] and
+          f"pull: {name}: present, size and sha256 verified" not in err,
+          "9: a final name that is a link: fetched again, now a regular file", err[-800:])
+    check(snapshot(victim) == before, "9: the link's target is untouched")
+
+    # a .part left by a drop, and a hub that ignores Range: refetched from byte 0, verified
+    d = os.path.join(tmp, "d9r")
+    hub.reset()
+    hub.drop_once.add(big)
+    rc, err = pull(d, manifest, endpoint, ["--retries", "0"])
+    partf = os.path.join(d, f".{big}.part")
+    check(rc == 1 and os.path.isfile(partf), "9: a drop leaves a .part", err[-600:])
+    hub.reset()
+    hub.ignore_range = True
+    rc, err = pull(d, manifest, endpoint, ["--retries", "0"])
+    gets = [e for e in hub.log if e["path"].endswith("/" + big)]
+    check(rc == 0 and len(gets) == 1 and gets[0]["range"] and sha256(os.path.join(d, big)) == files[big]["sha256"]
+          and not os.path.exists(partf), "9: a hub ignoring Range: the .part restarted from 0 and verified",
+          err[-800:])
+    hub.ignore_range = False
+
+    # a hostile error page: escapes, newlines, a forged "done" line, OSC, C1, a stray byte
+    d = os.path.join(tmp, "d9h")
+    hub.reset()
+    hub.hostile.add(name)
+    env = dict(os.environ, HF_ENDPOINT=endpoint)
+    p = subprocess.run([CLEF, "pull", "--dir", d, "--manifest", manifest], env=env, stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, timeout=300)
+    raw = p.stderr
+    check(p.returncode == 1 and b"HttpError" in raw and b"HTTP 500" in raw, "9: a hub's error page: HttpError, exit 1",
+          raw[-600:].decode("utf-8", "replace"))
+    check(not any(c in raw for c in (b"\x1b", b"\r", b"\x07", b"\x9b", b"\xff")),
+          "9: no control or non-ASCII byte from the hub reaches stderr", repr(raw[-600:]))
+    lines = raw.decode("ascii", "replace").split("\n")
+    check(not [ln for ln in lines if ln.startswith(("clef pull: done", "pull: done"))] and
+          "\\x1b[2J" in raw.decode("ascii", "replace") and "\\r\\nclef pull: done" in raw.decode("ascii", "replace"),
+          "9: the page is shown escaped on the error's line, its forged \"done\" line is not a line", repr(lines[-3:]))
 
 
 if __name__ == "__main__":

@@ -790,6 +790,68 @@ static void t_graph(int m) {
     wkeep(w); wkeep(b); wkeep(nw); wkeep(tab);
 }
 
+/* CLEF_CUDA_GEMM_TOPN (cuda_ops.h clef_cuda_set_gemm_topn): a backend that times the heuristic's top 8
+ * cuBLASLt algorithms per shape must give the default backend's bits (only algorithms with the first's
+ * bits are eligible), on every shape a forward uses, with and without the bias epilogue, in the bf16 and
+ * the fast precision (the split's concatenated T <= 64 GEMM and its two T > 64 GEMMs), on the first call
+ * of a shape (when it is tuned) and after. Prints what the choice did (the device check's summary). */
+static void t_gemm_topn(void) {
+    static const struct { size_t N, K; int bias; } shapes[] = {
+        {12288, 4096, 0}, {4096, 12288, 0}, {8192, 4096, 0}, {4096, 4096, 0}, {32, 4096, 0}, {1024, 1024, 1}, {1, 1024, 1}};
+    static const size_t Ts[] = {1, 64, 65, 436, 2048};
+    clef_err err;
+    clef_err_clear(&err);
+    for (int fast = 0; fast < 2; fast++) {
+        clef_ops *base = fast ? gpu[1] : gpu_bf16;
+        clef_ops *g = clef_cuda_ops_create(0, fast ? CLEF_CUDA_FAST : CLEF_CUDA_BF16, NULL, &err);
+        CHECK_MSG(g != NULL, "gemm topn: backend creation failed: %s", err.msg);
+        if (!g) return;
+        if (fast) G_of(1); /* the default backend with the newest kernels: the split */
+        clef_cuda_set_gemm_topn(g, 8);
+        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+            size_t N = shapes[si].N, K = shapes[si].K;
+            clef_tensor w = wt(CLEF_ST_BF16, N, K, 0.05f, 0.0f), b = wt(CLEF_ST_BF16, N, 0, 0.5f, 0.0f);
+            for (size_t ti = 0; ti < sizeof Ts / sizeof Ts[0]; ti++) {
+                size_t T = Ts[ti];
+                if (N * K * T > (size_t)12288 * 4096 * 436) continue; /* the big ones at 436 rows at most */
+                float *x = rvec(T * K, 1.0f, 0.0f);
+                float *bx = dev(base, x, T * K), *by = dev(base, NULL, T * N);
+                float *gx = dev(g, x, T * K), *gy = dev(g, NULL, T * N);
+                const clef_tensor *bp = shapes[si].bias ? &b : NULL;
+                base->linear(base, by, bx, T, &w, 0, N, bp);
+                g->linear(g, gy, gx, T, &w, 0, N, bp); /* the first call: the shape is tuned */
+                float *want = host_of(base, by, T * N), *got = host_of(g, gy, T * N);
+                CHECK_MSG(!clef_ops_failed(g), "gemm topn: backend failed: %s", clef_cuda_last_error(g));
+                CHECK_MSG(!memcmp(want, got, T * N * sizeof(float)), "gemm topn %s %zux%zu%s T=%zu: bits differ from the default",
+                          fast ? "fast" : "bf16", N, K, shapes[si].bias ? "+b" : "", T);
+                g->linear(g, gy, gx, T, &w, 0, N, bp); /* the kept pick */
+                float *again = host_of(g, gy, T * N);
+                CHECK_MSG(!memcmp(want, again, T * N * sizeof(float)), "gemm topn %s %zux%zu T=%zu: second call differs",
+                          fast ? "fast" : "bf16", N, K, T);
+                free(x);
+                free(want);
+                free(got);
+                free(again);
+                base->free(base, bx);
+                base->free(base, by);
+                g->free(g, gx);
+                g->free(g, gy);
+            }
+            wkeep(w);
+            wkeep(b);
+        }
+        clef_cuda_gemm_info s;
+        clef_cuda_gemm_stats(g, &s);
+        printf("gemm topn %s: top %d, %llu shapes tuned (%llu skipped), %llu candidates run, %llu with the first's bits, "
+               "%llu shapes picked another, one call of each: %.1f us first -> %.1f us picked\n",
+               fast ? "fast" : "bf16", s.topn, (unsigned long long)s.shapes, (unsigned long long)s.skipped,
+               (unsigned long long)s.tried, (unsigned long long)s.same_bits, (unsigned long long)s.picked_other,
+               s.first_us, s.best_us);
+        CHECK_MSG(s.shapes > 0, "gemm topn %s: no shape was tuned", fast ? "fast" : "bf16");
+        g->destroy(g);
+    }
+}
+
 int main(void) {
     int n = clef_cuda_device_count();
     if (n <= 0) {
@@ -825,6 +887,7 @@ int main(void) {
     t_linear(65, 4096, 4096, 0, 0);           /* a full square projection */
     t_linear(64, 12288, 4096, 0, 0);          /* mlp gate/up */
     t_linear(3, 1, 1024, 0, 1);               /* scorer3: N = 1 */
+    t_gemm_topn();
     t_delta(130, 2, 4, 16, 24);               /* the tiny checkpoint's GDN dims, 3 chunks */
     t_delta(65, 4, 8, 64, 32);                /* dk 64, GQA 2 */
     t_delta(100, 2, 2, 32, 80);               /* dk + dv = 112 < one column per thread */

@@ -56,6 +56,20 @@ static void test_parse(void) {
     static const char *const v5[] = {"CLEF_CUDA_DELTA", "v5", NULL};
     parse(&k, v5);
     CHECK(k.cuda_delta == 4);
+    /* CLEF_CUDA_GEMM_TOPN: 0..16, else the default 0 (the heuristic's first algorithm) */
+    CHECK(d.cuda_gemm_topn == 0);
+    static const char *const topn[] = {"CLEF_CUDA_GEMM_TOPN", "8", NULL};
+    parse(&k, topn);
+    CHECK(k.cuda_gemm_topn == 8);
+    static const char *const topn_max[] = {"CLEF_CUDA_GEMM_TOPN", "16", NULL};
+    parse(&k, topn_max);
+    CHECK(k.cuda_gemm_topn == 16);
+    static const char *const topn_bad[][3] = {{"CLEF_CUDA_GEMM_TOPN", "17", NULL}, {"CLEF_CUDA_GEMM_TOPN", "-1", NULL},
+                                              {"CLEF_CUDA_GEMM_TOPN", "4x", NULL}, {"CLEF_CUDA_GEMM_TOPN", "", NULL}};
+    for (size_t i = 0; i < sizeof topn_bad / sizeof topn_bad[0]; i++) {
+        parse(&k, topn_bad[i]);
+        CHECK_MSG(k.cuda_gemm_topn == 0, "CLEF_CUDA_GEMM_TOPN=%s: %d", topn_bad[i][1], k.cuda_gemm_topn);
+    }
 
     /* bad values: CLEF_DEVICE / CLEF_PRECISION are reported (clef_open), the diagnostic ones fall
      * back to their defaults as they always did */

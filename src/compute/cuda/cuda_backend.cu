@@ -421,6 +421,7 @@ extern "C" clef_ops *clef_cuda_ops_create(int device, int precision, const clef_
     im->linear_split = knobs->cuda_linear_split;
     im->attn_kernel = knobs->cuda_attn;
     im->delta_kernel = knobs->cuda_delta;
+    im->gemm_topn = knobs->cuda_gemm_topn;
     size_t pool_mb = knobs->cuda_pool_mb > 0 ? (size_t)knobs->cuda_pool_mb : 1024;
     im->main.grow = pool_mb << 20;
     im->cur_pool = &im->main;

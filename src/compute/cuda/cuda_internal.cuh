@@ -97,6 +97,11 @@ struct GemmPlan {
     bool ok = false;
     cublasLtMatmulAlgo_t algo;
 };
+/* What CLEF_CUDA_GEMM_TOPN's choices did (clef_cuda_gemm_stats, cuda_ops.h). */
+struct GemmTuneStats {
+    uint64_t shapes = 0, tried = 0, same_bits = 0, picked_other = 0, skipped = 0;
+    double first_us = 0, best_us = 0; /* summed over the tuned shapes: one call with the first / the picked algorithm */
+};
 
 struct Impl {
     int device = 0, precision = CLEF_CUDA_FP32;
@@ -106,6 +111,8 @@ struct Impl {
     void *lt_ws = nullptr;
     size_t lt_ws_size = 0;
     std::map<GemmKey, GemmPlan> plans;
+    int gemm_topn = 0;             /* CLEF_CUDA_GEMM_TOPN (cuda_linear.cu pick_algo); 0 / 1 = the heuristic's first */
+    GemmTuneStats gemm_tune;
     bool linear_split = true;      /* clef_cuda_kernels (cuda_ops.h) */
     int attn_kernel = CLEF_CUDA_ATTN_V4;
     int delta_kernel = CLEF_CUDA_DELTA_V4;

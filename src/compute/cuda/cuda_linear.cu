@@ -18,9 +18,11 @@
  *  - CLEF_CUDA_BF16: one term, h = bf16(x), and one cuBLASLt GEMM per Linear (half the fast path's
  *    tensor-core work; input error u |x| instead of u^2 |x|), the bias added in the GEMM's epilogue
  *    (CUBLASLT_EPILOGUE_BIAS: fp32, one rounding) when cuBLASLt has an algorithm for it, else by
- *    the separate kernel. Not verified on a GPU yet (docs/cuda.md).
- * The bias is added by a separate kernel. No atomics anywhere (cuBLAS's default atomics mode is
- * "not allowed"; cuBLASLt's reduction schemes are sequential), so the bits repeat. */
+ *    the separate kernel (verified by run 2026-12-04a, docs/cuda.md).
+ * cuBLASLt's algorithm for a shape: the heuristic's first, or with CLEF_CUDA_GEMM_TOPN = N > 1 the fastest
+ * of its top N among those that give the first's bits (pick_algo), chosen once per shape and kept.
+ * The bias is added by a separate kernel. No floating-point atomics (cuBLAS's default atomics mode is
+ * "not allowed"; cuBLASLt's reduction schemes are sequential; pick_algo's output hash adds integers), so the bits repeat. */
 #include "compute/cuda/cuda_internal.cuh"
 
 namespace clefcu {
@@ -104,6 +106,97 @@ static uint32_t ptr_align(const void *p) {
     return al;
 }
 
+/* An order-independent hash of n floats' bits into *h (+=): each word mixed with its index, the mixes
+ * summed mod 2^64 (integer adds commute, so the atomics give the same value every time). */
+__global__ void k_bits_hash(unsigned long long *h, const float *y, size_t n) {
+    unsigned long long s = 0;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        unsigned long long v = (unsigned long long)__float_as_uint(y[i]) ^ ((unsigned long long)i << 32);
+        v ^= v >> 33;
+        v *= 0xff51afd7ed558ccdull;
+        v ^= v >> 33;
+        v *= 0xc4ceb9fe1a85ec53ull;
+        v ^= v >> 33;
+        s += v;
+    }
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_down_sync(0xffffffffu, s, o);
+    if ((threadIdx.x & 31) == 0) atomicAdd(h, s);
+}
+
+static const int TOPN_MAX = 16, TOPN_REPS = 3;
+
+/* CLEF_CUDA_GEMM_TOPN (cuda_ops.h clef_cuda_set_gemm_topn): of the heuristic's candidates res[0 .. count),
+ * the index of the fastest whose output has res[0]'s bits, on this call's own operands (y is the output:
+ * the caller writes it again with the pick). Each candidate: one run, its output hashed, then TOPN_REPS runs
+ * between two events. Different algorithms may sum in different orders and so round differently: only
+ * those with the first's bits are eligible, so whichever wins, the answers are those of the heuristic's
+ * first (the hash compares every word; an order that differs shows in essentially any output of more than
+ * a few elements). 0 (the first) when anything cannot be measured. */
+static int pick_algo(clef_ops *ops, cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb,
+                     cublasLtMatrixLayout_t lc, const cublasLtMatmulHeuristicResult_t *res, int count, float *y,
+                     const __nv_bfloat16 *xb, const __nv_bfloat16 *wb, size_t ny) {
+    Impl *im = IM(ops);
+    GemmTuneStats &st = im->gemm_tune;
+    cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+    if (count < 2 || cudaStreamIsCapturing(im->stream, &cap) != cudaSuccess || cap != cudaStreamCaptureStatusNone) {
+        st.skipped++;
+        return 0; /* a sync cannot be captured; the first's bits are what any pick would give */
+    }
+    unsigned long long *hd = (unsigned long long *)scratch_alloc(ops, TOPN_MAX * sizeof(unsigned long long));
+    if (!hd) return 0;
+    cudaEvent_t ev[2] = {nullptr, nullptr};
+    unsigned long long hh[TOPN_MAX];
+    float ms[TOPN_MAX];
+    bool ran[TOPN_MAX] = {false};
+    const float alpha = 1.0f, beta = 0.0f;
+    int best = 0;
+    bool measured = cudaEventCreate(&ev[0]) == cudaSuccess && cudaEventCreate(&ev[1]) == cudaSuccess &&
+                    cudaMemsetAsync(hd, 0, TOPN_MAX * sizeof(unsigned long long), im->stream) == cudaSuccess;
+    for (int i = 0; measured && i < count; i++) {
+        auto run = [&]() {
+            return cublasLtMatmul(im->lt, op, &alpha, wb, la, xb, lb, &beta, y, lc, y, lc, &res[i].algo, im->lt_ws,
+                                  im->lt_ws_size, im->stream) == CUBLAS_STATUS_SUCCESS;
+        };
+        if (res[i].state != CUBLAS_STATUS_SUCCESS || res[i].workspaceSize > im->lt_ws_size || !run()) {
+            if (i == 0) measured = false; /* no reference bits */
+            continue;
+        }
+        k_bits_hash<<<cap_grid(ny), 256, 0, im->stream>>>(hd + i, y, ny);
+        bool ok = cudaEventRecord(ev[0], im->stream) == cudaSuccess;
+        for (int r = 0; ok && r < TOPN_REPS; r++) ok = run();
+        ok = ok && cudaEventRecord(ev[1], im->stream) == cudaSuccess && cudaEventSynchronize(ev[1]) == cudaSuccess &&
+             cudaEventElapsedTime(&ms[i], ev[0], ev[1]) == cudaSuccess;
+        if (!ok) {
+            if (i == 0) measured = false;
+            continue;
+        }
+        ran[i] = true;
+        st.tried++;
+    }
+    measured = measured && cudaMemcpyAsync(hh, hd, TOPN_MAX * sizeof(unsigned long long), cudaMemcpyDeviceToHost,
+                                           im->stream) == cudaSuccess &&
+               cudaStreamSynchronize(im->stream) == cudaSuccess;
+    if (measured && ran[0]) {
+        for (int i = 1; i < count; i++) {
+            if (!ran[i] || hh[i] != hh[0]) continue;
+            st.same_bits++;
+            if (ms[i] < 0.97f * ms[best]) best = i; /* 3%: timing noise alone does not move the pick */
+        }
+        st.same_bits++; /* the first */
+        st.shapes++;
+        st.picked_other += best != 0;
+        st.first_us += 1e3 * ms[0] / TOPN_REPS;
+        st.best_us += 1e3 * ms[best] / TOPN_REPS;
+    } else {
+        st.skipped++;
+        best = 0;
+    }
+    if (ev[0]) cudaEventDestroy(ev[0]);
+    if (ev[1]) cudaEventDestroy(ev[1]);
+    scratch_free(ops, hd);
+    return best;
+}
+
 /* One bf16 x bf16 -> fp32 product y = W x (+ y when accumulate) (+ bias[n] in the epilogue when bias is
  * not NULL) through cuBLASLt; false when cuBLASLt has no algorithm for it. */
 static bool lt_bf16(clef_ops *ops, float *y, const __nv_bfloat16 *xb, const __nv_bfloat16 *wb, int N, int T, int K,
@@ -146,14 +239,15 @@ static bool lt_bf16(clef_ops *ops, float *y, const __nv_bfloat16 *xb, const __nv
                 cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &ab, sizeof ab);
                 cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ac, sizeof ac);
                 cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ac, sizeof ac);
-                cublasLtMatmulHeuristicResult_t res;
-                int count = 0;
-                memset(&res, 0, sizeof res);
-                if (cublasLtMatmulAlgoGetHeuristic(im->lt, op, la, lb, lc, lc, pref, 1, &res, &count) ==
+                cublasLtMatmulHeuristicResult_t res[TOPN_MAX];
+                int count = 0, want = im->gemm_topn > 1 && !accumulate ? im->gemm_topn : 1;
+                memset(res, 0, sizeof res);
+                if (want > TOPN_MAX) want = TOPN_MAX;
+                if (cublasLtMatmulAlgoGetHeuristic(im->lt, op, la, lb, lc, lc, pref, want, res, &count) ==
                         CUBLAS_STATUS_SUCCESS &&
-                    count > 0 && res.state == CUBLAS_STATUS_SUCCESS) {
+                    count > 0 && res[0].state == CUBLAS_STATUS_SUCCESS) {
                     plan.ok = true;
-                    plan.algo = res.algo;
+                    plan.algo = res[want > 1 ? pick_algo(ops, op, la, lb, lc, res, count, y, xb, wb, (size_t)N * T) : 0].algo;
                 }
             }
             try {
@@ -279,3 +373,24 @@ void op_linear(clef_ops *ops, float *y, const float *x, size_t T, const clef_ten
 }
 
 } // namespace clefcu
+
+using namespace clefcu;
+
+extern "C" void clef_cuda_set_gemm_topn(clef_ops *ops, int n) {
+    Impl *im = IM(ops);
+    im->gemm_topn = n < 0 ? 0 : n > TOPN_MAX ? TOPN_MAX : n;
+    im->plans.clear(); /* the shapes choose again under the new setting */
+}
+
+extern "C" void clef_cuda_gemm_stats(const clef_ops *ops, clef_cuda_gemm_info *s) {
+    const Impl *im = static_cast<const Impl *>(ops->impl);
+    const GemmTuneStats &t = im->gemm_tune;
+    s->topn = im->gemm_topn;
+    s->shapes = t.shapes;
+    s->tried = t.tried;
+    s->same_bits = t.same_bits;
+    s->picked_other = t.picked_other;
+    s->skipped = t.skipped;
+    s->first_us = t.first_us;
+    s->best_us = t.best_us;
+}

@@ -89,6 +89,26 @@ typedef struct clef_cuda_kernels {
 void clef_cuda_get_kernels(const clef_ops *ops, clef_cuda_kernels *k);
 void clef_cuda_set_kernels(clef_ops *ops, const clef_cuda_kernels *k);
 
+/* The cuBLASLt algorithm of the bf16 GEMMs (bf16 and fast precisions). n <= 1 (default,
+ * $CLEF_CUDA_GEMM_TOPN unset): the heuristic's first algorithm for each shape. n in 2..16: on the first
+ * use of a shape, the heuristic's top n are run on that call's own operands; those whose output has the
+ * same bits as the first's (an order-independent hash of the output's words) are timed (CUDA events),
+ * and the fastest is kept for the shape for the life of the backend. Only algorithms that reproduce the
+ * first's bits are eligible, so the answers are those of n <= 1 whatever the timings say (packed = alone
+ * and repeat bits as before); the choice costs a host sync and ~4 n runs of the GEMM once per shape, and
+ * is skipped while a graph is being captured and for the fast path's accumulating (beta = 1) GEMM.
+ * Not verified on a GPU yet: default off. Setting it forgets the shapes' choices. */
+void clef_cuda_set_gemm_topn(clef_ops *ops, int n);
+typedef struct clef_cuda_gemm_info {
+    int topn;                      /* the setting */
+    uint64_t shapes;               /* shapes tuned */
+    uint64_t tried, same_bits;     /* candidates run, and those with the first's bits (the first included) */
+    uint64_t picked_other;         /* shapes that kept another algorithm than the first */
+    uint64_t skipped;              /* shapes left on the first (capturing, no candidates, a failed run) */
+    double first_us, best_us;      /* one call of every tuned shape: with the first algorithm, with the picked */
+} clef_cuda_gemm_info;
+void clef_cuda_gemm_stats(const clef_ops *ops, clef_cuda_gemm_info *s);
+
 /* CUDA graphs for whole forward passes (docs/cuda.md "Graphs"). Off by default (run 2026-12-04a: the
  * same bits, 1.7 ms saved at 436 tokens, ~0.7 GB of pool per shape; the engine does not call it yet): $CLEF_CUDA_GRAPH=1 at create, or clef_cuda_set_graph; $CLEF_CUDA_GRAPH_MAX (default
  * 8) caps the graphs kept (later keys run eagerly). clef_cuda_graph_run(ops, key, fn, ctx) runs
