@@ -158,9 +158,10 @@ static unsigned max_requests(const clef_guard *g) {
     return g->cfg.keepalive_requests ? g->cfg.keepalive_requests : 1000;
 }
 
-/* Waiting for a head (the first, a later one, or idle between them): what --max-pending and
- * --client-share count. A connection with a request at libmicrohttpd is not. */
-static int pending(const conn *c) { return c->nans == c->nreq && c->phase == P_HEAD; }
+/* Waiting for a head (the first, a later one, or idle between them), or lingering after its last
+ * answer: what --max-pending and --client-share count (so that refused clients that keep sending
+ * hold a bounded number of sockets). A connection with a request at libmicrohttpd is not. */
+static int pending(const conn *c) { return c->draining || (c->nans == c->nreq && c->phase == P_HEAD); }
 
 static size_t find(clef_guard *g, const conn *c) {
     for (size_t i = 0; i < g->np; i++)

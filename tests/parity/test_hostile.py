@@ -669,6 +669,44 @@ def test_lingering_direct(srv):
     check(got == [415] * 5, "a 10 MB body refused from its head, directly: 415 5 of 5 times (%s)" % got)
 
 
+def test_lingering_bounded():
+    """Clients refused from their head that keep sending are held by the lingering close only as
+    connections waiting for a head are: --client-share of them per address, the oldest closed."""
+    share = 4
+    srv = Server("--client-share", str(share))
+    socks = []
+    try:
+        for _ in range(3 * share):
+            s = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
+            s.sendall(b"POST /v1/systemone HTTP/1.1\r\nHost: localhost\r\nContent-Type: text/plain\r\n"
+                      b"Content-Length: 10000000\r\n\r\n" + b"x" * 1024)
+            got = b""
+            while b"\r\n\r\n" not in got:
+                chunk = s.recv(4096)
+                if not chunk:
+                    break
+                got += chunk
+            check(status_of(got) == 415, "lingering: the refusal comes first (%r)" % got[:40])
+            socks.append(s)
+        open_now = 0
+        t_end = time.time() + 2
+        alive = list(socks)
+        while time.time() < t_end and alive:
+            for s in list(alive):
+                try:
+                    s.sendall(b"x" * 1024)
+                except OSError:
+                    alive.remove(s)
+            time.sleep(0.2)
+        open_now = len(alive)
+        check(open_now <= share, "lingering connections from one address: %d still held of %d (--client-share %d)"
+              % (open_now, len(socks), share))
+    finally:
+        for s in socks:
+            s.close()
+        srv.stop(signal.SIGKILL)
+
+
 def test_bytes_out(srv):
     """bytes_out in the log is the answer body's bytes on every route: the playground's files
     too (they were logged with 0), none for HEAD, the gzipped size when gzipped."""
@@ -811,6 +849,7 @@ def main():
         test_lingering_direct(srv)
     finally:
         srv.stop(signal.SIGKILL)
+    test_lingering_bounded()
     print("%d checks, %d failed (%.1fs)" % (checks, len(failures), time.time() - t_start))
     sys.exit(1 if failures else 0)
 

@@ -10,12 +10,12 @@
    with Connection: close; then the listener closes (connections refused), a request whose body was
    still arriving is answered, the process exits 0 and its `stopped` line says 0 unanswered, 0
    dropped. A second SIGTERM cuts a long delay short. Without the flag the listener closes at once.
-3. Rolling restart: 3 servers with --drain-delay 2 behind a router that polls /readyz every 0.5 s
+3. Rolling restart: 3 servers with --drain-delay 3 behind a router that polls /readyz every 0.5 s
    (what a Kubernetes Service's endpoints or HAProxy's health check do); 16 client threads retry on
    503 / 429 with Retry-After and treat anything else as a failure; one server is SIGTERMed and a new
    one started in its place: no failed request, every answer byte-equal, `stopped` 0 unanswered.
 CLEF_BUILD ending in build-asan waits longer. CLEF_TEST_DRAIN_DELAY sets the rolling restart's
---drain-delay (default 2; 0 shows the failures a stop without a drain causes)."""
+--drain-delay (default 3; 0 shows the failures a stop without a drain causes)."""
 import http.client
 import json
 import os
@@ -199,8 +199,14 @@ def test_loading(expected):
               "the limits are --batch-tokens and --max-batch")
         occ = metric(text, "clef_batch_occupancy") or 0
         check(0 < occ <= 1, "clef_batch_occupancy after a forward of one small request: %g in (0, 1]" % occ)
-        check(metric(text, "clef_requests_in_flight") == 0 and metric(text, "clef_queue_depth") == 0,
-              "nothing in flight or queued at rest")
+        t_end = time.time() + 3  # the POST's request ends (on_completed) just after its answer went out
+        rest = text
+        while time.time() < t_end and (metric(rest, "clef_requests_in_flight") or metric(rest, "clef_queue_depth")):
+            time.sleep(0.05)
+            rest = request(srv.port, "GET", "/metrics")[2].decode()
+        check(metric(rest, "clef_requests_in_flight") == 0 and metric(rest, "clef_queue_depth") == 0,
+              "nothing in flight or queued at rest (%s, %s)" % (metric(rest, "clef_requests_in_flight"),
+                                                                metric(rest, "clef_queue_depth")))
         families = re.findall(r"^# TYPE (\S+) ", text, re.M)
         missing = [f for f in families if not documented_metric(f)]
         check(len(families) > 20 and not missing, "every metric is named in docs/serving.md's table: missing %s" % missing)
@@ -228,7 +234,7 @@ def test_drain(expected):
                 break
             time.sleep(0.01)
         body = json.loads(data) if data.startswith(b"{") else {}
-        check(dt is not None and dt < 0.5 and body.get("status") == "draining" and body.get("message"),
+        check(dt is not None and dt < 1.0 and body.get("status") == "draining" and body.get("message"),
               "/readyz 503 draining at once after SIGTERM (%s s, %r)" % (dt, data))
         check(request(srv.port, "GET", "/livez")[0] == 200, "/livez still 200 while draining")
         check(request(srv.port, "GET", "/health")[0] == 503, "/health 503 from the signal on, as before")
@@ -253,7 +259,7 @@ def test_drain(expected):
                 t_closed = time.time() - t0
                 break
             time.sleep(0.05)
-        check(t_closed is not None and delay - 0.2 <= t_closed <= delay + 2,
+        check(t_closed is not None and delay - 0.2 <= t_closed <= delay + 3,
               "the listener closes after the delay (%s s after SIGTERM, delay %g)" % (t_closed, delay))
         slow.sendall(BODY[10:])
         resp = b""
@@ -295,7 +301,7 @@ def test_drain(expected):
         srv.p.send_signal(signal.SIGTERM)
         while time.time() - t0 < 5 and not refused(srv.port) and srv.p.poll() is None:
             time.sleep(0.01)
-        check(time.time() - t0 < 1.5, "no --drain-delay: the listener closes at once (%.2f s)" % (time.time() - t0))
+        check(time.time() - t0 < 2.0, "no --drain-delay: the listener closes at once (%.2f s)" % (time.time() - t0))
         check(srv.wait() == 0, "exit 0")
     finally:
         srv.kill()
@@ -335,7 +341,7 @@ class Router:
             return random.choice(sorted(self.ready)) if self.ready else None
 
 
-def test_rolling_restart(expected, drain_delay=2.0):
+def test_rolling_restart(expected, drain_delay=3.0):
     servers = [Server("--drain-delay", str(drain_delay)) for _ in range(3)]
     router = Router([s.port for s in servers])
     stats = {"ok": 0, "retried": 0, "failed": [], "wrong": 0}
@@ -426,7 +432,7 @@ def main():
     check(expected.startswith(b'{"model"'), "decide answers the body")
     test_loading(expected)
     test_drain(expected)
-    test_rolling_restart(expected, float(os.environ.get("CLEF_TEST_DRAIN_DELAY", "2")))
+    test_rolling_restart(expected, float(os.environ.get("CLEF_TEST_DRAIN_DELAY", "3")))
     print("%d checks, %d failed (%.1fs)" % (checks, len(failures), time.time() - t_start))
     sys.exit(1 if failures else 0)
 
