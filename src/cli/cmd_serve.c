@@ -69,6 +69,8 @@ int cmd_serve(int argc, char **argv) {
     double batch_wait_ms = sc.batch_wait_s * 1e3;
     size_t request_pool = (size_t)256 << 20, pixel_budget = (size_t)64 << 20;
     const char *key_file = NULL;
+    static const char *const log_format_choices[] = {"auto", "text", "json", NULL};
+    int log_format = 0;
     /* one line per flag, in the order of the old usage text (docs/cli.md has the same table) */
     const cli_opt opts[] = {
         CLI_OPT_MODEL(&o.model_dir),
@@ -113,6 +115,9 @@ int cmd_serve(int argc, char **argv) {
         {.name = "--pixel-budget", .group = "limits", .kind = CLI_SIZE, .dst = &pixel_budget, .arg = "BYTES", .lo = 0,
          .hi = 1099511627776.0, .def = "64M",
          .help = "images' pixel arrays held at once; past it a request with images waits (up to --deadline, then 503); 0 = none"},
+        {.name = "--log-format", .group = "logging", .kind = CLI_ENUM, .dst = &log_format, .arg = "auto|text|json",
+         .def = "auto", .choices = log_format_choices,
+         .help = "log lines for people (text) or machines (json, one object a line); auto = text on a terminal"},
         {.name = "--quiet", .group = "logging", .kind = CLI_FLAG, .dst = &quiet, .help = "no per-request log lines"},
         {.name = "--no-ui", .group = "network", .kind = CLI_FLAG, .dst = &sc.no_ui, .help = "no web playground at / (then / is 404)"},
         /* hostile clients and access (docs/reliability.md, docs/serving.md) */
@@ -146,6 +151,7 @@ int cmd_serve(int argc, char **argv) {
                          .about = "Routes, statuses and the log format: docs/serving.md.\n"};
     int st = cli_parse(&cmd, argc, argv);
     if (st != CLI_CONTINUE) return st;
+    clef_log_set_text(log_format == 1 || (log_format == 0 && isatty(2)));
     sc.max_connections = (unsigned)max_connections;
     sc.io_timeout_s = (unsigned)timeout;
     if (quiet) sc.log_requests = 0;
