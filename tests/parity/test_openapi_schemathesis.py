@@ -13,6 +13,7 @@ Skips (77) without schemathesis in this venv, without the build or models/tiny, 
 the schema)."""
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -55,7 +56,11 @@ def main():
                "--checks", "all", "--exclude-checks", "positive_data_acceptance", "--no-color"]
         env = dict(os.environ, SCHEMATHESIS_HOOKS="hooks", PYTHONPATH=os.path.dirname(HOOKS))
         t0 = time.time()
-        q = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env, cwd=tempfile.gettempdir())
+        work = tempfile.mkdtemp(prefix="clef-schemathesis-")  # schemathesis keeps its .schemathesis/ there
+        try:
+            q = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env, cwd=work)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
         out = q.stdout + q.stderr
         print(out[-6000:])
         print("schemathesis: exit %d in %.1f s (max-examples %s)" % (q.returncode, time.time() - t0, n))
