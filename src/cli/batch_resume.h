@@ -52,6 +52,7 @@ typedef struct {
     batch_action action;
     uint64_t have;   /* BATCH_RESUME: OUT's complete answer lines kept */
     uint64_t cut_at; /* BATCH_RESUME: the end of the last of them (OUT's size after the cut) */
+    uint64_t errors; /* BATCH_RESUME: how many of the kept lines are error lines ({"error": ...}) */
     clef_sha256 out_sha; /* BATCH_RESUME: OUT's first cut_at bytes hashed (to go on with); else empty */
     char msg[3 * 4200 + 512]; /* BATCH_REFUSE: the reason, one line without "clef batch: " or '\n' */
 } batch_decision;

@@ -17,6 +17,7 @@ const char *const cli_precision_choices[] = {"fp32", "fast", "bf16", "int8", NUL
 const char *const cli_split_choices[] = {"file", "qwen2", "qwen35", NULL};
 const char *const cli_tile_choices[] = {"0", "256", "448", NULL};
 const int cli_tile_values[] = {0, 256, 448};
+const char *const cli_groups[] = {"model", "device", "limits", "network", "logging", NULL};
 
 int cli_int(const char *s, int lo, int hi, int *out) {
     if (!s || !*s) return 0;
@@ -99,26 +100,51 @@ int cli_set_value(const cli_opt *o, const char *v, char *why, size_t why_len) {
     return -1;
 }
 
+static int in_group(const cli_opt *o, const char *group) {
+    if (!group) { /* the last heading: what no known group holds */
+        for (int g = 0; cli_groups[g]; g++)
+            if (o->group && !strcmp(o->group, cli_groups[g])) return 0;
+        return 1;
+    }
+    return o->group && !strcmp(o->group, group);
+}
+
+static void print_opt(const cli_opt *o, FILE *f) {
+    char left[96];
+    char shrt[8] = "    ";
+    if (o->short_name) snprintf(shrt, sizeof shrt, "-%c, ", o->short_name);
+    if (o->kind == CLI_FLAG) snprintf(left, sizeof left, "%s%s", shrt, o->name);
+    else snprintf(left, sizeof left, "%s%s %s", shrt, o->name, o->arg ? o->arg : "VALUE");
+    fprintf(f, "  %-30s  %s", left, o->help ? o->help : "");
+    if (o->required) fprintf(f, " (required)");
+    else if (o->def) fprintf(f, " (default %s)", o->def);
+    if (o->env) fprintf(f, " [env %s]", o->env);
+    fputc('\n', f);
+}
+
 void cli_print_help(const cli_cmd *c, FILE *f) {
     fprintf(f, "usage: clef %s %s\n", c->verb, c->usage ? c->usage : "[options]");
-    fprintf(f, "options:\n");
-    for (const cli_opt *o = c->opts; o && o->name; o++) {
-        char left[96];
-        if (o->kind == CLI_FLAG) snprintf(left, sizeof left, "%s", o->name);
-        else snprintf(left, sizeof left, "%s %s", o->name, o->arg ? o->arg : "VALUE");
-        fprintf(f, "  %-26s  %s", left, o->help ? o->help : "");
-        if (o->required) fprintf(f, " (required)");
-        else if (o->def) fprintf(f, " (default %s)", o->def);
-        if (o->env) fprintf(f, " [env %s]", o->env);
-        fputc('\n', f);
+    size_t n_groups = 0;
+    while (cli_groups[n_groups]) n_groups++;
+    for (size_t g = 0; g <= n_groups; g++) { /* g == n_groups: the options of no group, and --help */
+        const char *group = cli_groups[g];
+        int any = !group;
+        for (const cli_opt *o = c->opts; !any && o && o->name; o++) any = in_group(o, group);
+        if (!any) continue;
+        fprintf(f, "%s:\n", group ? group : "options");
+        for (const cli_opt *o = c->opts; o && o->name; o++)
+            if (in_group(o, group)) print_opt(o, f);
     }
-    fprintf(f, "  %-26s  %s\n", "-h, --help", "this help");
+    fprintf(f, "  %-30s  %s\n", "-h, --help", "this help (also: clef help VERB)");
     if (c->about) fprintf(f, "%s", c->about);
 }
 
 static const cli_opt *find_opt(const cli_cmd *c, const char *name, size_t len) {
     for (const cli_opt *o = c->opts; o && o->name; o++)
         if (strlen(o->name) == len && !strncmp(o->name, name, len)) return o;
+    if (len == 2 && name[0] == '-' && name[1] != '-') /* -m: the option whose short_name it is */
+        for (const cli_opt *o = c->opts; o && o->name; o++)
+            if (o->short_name && o->short_name == name[1]) return o;
     return NULL;
 }
 

@@ -16,8 +16,9 @@
  *     if (st != CLI_CONTINUE) return st;   // 0 after --help, 2 after an error (message printed)
  *
  * What cli_parse does, the same for every verb:
- * - `--name VALUE` and `--name=VALUE`; flags (CLI_FLAG) take no value. `-h`/`--help` print the
- *   usage and the table to stdout and return 0. A lone `-` is a positional argument (stdin).
+ * - `--name VALUE` and `--name=VALUE`, `-x VALUE` for an option with a short_name; flags (CLI_FLAG)
+ *   take no value. `-h`/`--help` print the usage and the table, grouped by topic (cli_groups), to
+ *   stdout and return 0. A lone `-` is a positional argument (stdin or stdout).
  * - every value is checked against its kind and range; a bad one prints one line
  *   "clef VERB: --threads: 'abc' is not an integer in [0, 4096]" on stderr and returns 2; so do an
  *   unknown option ("unknown option '--x'"), a missing value, a missing required option and a
@@ -48,6 +49,8 @@ typedef enum {
 
 typedef struct cli_opt {
     const char *name;              /* "--threads"; NULL ends the table */
+    char short_name;               /* 't' for -t, or 0 (only for the common flags: docs/cli.md) */
+    const char *group;             /* the --help heading: one of cli_groups, or NULL ("options") */
     cli_kind kind;
     void *dst;                     /* see cli_kind */
     const char *arg;               /* the value's name in the help ("N", "DIR"); unused for CLI_FLAG */
@@ -62,6 +65,9 @@ typedef struct cli_opt {
 } cli_opt;
 
 #define CLI_OPT_END {.name = NULL}
+
+/* The --help headings, in the order printed; options without a group come last, under "options". */
+extern const char *const cli_groups[];
 
 typedef struct cli_cmd {
     const char *verb;   /* "decide" */
@@ -98,39 +104,41 @@ extern const char *const cli_tile_choices[];      /* 0 256 448 */
 extern const int cli_tile_values[];
 
 #define CLI_OPT_MODEL(p)                                                                                   \
-    {.name = "--model", .kind = CLI_STR, .dst = (p), .arg = "DIR", .required = 1,                         \
+    {.name = "--model", .short_name = 'm', .group = "model", .kind = CLI_STR, .dst = (p), .arg = "DIR",   \
+     .required = 1, .env = "CLEF_MODEL",                                                                   \
      .help = "the model folder (the release layout: config.json, shards, tokenizer.json, joint head)"}
 #define CLI_OPT_THREADS(p)                                                                                 \
-    {.name = "--threads", .kind = CLI_INT, .dst = (p), .arg = "N", .lo = 0, .hi = 4096, .def = "0",       \
+    {.name = "--threads", .short_name = 't', .group = "device", .kind = CLI_INT, .dst = (p), .arg = "N",  \
+     .lo = 0, .hi = 4096, .def = "0", .env = "CLEF_THREADS",                                               \
      .help = "compute threads; 0 = every online core"}
 #define CLI_OPT_DEVICE(p)                                                                                  \
-    {.name = "--device", .kind = CLI_ENUM, .dst = (p), .arg = "auto|cpu|cuda", .def = "auto",             \
+    {.name = "--device", .group = "device", .kind = CLI_ENUM, .dst = (p), .arg = "auto|cpu|cuda", .def = "auto",             \
      .choices = cli_device_choices, .env = "CLEF_DEVICE",                                                  \
      .help = "compute backend; auto = CUDA when built with it and a GPU is present, else the CPU"}
 #define CLI_OPT_PRECISION(p)                                                                               \
-    {.name = "--precision", .kind = CLI_ENUM, .dst = (p), .arg = "fp32|fast|bf16|int8", .def = "fp32",    \
+    {.name = "--precision", .group = "device", .kind = CLI_ENUM, .dst = (p), .arg = "fp32|fast|bf16|int8", .def = "fp32", \
      .choices = cli_precision_choices, .env = "CLEF_PRECISION",                                            \
      .help = "fp32 = exact; fast / bf16 = two / one bf16 terms (CUDA; the CPU runs fp32 and says so); int8 = CPU int8, refused until it passes its gate"}
 #define CLI_OPT_GPU(p)                                                                                     \
-    {.name = "--gpu", .kind = CLI_INT, .dst = (p), .arg = "N", .lo = 0, .hi = 1023, .def = "0",           \
+    {.name = "--gpu", .group = "device", .kind = CLI_INT, .dst = (p), .arg = "N", .lo = 0, .hi = 1023, .def = "0",           \
      .help = "CUDA device index"}
 #define CLI_OPT_MAX_LENGTH(p)                                                                              \
-    {.name = "--max-length", .kind = CLI_INT, .dst = (p), .arg = "N", .lo = 1, .hi = 16777216,            \
+    {.name = "--max-length", .group = "limits", .kind = CLI_INT, .dst = (p), .arg = "N", .lo = 1, .hi = 16777216,            \
      .def = "16384", .help = "token budget per request (the reference's is 16384)"}
 #define CLI_OPT_TILE(p)                                                                                    \
-    {.name = "--tile", .kind = CLI_ENUM, .dst = (p), .arg = "0|256|448", .def = "0",                      \
+    {.name = "--tile", .group = "model", .kind = CLI_ENUM, .dst = (p), .arg = "0|256|448", .def = "0",                      \
      .choices = cli_tile_choices, .values = cli_tile_values,                                               \
      .help = "images: 0 = the processor's native grid (reference); 256 or 448 = a fixed tile"}
 #define CLI_OPT_ALLOW_PATHS(p)                                                                             \
-    {.name = "--allow-image-paths", .kind = CLI_FLAG, .dst = (p),                                          \
+    {.name = "--allow-image-paths", .group = "model", .kind = CLI_FLAG, .dst = (p),                                          \
      .help = "read `images` entries that are local file paths (off: data: URLs and base64 only)"}
 #define CLI_OPT_STATE_CACHE(p)                                                                             \
-    {.name = "--state-cache-mb", .kind = CLI_SIZE, .dst = (p), .arg = "MIB", .lo = 0, .hi = 1073741824,    \
+    {.name = "--state-cache-mb", .group = "limits", .kind = CLI_SIZE, .dst = (p), .arg = "MIB", .lo = 0, .hi = 1073741824,    \
      .def = "1024", .help = "MiB of saved states for requests on a state already seen; 0 = off"}
 #define CLI_OPT_TEXT_ONLY(p)                                                                               \
-    {.name = "--text-only", .kind = CLI_FLAG, .dst = (p), .help = "do not load the vision tower"}
+    {.name = "--text-only", .group = "model", .kind = CLI_FLAG, .dst = (p), .help = "do not load the vision tower"}
 #define CLI_OPT_SPLIT(p)                                                                                   \
-    {.name = "--split", .kind = CLI_ENUM, .dst = (p), .arg = "file|qwen2|qwen35", .def = "file",          \
+    {.name = "--split", .group = "model", .kind = CLI_ENUM, .dst = (p), .arg = "file|qwen2|qwen35", .def = "file",          \
      .choices = cli_split_choices,                                                                         \
      .help = "pre-tokenizer split: the regex tokenizer.json names, or a forced variant"}
 /* Prints "clef VERB: note: ..." on stderr when the engine runs other than asked (clef_engine_note). */

@@ -204,9 +204,11 @@ typedef struct {
     const char *in_path, *out_path;
     char rec_path[4200]; /* OUT.clef-batch */
     int in_fd, out, from_stdin;
+    int to_stdout;  /* OUT is -: answers to stdout, no record, no lock, no resume */
     struct stat in_st, out_st;
     uint64_t total; /* IN's lines (counted as read when IN is a pipe) */
     uint64_t have;  /* complete answer lines OUT already holds (resume) */
+    uint64_t have_errors; /* how many of those are error lines */
     const clef_buf *want; /* the record's identity line (batch_record_render) */
     clef_sha256 out_sha;  /* OUT's bytes so far, hashed */
     uint64_t out_bytes;   /* OUT's size as this run wrote it */
@@ -266,17 +268,14 @@ static int verify_out(const batch_files *f, uint64_t lines) {
 
 static void close_files(batch_files *f) {
     if (!f->from_stdin || f->in_fd > 0) close(f->in_fd);
-    close(f->out);
+    if (!f->to_stdout) close(f->out);
 }
 
 /* Step 1: IN opened read-only, OUT opened, OUT (or its record) never IN under any name. Returns 0,
  * or 2 with the reason printed and nothing left open. */
 static int open_files(batch_files *f) {
-    if (!strcmp(f->out_path, "-")) {
-        fprintf(stderr, "clef batch: OUT must be a file (it is resumed and synced), not -\n");
-        return 2;
-    }
     clef_sha256_init(&f->out_sha);
+    f->to_stdout = !strcmp(f->out_path, "-");
     if (snprintf(f->rec_path, sizeof f->rec_path, "%s.clef-batch", f->out_path) >= (int)sizeof f->rec_path) {
         fprintf(stderr, "clef batch: %s: the name is too long\n", f->out_path);
         return 2;
@@ -294,6 +293,10 @@ static int open_files(batch_files *f) {
         fprintf(stderr, "clef batch: %s is a folder, not a JSONL file\n", in_path);
         close(f->in_fd);
         return 2;
+    }
+    if (f->to_stdout) { /* nothing to lock, resume or vouch for: the answers go down a stream */
+        f->out = 1;
+        return 0;
     }
     /* OUT (or its record) being IN under any name: refused before OUT is opened, and again on the
      * opened file (a name can change in between) */
@@ -346,6 +349,7 @@ static int check_out(batch_files *f, const clef_options *o, int restart, clef_bu
     } else {
         f->from_stdin = 1; /* a pipe or device: read once, hashed as it goes, no resume */
     }
+    if (f->to_stdout) return 0; /* no record, no resume */
     f->want = want;
     if (batch_record_render(want, f->from_stdin ? NULL : in_hex, o->max_length, o->image_tile,
                             cli_split_choices[o->split_variant], o->text_only, o->allow_image_paths,
@@ -382,6 +386,7 @@ static int check_out(batch_files *f, const clef_options *o, int restart, clef_bu
         rc = 2;
     } else if (d->action == BATCH_RESUME) {
         f->have = d->have;
+        f->have_errors = d->errors;
         f->out_sha = d->out_sha;
         f->out_bytes = d->cut_at;
     } else if (save_record(f, 0) != 0) { /* an empty OUT vouched for, before its first line */
@@ -396,7 +401,8 @@ static int check_out(batch_files *f, const clef_options *o, int restart, clef_bu
  * prepare, write the answered prefix in order (synced), run one forward over the pending jobs as the
  * server picks them; until IN ends or a signal. Prints the closing event line. Returns 0, 3 (a read,
  * write or memory failure) or 130 (interrupted). */
-static int run_requests(clef_engine *e, batch_files *f, size_t batch_tokens, size_t max_batch, size_t max_line) {
+static int run_requests(clef_engine *e, batch_files *f, size_t batch_tokens, size_t max_batch, size_t max_line,
+                        int allow_errors) {
     const char *in_path = f->in_path, *out_path = f->out_path;
     const int out = f->out, from_stdin = f->from_stdin;
     const uint64_t have = f->have;
@@ -414,7 +420,7 @@ static int run_requests(clef_engine *e, batch_files *f, size_t batch_tokens, siz
     size_t head = 0, n = 0; /* ring: win[(head + i) % window], i < n */
     char *line = NULL;
     size_t line_cap = 0, len = 0;
-    uint64_t lineno = 0, written = have, errors = 0, tokens = 0;
+    uint64_t lineno = 0, written = have, errors = f->have_errors, tokens = 0; /* errors: OUT's, kept ones too */
     int eof = 0, too_long = 0, rc = 0;
     double t0 = clef_now();
     cli_progress bar;
@@ -478,7 +484,7 @@ static int run_requests(clef_engine *e, batch_files *f, size_t batch_tokens, siz
             wrote = 1;
         }
         if (wrote) {
-            if (fdatasync(out) != 0 || save_record(f, written) != 0) { /* the answers durable, then vouched for */
+            if (!f->to_stdout && (fdatasync(out) != 0 || save_record(f, written) != 0)) { /* the answers durable, then vouched for */
                 fprintf(stderr, "\nclef batch: cannot sync %s or write its record: %s\n", out_path, strerror(errno));
                 rc = 3;
                 goto done;
@@ -522,7 +528,9 @@ done:
         else if (en->done) clef_result_free(&en->res);
     }
     /* never an exit 0 with fewer answers in OUT than the event line reports */
-    if (rc) {
+    if (f->to_stdout) {
+        /* a stream: nothing to sync or read back */
+    } else if (rc) {
         fdatasync(out);
     } else if (verify_out(f, written) != 0) {
         rc = 3;
@@ -537,6 +545,11 @@ done:
             (unsigned long long)(written - have), (unsigned long long)have, (unsigned long long)f->total,
             (unsigned long long)errors, (unsigned long long)tokens, dt, stop_flag ? "true" : "false");
     if (!rc && stop_flag) rc = 130;
+    if (!rc && errors && !allow_errors) {
+        fprintf(stderr, "clef batch: %llu of the %llu answer lines in %s are errors (exit 1; --allow-errors: exit 0)\n",
+                (unsigned long long)errors, (unsigned long long)written, f->to_stdout ? "stdout" : out_path);
+        rc = 1;
+    }
     free(line);
     free(win);
     free(tok);
@@ -552,7 +565,7 @@ int cmd_batch(int argc, char **argv) {
     clef_options_default(&o);
     size_t batch_tokens = 8192, max_batch = 32, max_line = (size_t)16 << 20; /* = serve's --max-body */
     const char *paths[2] = {NULL, NULL};
-    int restart = 0, n_paths = 0;
+    int restart = 0, allow_errors = 0, n_paths = 0;
     const cli_opt opts[] = {
         CLI_OPTS_ENGINE(&o),
         {.name = "--batch-tokens", .kind = CLI_SIZE, .dst = &batch_tokens, .arg = "N", .lo = 1, .hi = 1073741824,
@@ -569,15 +582,19 @@ int cmd_batch(int argc, char **argv) {
         CLI_OPT_TEXT_ONLY(&o.text_only),
         {.name = "--restart", .kind = CLI_FLAG, .dst = &restart,
          .help = "discard OUT's contents (never IN's) and start over"},
+        {.name = "--allow-errors", .kind = CLI_FLAG, .dst = &allow_errors,
+         .help = "exit 0 even when OUT holds error lines (else exit 1)"},
         CLI_OPT_END,
     };
     const cli_cmd cmd = {
-        .verb = "batch", .usage = "--model DIR [options] IN.jsonl|- OUT.jsonl", .opts = opts,
+        .verb = "batch", .usage = "--model DIR [options] IN.jsonl|- OUT.jsonl|-", .opts = opts,
         .args = paths, .n_args = &n_paths, .min_args = 2, .max_args = 2,
         .about = "One answer line per request line, in order. The lines of OUT that OUT.clef-batch vouches for\n"
                  "(the same IN and settings, OUT's first bytes unchanged) are kept and their requests skipped\n"
                  "(resume); what follows them is removed and answered again. One run at a time per OUT (it is\n"
-                 "locked; a second run refuses, exit 2). IN = - reads stdin (no resume). OUT may not be IN.\n"};
+                 "locked; a second run refuses, exit 2). IN = - reads stdin (no resume). OUT may not be IN.\n"
+                 "OUT = - writes the answers to stdout (no record, no lock, no resume). Exit 1 when OUT holds\n"
+                 "error lines (the kept ones of a resume count), unless --allow-errors.\n"};
     int st = cli_parse(&cmd, argc, argv);
     if (st != CLI_CONTINUE) return st;
 
@@ -608,7 +625,7 @@ int cmd_batch(int argc, char **argv) {
     cli_engine_note("batch", e);
     signal(SIGINT, on_stop);
     signal(SIGTERM, on_stop);
-    rc = run_requests(e, &f, batch_tokens, max_batch, max_line); /* 3 */
+    rc = run_requests(e, &f, batch_tokens, max_batch, max_line, allow_errors); /* 3 */
 early:
     if (e) clef_close(e);
     clef_buf_free(&want);

@@ -28,7 +28,7 @@ static void usage(FILE *f) {
             "  --revision REV     the revision to fetch (default: the manifest's, a pinned commit)\n"
             "  --repo OWNER/NAME  the repository (default: the manifest's, %s)\n"
             "  --manifest FILE    verify against FILE instead of the built-in manifest (same JSON form:\n"
-            "                     {\"revision\", \"files\": {name: {\"bytes\", \"sha256\"}}}); for mirrors and tests\n"
+            "                     {\"repository\", \"revision\", \"files\": {name: {\"bytes\", \"sha256\"}}}); for mirrors and tests\n"
             "  --retries N        attempts after a dropped connection, each resuming (default 5)\n"
             "\n"
             "Environment: HF_ENDPOINT (default %s), HF_TOKEN (sent as Authorization: Bearer, to that host only).\n",

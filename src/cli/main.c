@@ -18,13 +18,14 @@ static const struct {
     {"state-key", cmd_state_key, "state-key --model DIR [--request F|-] [--jsonl]   the routing key of each request"},
     {"batch", cmd_batch, "batch --model DIR IN.jsonl OUT.jsonl   one answer per request line, resumable"},
     {"bench", cmd_bench, "bench --model DIR --tokens N[,N..] [--threads N] [--repeat R]   time the forward"},
+    {"help", NULL, "help [VERB]   this list, or a verb's options (clef VERB --help)"},
     {"version", cmd_version, "version   version, git commit, backends, CPU features (also: clef --version)"},
     {"pull", cmd_pull, "pull [--dir DIR] [--revision REV]   download the release weights, verified (docs/pull.md)"},
     {"gate", cmd_gate, "gate --model DIR [--fixture F] [--images DIR]   check against the author's readout (docs/fidelity.md)"},
 };
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: clef VERB [options]     (clef VERB --help: the verb's options; docs/cli.md: all of them)\n\nverbs:\n");
+    fprintf(f, "usage: clef VERB [options]     (clef help VERB or clef VERB --help: the verb's options; docs/cli.md: all of them)\n\nverbs:\n");
     for (size_t i = 0; i < sizeof verbs / sizeof verbs[0]; i++) fprintf(f, "  %s\n", verbs[i].help);
 }
 
@@ -33,9 +34,23 @@ int main(int argc, char **argv) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
     }
+    if (!strcmp(argv[1], "help")) { /* clef help [VERB]: what clef --help / clef VERB --help print */
+        if (argc < 3) {
+            usage(stdout);
+            return 0;
+        }
+        for (size_t i = 0; i < sizeof verbs / sizeof verbs[0]; i++)
+            if (verbs[i].fn && !strcmp(argv[2], verbs[i].name)) {
+                char *help_argv[] = {argv[2], "--help", NULL};
+                return verbs[i].fn(2, help_argv);
+            }
+        fprintf(stderr, "clef help: unknown verb '%s'\n", argv[2]);
+        usage(stderr);
+        return 2;
+    }
     if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "-V")) return cmd_version(argc - 1, argv + 1);
     for (size_t i = 0; i < sizeof verbs / sizeof verbs[0]; i++)
-        if (!strcmp(argv[1], verbs[i].name)) return verbs[i].fn(argc - 1, argv + 1);
+        if (verbs[i].fn && !strcmp(argv[1], verbs[i].name)) return verbs[i].fn(argc - 1, argv + 1);
     fprintf(stderr, "clef: unknown verb '%s'\n", argv[1]);
     usage(stderr);
     return 2;

@@ -34,6 +34,7 @@
 #include "serve/http_extras.h"
 #include "serve/host_check.h"
 #include "serve/http_guard.h"
+#include "serve/log_text.h"
 #include "serve/metrics.h"
 #include "serve/playground.h"
 #include "serve/request_id.h"
@@ -105,6 +106,9 @@ struct clef_server {
 };
 
 static pthread_mutex_t log_mu = PTHREAD_MUTEX_INITIALIZER;
+static atomic_int log_text; /* clef_log_set_text: the human format (log_text.h) instead of JSON */
+
+void clef_log_set_text(int on) { atomic_store(&log_text, on); }
 
 /* ---------- small helpers ---------- */
 
@@ -120,8 +124,12 @@ static void log_v(const char *level, const char *fmt, va_list ap) {
     int n = vsnprintf(buf, sizeof buf, fmt, ap);
     if (n < 0) return;
     if ((size_t)n >= sizeof buf) n = snprintf(buf, sizeof buf, "\"event\":\"log\",\"message\":\"line too long\"");
+    char text[4352];
+    const int as_text = atomic_load(&log_text);
+    if (as_text) clef_log_text_render(text, sizeof text, wall_now(), level, buf, (size_t)n);
     pthread_mutex_lock(&log_mu);
-    fprintf(stderr, "{\"ts\":%.3f,\"level\":\"%s\",%.*s}\n", wall_now(), level, n, buf);
+    if (as_text) fputs(text, stderr);
+    else fprintf(stderr, "{\"ts\":%.3f,\"level\":\"%s\",%.*s}\n", wall_now(), level, n, buf);
     fflush(stderr);
     pthread_mutex_unlock(&log_mu);
 }

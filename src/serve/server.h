@@ -77,6 +77,9 @@ extern const char clef_openapi_json[];
 void clef_log_line(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* The same with a level: "debug", "info", "warn", "error" or "fatal". */
 void clef_log_linel(const char *level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* 1: the log lines above are written in the human format of serve/log_text.h (--log-format text);
+ * 0 (the default): JSON. Set before the server starts. */
+void clef_log_set_text(int on);
 /* A fatal start-up error as one JSON log line: {"level":"fatal","event":"fatal","message":msg}. */
 void clef_log_fatal(const char *msg);
 

@@ -76,7 +76,7 @@ def run(tmp, name, inp, extra_env, args):
     out = os.path.join(tmp, name + ".jsonl")
     env = dict(os.environ)
     env.update(extra_env)
-    cmd = [os.path.join(BUILD, "clef"), "batch", "--model", MODEL, "--threads", "2"] + args + [inp, out]
+    cmd = [os.path.join(BUILD, "clef"), "batch", "--model", MODEL, "--threads", "2", "--allow-errors"] + args + [inp, out]
     r = subprocess.run(cmd, env=env, capture_output=True, timeout=1200)
     if r.returncode != 0:
         print("%s: clef batch exited %d: %s" % (name, r.returncode, r.stderr.decode(errors="replace")[-2000:]))

@@ -27,6 +27,7 @@ BUILD = os.environ.get("CLEF_BUILD", os.path.join(ROOT, "build")).rstrip("/")
 README = os.environ.get("CLEF_README", os.path.join(ROOT, "README.md"))  # override: to see the test red on an old README
 RUN_BY_CI = {  # exact command lines (comments stripped) -> why this test does not run them
     "tools/setup.sh": "CI runs it first (.ci/run); it builds what this test uses",
+    "tools/setup.sh --dev": "CI runs it first (.ci/run); it builds what this test uses",
     "make check": "CI runs it (.ci/run); this test is part of it",
 }
 REAL_RELEASE = {  # exact command lines -> why not here, and where the same command is tested

@@ -41,7 +41,7 @@ def lines_of(path):
 
 
 def run_batch(inp, out, *extra, timeout=900):
-    p = subprocess.run([CLEF, "batch", "--model", MODEL, "--threads", "2"] + list(extra) + [inp, out],
+    p = subprocess.run([CLEF, "batch", "--model", MODEL, "--threads", "2", "--allow-errors"] + list(extra) + [inp, out],
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout)
     summary = None
     for line in p.stderr.decode("utf-8", "replace").splitlines():
