@@ -10,6 +10,9 @@ invalid, slow and oversized requests, on loopback. Checks, and prints as one JSO
     complete request its normal answer, a head that never ends a close (or 408) after
     --header-timeout, an oversized Content-Length 413, a chunked body over --max-body 413 + close,
     a 1x1 PNG asking for 80 Mpx through media_kwargs 413, 2,000 1x1 PNGs in one request 413;
+  - two `clef batch` runs started at once on one OUT with different inputs (a cron overlap), every
+    --batch-overlap-every seconds beside the server: exactly one exits 2 (OUT is locked, or holds the
+    other input's answers) and the other exits 0 with OUT byte-equal to its solo run's;
   - RSS (VmRSS of the server, sampled every second) flat within 10% after the warm-up;
   - /health latency p99 (a probe on a fresh connection every 100 ms) under 50 ms.
 The roles of the C clients: 9/16 corpus requests one at a time, 1/16 corpus requests pipelined (2 to
@@ -17,7 +20,7 @@ The roles of the C clients: 9/16 corpus requests one at a time, 1/16 corpus requ
 rest invalid bytes (malformed JSON, bad framing). Per-minute figures go to stderr.
 
   bench/soak.py MODEL_DIR [--clients 64] [--seconds 1800] [--warmup 180] [--threads 2]
-                [--bin build/clef] [--out FILE] [-- extra clef serve flags]
+                [--bin build/clef] [--batch-overlap-every 60] [--out FILE] [-- extra clef serve flags]
 Exit 0 when every check holds, 1 otherwise. Not a test: it takes half an hour (docs/reliability.md).
 """
 import argparse
@@ -32,6 +35,7 @@ import socket
 import struct
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import zlib
@@ -152,6 +156,12 @@ class Stats:
                 self.failures.append(why or key)
 
 
+def batch_run(binary, model, inp, out):
+    """`clef batch` on one thread, error lines allowed (the corpus holds invalid requests)."""
+    return subprocess.Popen([binary, "batch", "--model", model, "--threads", "1", "--allow-errors", inp, out],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("model")
@@ -163,6 +173,8 @@ def main():
     ap.add_argument("--header-timeout", type=int, default=10)
     ap.add_argument("--max-body", type=int, default=1 << 20)
     ap.add_argument("--out")
+    ap.add_argument("--batch-overlap-every", type=float, default=60,
+                    help="seconds between two overlapping clef batch runs on one OUT; 0 = none")
     ap.add_argument("extra", nargs="*")
     a = ap.parse_args()
 
@@ -178,6 +190,19 @@ def main():
     ref.wait(60)
     print(f"soak: {len(bodies)} corpus requests answered alone "
           f"({sum(1 for s, _ in expect if s == 200)} with 200)", file=sys.stderr)
+
+    # The overlapping batch runs' inputs (8 corpus lines each, different) and their solo outputs.
+    work = tempfile.mkdtemp(prefix="clef-soak-")
+    overlap_in, overlap_solo = [], []
+    for n, pick in enumerate((files[:8], files[8:16])):
+        path = os.path.join(work, f"in{n}.jsonl")
+        with open(path, "wb") as f:
+            for fn in pick:
+                f.write(json.dumps(json.loads(open(fn, "rb").read())).encode() + b"\n")
+        out = os.path.join(work, f"solo{n}.jsonl")
+        batch_run(a.bin, a.model, path, out).wait()
+        overlap_in.append(path)
+        overlap_solo.append(open(out, "rb").read())
 
     # 2. The soak server: the defaults, with a body cap the oversized clients can reach cheaply.
     flags = ["--quiet", "--max-body", str(a.max_body), "--header-timeout", str(a.header_timeout)] + a.extra
@@ -422,6 +447,23 @@ def main():
                 pass
             time.sleep(10)
 
+    def batch_overlap_client():  # a cron overlap: two runs on one OUT, different inputs
+        k = 0
+        while a.batch_overlap_every > 0 and time.time() + a.batch_overlap_every < stop_at:
+            time.sleep(a.batch_overlap_every)
+            k += 1
+            out = os.path.join(work, f"overlap{k}.jsonl")
+            runs = [batch_run(a.bin, a.model, overlap_in[n], out) for n in (0, 1)]
+            rcs = [p.wait() for p in runs]
+            won = [n for n in (0, 1) if rcs[n] == 0]
+            got = open(out, "rb").read() if os.path.exists(out) else b""
+            ok = sorted(rcs) == [0, 2] and got == overlap_solo[won[0]]
+            st.add("batch_overlap" if ok else "batch_overlap_wrong", ok,
+                   f"overlapping clef batch runs: exits {rcs}, OUT {len(got)} bytes")
+            for f in (out, out + ".clef-batch"):
+                if os.path.exists(f):
+                    os.unlink(f)
+
     def sampler():
         while time.time() < stop_at:
             if srv.poll() is not None:
@@ -444,7 +486,8 @@ def main():
                      else oversized_client if r == 13 else invalid_client)
     ths = [threading.Thread(target=f, args=(k,), daemon=True) for k, f in enumerate(roles)]
     ths += [threading.Thread(target=health_probe, daemon=True), threading.Thread(target=sampler, daemon=True),
-            threading.Thread(target=metrics_sampler, daemon=True)]
+            threading.Thread(target=metrics_sampler, daemon=True),
+            threading.Thread(target=batch_overlap_client, daemon=True)]
     for t in ths:
         t.start()
     last = time.time()
