@@ -567,6 +567,7 @@ int cmd_batch(int argc, char **argv) {
         CLI_OPT_TILE(&o.image_tile),
         CLI_OPT_ALLOW_PATHS(&o.allow_image_paths),
         CLI_OPT_TEXT_ONLY(&o.text_only),
+        CLI_OPT_STRICT(&o.strict),
         {.name = "--restart", .kind = CLI_FLAG, .dst = &restart,
          .help = "discard OUT's contents (never IN's) and start over"},
         CLI_OPT_END,

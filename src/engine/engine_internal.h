@@ -2,6 +2,7 @@
 #ifndef CLEF_ENGINE_INTERNAL_H
 #define CLEF_ENGINE_INTERNAL_H
 
+#include "base/buf.h"
 #include "base/err.h"
 #include "base/json.h"
 #include "clef.h"
@@ -33,6 +34,7 @@ struct clef_job {
     int ran;         /* the model ran for this job */
     size_t cached_tokens; /* leading tokens taken from the state cache in its last run */
     clef_err err;    /* a failure while running (err.type != NULL) */
+    clef_buf notes;  /* warning lines for clef_result.warnings (decision/lint.h) */
 };
 
 /* Fills *out with the error body for err (engine.c; a static OutOfMemory body when rendering fails). */

@@ -6,6 +6,7 @@ import ctypes
 import json
 import os
 import threading
+import warnings
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from . import _lib
@@ -39,6 +40,17 @@ class Error(Exception):
         self.body = body
 
 
+class RequestWarning(UserWarning):
+    """What an answer's bytes do not say (docs/errors.md "Warnings"): an unknown key the engine
+    ignored, a state cut to max_length, or beside a refusal where and what was expected. The same
+    lines as the server's Clef-Warning headers; strict=True refuses the request instead."""
+
+
+def _warn(text: Optional[bytes]) -> None:
+    for line in (text or b"").decode("ascii", "replace").splitlines():
+        warnings.warn(line, RequestWarning, stacklevel=4)
+
+
 def _image_text(image: Any) -> Any:
     if isinstance(image, (bytes, bytearray, memoryview)):
         return base64.b64encode(bytes(image)).decode("ascii")
@@ -70,6 +82,7 @@ def _take(lib: ctypes.CDLL, res: _lib.Result) -> Tuple[str, Optional[str], int]:
     try:
         body = ctypes.string_at(res.body, res.body_len).decode("utf-8") if res.body else ""
         err = res.error_type.decode("utf-8") if res.error_type else None
+        _warn(ctypes.string_at(res.warnings) if res.warnings else None)
         return body, err, int(res.http_status)
     finally:
         lib.clef_result_free(ctypes.byref(res))
@@ -96,14 +109,17 @@ class Engine:
     (include/clef.h): gpu, max_length, image_tile (0, 256, 448), text_only, split ("file",
     "qwen2", "qwen35"), max_image_bytes, max_image_pixels, allow_image_paths, single_request,
     state_cache_mb (None: the library's default, CLEF_STATE_CACHE_MB_DEFAULT; 0 turns the state
-    cache off; the answers are the same bits either way).
+    cache off; the answers are the same bits either way). What the engine accepts with a warning
+    (clef.RequestWarning: an unknown key, a state cut to max_length) strict=True refuses with
+    clef.Error("StrictRefused", 422, ...), as it does a question whose answer would be NaN.
     """
 
     def __init__(self, model_dir: "Union[str, os.PathLike[str]]", threads: int = 0, device: str = "auto",
                  precision: Optional[str] = None, *, gpu: int = 0, max_length: int = 0, image_tile: int = 0,
                  text_only: bool = False, split: str = "file", max_image_bytes: int = 0,
                  max_image_pixels: int = 0, allow_image_paths: bool = False,
-                 single_request: bool = False, state_cache_mb: Optional[int] = None) -> None:
+                 single_request: bool = False, state_cache_mb: Optional[int] = None,
+                 strict: bool = False) -> None:
         self._handle: Optional[int] = None
         if device not in _DEVICES:
             raise ValueError(f"device must be one of {sorted(_DEVICES)}, not {device!r}")
@@ -138,6 +154,7 @@ class Engine:
         o.max_image_pixels = max_image_pixels
         o.allow_image_paths = int(bool(allow_image_paths))
         o.single_request = int(bool(single_request))
+        o.strict = int(bool(strict))
         if state_cache_mb is not None:
             o.state_cache_mb = state_cache_mb
         err = ctypes.create_string_buffer(2048)
