@@ -82,6 +82,29 @@ def test_decide():
           and "NaN" in body["error"]["message"], "strict names the question whose answer would be NaN: %r" % out)
 
 
+def batch(lines_text, name):
+    src = os.path.join(TMP, name)
+    with open(src, "w") as f:
+        f.write(lines_text)
+    out = os.path.join(TMP, name + ".out.jsonl")
+    p = subprocess.run([ts.CLEF, "batch", "--model", ts.MODEL, "--threads", "1", src, out],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=300)
+    body = open(out, "rb").read() if os.path.exists(out) else b""
+    return p.returncode, body, p.stderr.decode("utf-8", "replace")
+
+
+def test_batch():
+    rc, out, err = batch("\n".join(json.dumps(r) for r in (CLEAN, TYPO, TYPO)) + "\n", "warn.jsonl")
+    lines = out.splitlines()
+    event = json.loads([ln for ln in err.splitlines() if ln.startswith('{"event":"batch"')][-1])
+    check(rc == 0 and len(lines) == 3 and lines[0] == lines[1], "batch: answers unchanged: %r" % out)
+    check(event.get("warned") == 2 and "clef batch: warning: line 2: " + TYPO_LINE in err,
+          "batch: the summary counts the warned requests and shows the first: %r" % err)
+    rc, out, err = batch(json.dumps(CLEAN, indent=2) + "\n", "pretty.json")
+    check(rc == 2 and b"BadJson" not in out and "pretty-printed JSON" in err and "JSONL" in err,
+          "batch: a pretty-printed JSON file stops with advice, no BadJson lines: rc=%d %r" % (rc, err))
+
+
 def test_server():
     srv = ts.Server()
     try:
@@ -133,6 +156,7 @@ def main():
         print("skip: no models/tiny")
         return 77
     test_decide()
+    test_batch()
     test_server()
     test_python()
     if failures:
