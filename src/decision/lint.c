@@ -150,6 +150,10 @@ int clef_request_explain(const json_value *root, const clef_err *err, clef_buf *
                             json_kind_name(m->val));
             break;
         }
+    } else if (!strcmp(err->type, CLEF_E_UNSUPPORTED_MEDIA) && !strcmp(err->msg, "'video_fps'")) {
+        /* the reference's KeyError text when its decoder gets no frame rate: the file is no video */
+        clef_buf_puts(out, "a /videos entry could not be opened as a video (a corrupt, truncated or non-video file); "
+                           "'video_fps' is the reference's message for it\n");
     }
     if (out->oom) return -1;
     return out->len > before ? 1 : 0;

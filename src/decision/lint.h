@@ -19,9 +19,10 @@
  * added (0 for a root that is not an object), -1 when out ran out of memory. */
 int clef_request_lint(const json_value *root, clef_buf *out);
 
-/* After clef_request_parse refused root with err: appends one line saying where and what was
- * expected ("/questions must be an object of id -> question, got a list"), or nothing for a refusal
- * whose message already says it. Returns the number of lines added, -1 on out of memory. */
+/* After clef_request_parse or encode_record refused root with err, where the message must stay the
+ * reference's bytes: appends one line saying where and what was expected ("/questions must be an
+ * object of id -> question, got a list"; for the reference's 'video_fps' what is wrong with the
+ * video), or nothing for a refusal whose message already says it. Returns the number of lines added, -1 on out of memory. */
 int clef_request_explain(const json_value *root, const clef_err *err, clef_buf *out);
 
 /* "/a/b" for a key: appends "/" and the key, JSON-pointer escaped (~0, ~1), bytes outside printable

@@ -5,7 +5,9 @@
 #include "engine/engine_internal.h"
 #include "engine/host.h"
 
+#include <errno.h>
 #include <stdio.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -145,6 +147,31 @@ void clef_engine_memory_info(const clef_engine *e, clef_memory_info *out) {
     out->buffer_released = b.released;
 }
 
+/* A folder that cannot be a model yet (absent, or without config.json): say what makes one, rather
+ * than "cannot open DIR/config.json". */
+static int check_model_dir(const char *dir, clef_err *err) {
+    static const char fix[] = "download the release weights with `clef pull --dir %s`, or build the test model "
+                              "with `make tiny` (models/tiny)";
+    struct stat st;
+    char line[700];
+    if (stat(dir, &st) != 0) {
+        snprintf(line, sizeof line, fix, dir);
+        return clef_err_set(err, CLEF_E_IO, "model folder %s: %s; %s", dir, strerror(errno), line);
+    }
+    if (!S_ISDIR(st.st_mode))
+        return clef_err_set(err, CLEF_E_IO, "%s is a file; the model is a folder (config.json, tokenizer.json, "
+                                            "*.safetensors)", dir);
+    clef_buf cfg;
+    clef_buf_init(&cfg);
+    clef_buf_printf(&cfg, "%s/config.json", dir);
+    int missing = !cfg.oom && stat(cfg.data, &st) != 0 && errno == ENOENT;
+    clef_buf_free(&cfg);
+    if (!missing) return 0;
+    snprintf(line, sizeof line, fix, dir);
+    return clef_err_set(err, CLEF_E_IO, "%s has no config.json: it is not a model folder (or a download did not "
+                                        "finish); %s", dir, line);
+}
+
 clef_engine *clef_open(const clef_options *o, char *errbuf, size_t err_len) {
     clef_err err;
     clef_err_clear(&err);
@@ -162,6 +189,7 @@ clef_engine *clef_open(const clef_options *o, char *errbuf, size_t err_len) {
     e->model_dir = dup_str(e->opts.model_dir);
     if (!e->model_dir) { clef_err_set(&err, CLEF_E_OOM, "out of memory"); goto fail; }
     e->opts.model_dir = e->model_dir;
+    if (check_model_dir(e->model_dir, &err)) goto fail;
 
     clef_model_open_opts mo = {0};
     mo.progress = open_progress;
@@ -304,7 +332,10 @@ clef_job *clef_job_prepare(clef_engine *e, const char *body, size_t len, clef_re
         if (j->doc && clef_request_explain(clef_json_doc_root(j->doc), &err, &j->notes) < 0) clef_buf_free(&j->notes);
         goto fail;
     }
-    if (clef_host_encode(e->tok, &e->image_opts, e->opts.max_length, &j->req, &j->rec, &err)) goto fail;
+    if (clef_host_encode(e->tok, &e->image_opts, e->opts.max_length, &j->req, &j->rec, &err)) {
+        if (clef_request_explain(j->req.root, &err, &j->notes) < 0) clef_buf_free(&j->notes);
+        goto fail;
+    }
     if (note_accepted(j, e->opts.strict, &err)) goto fail;
 
     for (size_t q = 0; q < j->rec.n_questions; q++) j->n_logits += j->rec.questions[q].n_options;

@@ -105,6 +105,32 @@ def test_batch():
           "batch: a pretty-printed JSON file stops with advice, no BadJson lines: rc=%d %r" % (rc, err))
 
 
+def test_errors_teach():
+    empty = os.path.join(TMP, "empty-model")
+    os.makedirs(empty, exist_ok=True)
+    for d, what in ((empty, "an empty model folder"), (os.path.join(TMP, "no-model"), "a missing model folder")):
+        p = subprocess.run([ts.CLEF, "decide", "--model", d, "--request", "-"], input=json.dumps(CLEAN).encode(),
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120)
+        err = p.stderr.decode()
+        check(p.returncode == 3 and "clef pull --dir " + d in err and "make tiny" in err,
+              "%s says what to do: %r" % (what, err))
+    img = dict(CLEAN, images=[os.path.join(TMP, "no-such.png")])
+    rc, out, err = decide(img, "--allow-image-paths")
+    check(json.loads(out)["error"]["message"] == "image file '%s' does not exist" % img["images"][0],
+          "a missing image file with --allow-image-paths is named as missing: %r" % out)
+    vid = dict(CLEAN, videos=["data:video/mp4;base64," + "QUJD" * 200])
+    rc, out, err = decide(vid)
+    check(json.loads(out)["error"] == {"type": "UnsupportedMedia", "message": "'video_fps'"},
+          "a corrupt video keeps the reference's bytes: %r" % out)
+    check("could not be opened as a video" in err, "a corrupt video: the warning says what is wrong: %r" % err)
+    p = subprocess.run([ts.CLEF, "gate", "--model", ts.MODEL], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       timeout=300)
+    err = p.stderr.decode()
+    check(p.returncode == 2 and "needs the release weights" in err and
+          "clef gate --model models/tiny --fixture tests/fixtures/gate_tiny/fixtures-gate-tiny.json" in err,
+          "gate on tiny with the built-in fixture names the command that works: rc=%d %r" % (p.returncode, err[-600:]))
+
+
 def test_server():
     srv = ts.Server()
     try:
@@ -143,6 +169,12 @@ def test_python():
         check(raw == eng.decide_raw(CLEAN), "python: answer unchanged")
         check([str(w.message) for w in got if w.category is clef.RequestWarning] == [TYPO_LINE],
               "python: one RequestWarning naming the key: %r" % [str(w.message) for w in got])
+        try:
+            eng.decide(dict(CLEAN, images=["photo.png"]))
+            check(False, "python: a str image path is refused")
+        except clef.Error as e:
+            check("--allow-image-paths" not in e.message and "pathlib.Path" in e.message,
+                  "python: the path error names no CLI flag: %r" % e.message)
     with clef.Engine(ts.MODEL, threads=1, strict=True) as eng:
         try:
             eng.decide(TYPO)
@@ -157,6 +189,7 @@ def main():
         return 77
     test_decide()
     test_batch()
+    test_errors_teach()
     test_server()
     test_python()
     if failures:

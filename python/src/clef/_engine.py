@@ -94,6 +94,12 @@ def _error(body: str, etype: str, status: int) -> Error:
         message = json.loads(body)["error"]["message"]
     except (ValueError, KeyError, TypeError):
         message = body
+    # The library's advice on image paths names the CLI's flag; a Python caller has its own ways
+    # (.body keeps the exact bytes).
+    cli_hint = "(clef decide and clef batch read local files with --allow-image-paths; clef serve never does)"
+    if etype == "UnsupportedMedia" and cli_hint in message:
+        message = message.replace(cli_hint, "(pass the file as a pathlib.Path, or open the Engine with "
+                                            "allow_image_paths=True to read str paths)")
     return Error(etype, status, message, body)
 
 
