@@ -75,23 +75,24 @@ static void unknown_line(clef_buf *out, const clef_buf *prefix, const char *k, s
     }
 }
 
-static int lint_object(const json_value *obj, const clef_buf *prefix, const char *const *keys, size_t n_keys,
-                       clef_buf *out) {
-    int lines = 0;
+/* Lines written per request at most (each becomes an HTTP header); the rest are counted in one more. */
+#define LINES_SHOWN 8
+
+static void lint_object(const json_value *obj, const clef_buf *prefix, const char *const *keys, size_t n_keys,
+                        clef_buf *out, size_t *found) {
     for (size_t i = 0; i < obj->u.object.n; i++) {
         const json_member *m = &obj->u.object.members[i];
         if (known(m->key, m->key_len, keys, n_keys)) continue;
-        unknown_line(out, prefix, m->key, m->key_len, keys, n_keys);
-        lines++;
+        if (++*found <= LINES_SHOWN) unknown_line(out, prefix, m->key, m->key_len, keys, n_keys);
     }
-    return lines;
 }
 
 int clef_request_lint(const json_value *root, clef_buf *out) {
     if (!root || root->kind != JSON_OBJECT) return 0;
     clef_buf prefix;
     clef_buf_init(&prefix);
-    int lines = lint_object(root, &prefix, TOP_KEYS, N_OF(TOP_KEYS), out);
+    size_t found = 0;
+    lint_object(root, &prefix, TOP_KEYS, N_OF(TOP_KEYS), out, &found);
     const json_value *qs = clef_json_object_get(root, "questions");
     if (qs && qs->kind == JSON_OBJECT) {
         for (size_t i = 0; i < qs->u.object.n; i++) {
@@ -100,9 +101,11 @@ int clef_request_lint(const json_value *root, clef_buf *out) {
             clef_buf_reset(&prefix);
             clef_buf_puts(&prefix, "/questions");
             clef_pointer_put(&prefix, m->key, m->key_len);
-            lines += lint_object(m->val, &prefix, QUESTION_KEYS, N_OF(QUESTION_KEYS), out);
+            lint_object(m->val, &prefix, QUESTION_KEYS, N_OF(QUESTION_KEYS), out, &found);
         }
     }
+    if (found > LINES_SHOWN) clef_buf_printf(out, "%zu more unknown keys\n", found - LINES_SHOWN);
+    int lines = (int)(found < LINES_SHOWN + 1 ? found : LINES_SHOWN + 1);
     int oom = prefix.oom || out->oom;
     clef_buf_free(&prefix);
     return oom ? -1 : lines;

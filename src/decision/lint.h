@@ -15,8 +15,9 @@
 #define CLEF_E_STRICT "StrictRefused"
 
 /* Appends one line ("...\n") per unknown key of the request and of each question object to out, e.g.
- * "unknown key /questions/hot/instruction; did you mean instructions?". Returns the number of lines
- * added (0 for a root that is not an object), -1 when out ran out of memory. */
+ * "unknown key /questions/hot/instruction; did you mean instructions?"; past 8, one line counts the
+ * rest ("N more unknown keys"). Returns the number of lines added (0 for a root that is not an
+ * object), -1 when out ran out of memory. */
 int clef_request_lint(const json_value *root, clef_buf *out);
 
 /* After clef_request_parse or encode_record refused root with err, where the message must stay the

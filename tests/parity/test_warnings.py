@@ -59,6 +59,12 @@ def test_decide():
     rc, out, err = decide(dict(CLEAN, modle=1))
     check("unknown key /modle; did you mean model?" in err, "decide: a swapped pair of letters is one edit: %r" % err)
 
+    many = dict(CLEAN, **{"extra%d" % i: i for i in range(20)})
+    _, _, err = decide(many)
+    lines = [ln for ln in err.splitlines() if ln.startswith("clef: warning:")]
+    check(len(lines) == 9 and lines[-1] == "clef: warning: 12 more unknown keys",
+          "warnings are capped at 8 lines and a count: %r" % lines[-2:])
+
     rc, out, err = decide({"model": "m", "state": "x", "questions": [{"type": "noul"}]})
     check(json.loads(out)["error"] == {"type": "NoQuestions", "message": "at least one question is required"},
           "questions as a list keeps the reference's bytes: %r" % out)
@@ -169,6 +175,8 @@ def test_python():
         check(raw == eng.decide_raw(CLEAN), "python: answer unchanged")
         check([str(w.message) for w in got if w.category is clef.RequestWarning] == [TYPO_LINE],
               "python: one RequestWarning naming the key: %r" % [str(w.message) for w in got])
+        check(all(w.filename == os.path.abspath(__file__) for w in got),
+              "python: the warning points at the caller's line: %r" % [w.filename for w in got])
         try:
             eng.decide(dict(CLEAN, images=["photo.png"]))
             check(False, "python: a str image path is refused")

@@ -5,6 +5,7 @@ import base64
 import ctypes
 import json
 import os
+import sys
 import threading
 import warnings
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
@@ -47,8 +48,15 @@ class RequestWarning(UserWarning):
 
 
 def _warn(text: Optional[bytes]) -> None:
-    for line in (text or b"").decode("ascii", "replace").splitlines():
-        warnings.warn(line, RequestWarning, stacklevel=4)
+    if not text:
+        return
+    # point the warning at the caller's line, the first frame outside this package
+    here, level = os.path.dirname(os.path.abspath(__file__)), 1
+    f = sys._getframe(0)
+    while f is not None and os.path.dirname(os.path.abspath(f.f_code.co_filename)) == here:
+        f, level = f.f_back, level + 1
+    for line in text.decode("ascii", "replace").splitlines():
+        warnings.warn(line, RequestWarning, stacklevel=level)
 
 
 def _image_text(image: Any) -> Any:
