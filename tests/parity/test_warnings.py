@@ -59,6 +59,9 @@ def test_decide():
     rc, out, err = decide(dict(CLEAN, modle=1))
     check("unknown key /modle; did you mean model?" in err, "decide: a swapped pair of letters is one edit: %r" % err)
 
+    _, _, err = decide(dict(CLEAN, **{"a/b~c\u00e9\\": 1}))
+    check("clef: warning: unknown key /a~1b~0c\\xc3\\xa9\\x5c; ignored (known keys: model state questions" in err,
+          "a key is written as a JSON pointer in printable ASCII: %r" % err)
     many = dict(CLEAN, **{"extra%d" % i: i for i in range(20)})
     _, _, err = decide(many)
     lines = [ln for ln in err.splitlines() if ln.startswith("clef: warning:")]
