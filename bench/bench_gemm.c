@@ -1,9 +1,10 @@
 /* GEMM throughput at the model's shapes: each clef_gemm kernel the CPU runs, and OpenBLAS
  * cblas_sgemm on the same shape with the weights converted to fp32 once outside the timing, on 1
- * thread and on N threads; GFLOP/s (2*T*K*N / time, median of R runs) and the fraction of the
+ * thread and on N threads (int8: the int8 precision's GEMM, gemm_int8.h, on weights quantized
+ * once outside the timing, the activations' quantization inside it; its % is of the fp32 FMA peak); GFLOP/s (2*T*K*N / time, median of R runs) and the fraction of the
  * peak of the instruction each kernel uses, measured in the same run (peak.h).
  *   bench/build.sh && build-bench/bench_gemm [-r reps] [-t maxthreads] [-T tokens] [-k kernels]
- * kernels: comma list of amx,amxp,avx512,avx2,avx512bf16,ref,openblas (default: all but ref); -s i runs
+ * kernels: comma list of amx,amxp,avx512,avx2,avx512bf16,int8,ref,openblas (default: all but ref); -s i runs
  * only shape i (0: 4096->12288, 1: 4096->8192, 2: 4096->4096, 3: 12288->4096). */
 #include <math.h>
 #include <stdint.h>
@@ -15,6 +16,7 @@
 #include "base/cpu_features.h"
 #include "base/threads.h"
 #include "compute/cpu/gemm.h"
+#include "compute/cpu/gemm_int8.h"
 #include "gemm_avx512bf16.h"
 #include "peak.h"
 
@@ -50,7 +52,7 @@ int main(int argc, char **argv) {
     int reps = 5, maxth = (int)sysconf(_SC_NPROCESSORS_ONLN);
     size_t T = 512;
     int only = -1; /* -s i: only shape i */
-    const char *kl = "amx,amxp,avx512,avx2,avx512bf16,openblas";
+    const char *kl = "amx,amxp,avx512,avx2,avx512bf16,int8,openblas";
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "-r")) reps = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "-t")) maxth = atoi(argv[i + 1]);
@@ -154,6 +156,26 @@ int main(int argc, char **argv) {
                 fflush(stdout);
             }
             clef_gemm_packed_free(P);
+        }
+        if (has(kl, "int8")) {
+            clef_q8_weights *q = clef_q8_quantize_bf16(pools[nths - 1], W, K, N, K);
+            if (!q) { fprintf(stderr, "out of memory\n"); return 1; }
+            for (int ti = 0; ti < nths; ti++) {
+                double v[64], c[64];
+                for (int r = -1; r < reps; r++) {
+                    double t0 = now_s(), c0 = cpu_s();
+                    if (clef_gemm_q8(CLEF_Q8_AUTO, pools[ti], y, N, x, K, T, q, 0, N, NULL)) {
+                        fprintf(stderr, "int8 gemm failed\n");
+                        return 1;
+                    }
+                    if (r < 0) continue;
+                    v[r] = now_s() - t0;
+                    c[r] = (cpu_s() - c0) / ths[ti];
+                }
+                report(shape, "int8", ths[ti], flop, v, c, reps, pk[ti][PEAK_FMA_YMM], pkc[ti][PEAK_FMA_YMM],
+                       "vpmaddwd ymm (% of the fp32 FMA ymm peak)");
+            }
+            clef_q8_weights_free(q);
         }
 #ifdef HAVE_OPENBLAS
         if (has(kl, "openblas")) {

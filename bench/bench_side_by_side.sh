@@ -8,7 +8,12 @@
 #
 #   bench/bench_side_by_side.sh [--model models/real4] [--tokens 512,2048] [--threads 2] [--rounds 2]
 #                               [--repeat 1] [--out DIR] [--engines clef,llama,torch]
-#                               [--llama-bench PATH] [--llama-gguf PATH]
+#                               [--precisions fp32,int8] [--llama-bench PATH] [--llama-gguf PATH]
+#
+# --precisions: a clef row per precision (clef bench --precision P; default fp32 only). The fp32 row is
+# "clef", the others "clef P"; each is its own process in the rotation. int8 runs with CLEF_UNGATED=int8
+# (it has not passed its fidelity gate: docs/precision.md), fast and bf16 run fp32 on CPUs without their
+# kernels (the row then measures fp32 again; clef's note is in raw/*.err).
 #
 # llama.cpp is not built here: point LLAMA_BENCH (or --llama-bench) at a llama-bench binary and LLAMA_GGUF
 # (or --llama-gguf) at a GGUF converted from the same checkpoint (bench/README.md says how to get both);
@@ -21,9 +26,9 @@
 # outputs under DIR/raw/, and prints the machine, the load average and the table.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-model="$root/models/real4" tokens="512,2048" threads=2 rounds=2 repeat=1 out="" engines="clef,llama,torch"
+model="$root/models/real4" tokens="512,2048" threads=2 rounds=2 repeat=1 out="" engines="clef,llama,torch" precisions="fp32"
 lbench="${LLAMA_BENCH:-}" lgguf="${LLAMA_GGUF:-}"
-usage="usage: $0 [--model DIR] [--tokens N,N] [--threads N] [--rounds R] [--repeat R] [--out DIR] [--engines clef,llama,torch] [--llama-bench PATH] [--llama-gguf PATH]"
+usage="usage: $0 [--model DIR] [--tokens N,N] [--threads N] [--rounds R] [--repeat R] [--out DIR] [--engines clef,llama,torch] [--precisions fp32,int8] [--llama-bench PATH] [--llama-gguf PATH]"
 while [ $# -gt 0 ]; do
     case "$1" in
         --model) model="$2"; shift 2 ;;
@@ -33,6 +38,7 @@ while [ $# -gt 0 ]; do
         --repeat) repeat="$2"; shift 2 ;;
         --out) out="$2"; shift 2 ;;
         --engines) engines="$2"; shift 2 ;;
+        --precisions) precisions="$2"; shift 2 ;;
         --llama-bench) lbench="$2"; shift 2 ;;
         --llama-gguf) lgguf="$2"; shift 2 ;;
         *) echo "$usage" >&2; exit 2 ;;
@@ -48,7 +54,14 @@ want() { case ",$engines," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
 run_engines=()
 if want clef; then
     [ -x "$clef" ] || { echo "bench_side_by_side: $clef not built (make)" >&2; exit 1; }
-    run_engines+=(clef)
+    IFS=, read -r -a precs <<< "$precisions"
+    for p in "${precs[@]}"; do
+        case "$p" in
+            fp32) run_engines+=(clef) ;;
+            fast|bf16|int8) run_engines+=("clef-$p") ;;
+            *) echo "bench_side_by_side: --precisions: '$p' is not fp32, fast, bf16 or int8" >&2; exit 2 ;;
+        esac
+    done
 fi
 if want llama; then
     if [ -z "$lbench" ] || [ ! -x "$lbench" ]; then
@@ -145,6 +158,13 @@ for r in $(seq 1 "$rounds"); do
                     echo "round $r, $n tokens: clef (load $(loadavg))" >&2
                     timed clef "$r" "$n" "$clef" bench --model "$model" --tokens "$n" --threads "$threads" --repeat "$repeat"
                     grep '"kind"' "$out/raw/clef.r$r.t$n.out" | tag clef "$r" | tee -a "$res" || true ;;
+                clef-*)
+                    p="${eng#clef-}"
+                    wait_mem 8
+                    echo "round $r, $n tokens: clef --precision $p (load $(loadavg))" >&2
+                    timed "$eng" "$r" "$n" env CLEF_UNGATED=int8 "$clef" bench --model "$model" --tokens "$n" \
+                        --threads "$threads" --repeat "$repeat" --precision "$p"
+                    grep '"kind"' "$out/raw/$eng.r$r.t$n.out" | tag "clef $p" "$r" | tee -a "$res" || true ;;
                 llama)
                     wait_mem 8
                     echo "round $r, $n tokens: llama.cpp (load $(loadavg))" >&2
@@ -169,8 +189,9 @@ import csv, json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 runs = [r for r in rows if r["kind"] == "run"]
 rss = list(csv.DictReader(open(sys.argv[2]), delimiter="\t"))
-name = {"clef": "clef", "llama.cpp": "llama", "torch fp32": "torch"}
-order = {"clef": 0, "llama.cpp": 1, "torch fp32": 2}
+name = {"clef": "clef", "clef fast": "clef-fast", "clef bf16": "clef-bf16", "clef int8": "clef-int8",
+        "llama.cpp": "llama", "torch fp32": "torch"}
+order = {"clef": 0, "clef fast": 1, "clef bf16": 2, "clef int8": 3, "llama.cpp": 4, "torch fp32": 5}
 keys = sorted({(r["tokens"], r["engine"]) for r in runs}, key=lambda k: (k[0], order.get(k[1], 9)))
 lines = ["| tokens | engine | runs | median s | median tokens/s | min-max tokens/s | x clef (paired, median) | peak RSS MB |",
          "|---:|---|---:|---:|---:|---:|---:|---:|"]

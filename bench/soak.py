@@ -9,7 +9,7 @@ invalid, slow and oversized requests, on loopback. Checks, and prints as one JSO
   - every hostile request gets the answer its bound promises (docs/reliability.md): a slow but
     complete request its normal answer, a head that never ends a close (or 408) after
     --header-timeout, an oversized Content-Length 413, a chunked body over --max-body 413 + close,
-    a 1x1 PNG asking for 80 Mpx through media_kwargs 413;
+    a 1x1 PNG asking for 80 Mpx through media_kwargs 413, 2,000 1x1 PNGs in one request 413;
   - RSS (VmRSS of the server, sampled every second) flat within 10% after the warm-up;
   - /health latency p99 (a probe on a fresh connection every 100 ms) under 50 ms.
 The roles of the C clients: 9/16 corpus requests one at a time, 1/16 corpus requests pipelined (2 to
@@ -212,7 +212,7 @@ def main():
         while time.time() < stop_at:
             i = rnd.randrange(len(bodies))
             b = bodies[i]
-            head = (f"POST /v1/systemone HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            head = (f"POST /v1/systemone HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
                     f"Content-Length: {len(b)}\r\nConnection: close\r\n\r\n").encode()
             try:
                 s = socket.create_connection(("127.0.0.1", port), timeout=30)
@@ -242,7 +242,7 @@ def main():
         rnd = random.Random(2000 + k)
         while time.time() < stop_at:
             idx = [rnd.randrange(len(bodies)) for _ in range(rnd.randint(2, 48))]
-            data = b"".join(b"POST /v1/systemone HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            data = b"".join(b"POST /v1/systemone HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
                             b"Content-Length: %d\r\n\r\n" % len(bodies[i]) + bodies[i] for i in idx)
             try:
                 s = socket.create_connection(("127.0.0.1", port), timeout=30)
@@ -282,7 +282,7 @@ def main():
             try:
                 s = socket.create_connection(("127.0.0.1", port), timeout=30)
                 s.settimeout(0.2)
-                s.sendall(b"POST /v1/systemone HTTP/1.1\r\nHost: x\r\n")
+                s.sendall(b"POST /v1/systemone HTTP/1.1\r\nHost: localhost\r\n")
                 closed = False
                 while time.time() - t0 < a.header_timeout + 10:
                     try:
@@ -311,14 +311,17 @@ def main():
                          "media_kwargs": {"min_pixels": 80000000, "max_pixels": 80000000},
                          "questions": {"q": {"type": "noul"}}}).encode()
 
+    many_req = json.dumps({"model": "clef-flash", "state": "x", "images": ["data:image/png;base64," + big_png] * 2000,
+                           "questions": {"q": {"type": "noul"}}}).encode()
+
     def oversized_client(k):
         rnd = random.Random(2000 + k)
         while time.time() < stop_at:
-            kind = rnd.randrange(3)
+            kind = rnd.randrange(4)
             try:
                 if kind == 0:  # Content-Length over the cap: 413 before the body
                     s = socket.create_connection(("127.0.0.1", port), timeout=30)
-                    s.sendall((f"POST /v1/systemone HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                    s.sendall((f"POST /v1/systemone HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
                                f"Content-Length: {a.max_body * 4}\r\n\r\n").encode())
                     out = read_all(s, 30)
                     s.close()
@@ -326,7 +329,7 @@ def main():
                     st.add("oversized_length", ok, None if ok else f"oversized length: {out[:100] if out else out!r}")
                 elif kind == 1:  # a chunked body that grows over the cap: 413 and a close
                     s = socket.create_connection(("127.0.0.1", port), timeout=30)
-                    s.sendall(b"POST /v1/systemone HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                    s.sendall(b"POST /v1/systemone HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
                               b"Transfer-Encoding: chunked\r\n\r\n")
                     chunk = b"%x\r\n" % 65536 + b"a" * 65536 + b"\r\n"
                     sent = 0
@@ -340,20 +343,24 @@ def main():
                     s.close()
                     ok = sent < a.max_body * 3 or (out is not None and out.startswith(b"HTTP/1.1 413 "))
                     st.add("oversized_chunked", ok, None if ok else f"oversized chunked: sent {sent}, {out[:100] if out else out!r}")
-                else:  # 80 Mpx asked of a 1x1 PNG: refused before resizing
+                elif kind == 2:  # 80 Mpx asked of a 1x1 PNG: refused before resizing
                     t0 = time.perf_counter()
                     s_, d = post(port, mk_req)
                     ok = s_ == 413
                     st.add("oversized_pixels", ok, None if ok else f"media_kwargs request: {s_} {d[:200]!r}")
+                else:  # 2,000 1x1 PNGs in one request: refused from their headers, no pixel array built
+                    s_, d = post(port, many_req)
+                    ok = s_ == 413
+                    st.add("many_images", ok, None if ok else f"many-image request: {s_} {d[:200]!r}")
             except OSError as e:
                 st.add("oversized_error", False, f"oversized: {e!r}")
             time.sleep(0.5)
 
-    garbage = [b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03", b"GET / HTTP/1.1\r\nHost: x\r\nContent-Length : 5\r\n\r\nhello",
-               b"POST /v1/systemone HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n",
-               b"POST /v1/systemone HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n",
-               b"POST /v1/systemone HTTP/1.1\r\nHost: x\r\n\r\n{\"a\":1}",
-               b"POST /v1/systemone HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 9\r\n\r\n{\"model\":"]
+    garbage = [b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03", b"GET / HTTP/1.1\r\nHost: localhost\r\nContent-Length : 5\r\n\r\nhello",
+               b"POST /v1/systemone HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: gzip\r\n\r\n",
+               b"POST /v1/systemone HTTP/1.1\r\nHost: localhost\r\nContent-Length: -1\r\n\r\n",
+               b"POST /v1/systemone HTTP/1.1\r\nHost: localhost\r\n\r\n{\"a\":1}",
+               b"POST /v1/systemone HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 9\r\n\r\n{\"model\":"]
 
     def invalid_client(k):
         rnd = random.Random(3000 + k)

@@ -11,7 +11,12 @@
  *     model thread, then the response. A job's numbers do not depend on which other jobs share
  *     its batch, nor on whether its state came from the state cache.
  * The engine is not reentrant for clef_run_batch / clef_decide: one model thread at a time.
- * clef_job_prepare and clef_job_finish may run on other threads concurrently. */
+ * clef_job_prepare and clef_job_finish may run on other threads concurrently.
+ *
+ * fork(): a CPU engine opened before a fork works in the child (its weights shared copy-on-write; its
+ * thread pool's helpers, which stay in the parent, are started again at the child's first forward),
+ * provided no other thread was inside a call on that engine when the fork happened (the Python
+ * package sees to that: docs/python.md "Processes"). A CUDA engine does not survive a fork. */
 #ifndef CLEF_H
 #define CLEF_H
 
@@ -44,13 +49,18 @@ typedef struct clef_options {
     int allow_image_paths;     /* accept local file paths as images (CLI only) */
     size_t max_image_bytes;    /* 0 = default (16 MiB) */
     int64_t max_image_pixels;  /* decoded width*height cap; 0 = default (64 Mpx) */
+    size_t max_images;         /* images per request; 0 = as many as can fit max_length (max_length / 3) */
     int text_only;             /* do not bind the vision tower */
     /* Compute backend: CLEF_DEVICE_AUTO (0: the CUDA backend when this build has it and a GPU is
      * present, else the CPU; $CLEF_DEVICE = cpu|cuda overrides auto), CLEF_DEVICE_CPU, or
      * CLEF_DEVICE_CUDA (an error when the build or the machine has none). docs/cuda.md. */
     int device;
-    /* CLEF_PRECISION_FP32 (0: the parity path) or CLEF_PRECISION_FAST (bf16 tensor-core GEMMs on
-     * CUDA; the CPU backend ignores it). $CLEF_PRECISION = fp32|fast applies when device is auto. */
+    /* CLEF_PRECISION_FP32 (0: the exact path, the default), CLEF_PRECISION_FAST (two bf16 terms per
+     * activation), CLEF_PRECISION_BF16 (one bf16 term) or CLEF_PRECISION_INT8 (CPU only: int8
+     * weights quantized per output row at open, activations per token, integer dot products).
+     * docs/precision.md. A precision the backend has no kernel for on this machine runs fp32 and
+     * says so in clef_engine_note (the CPU's fast and bf16 today). $CLEF_PRECISION =
+     * fp32|fast|bf16|int8 applies when device is auto. */
     int precision;
     int gpu;                   /* CUDA device index (0 = the first) */
     /* 1 when the engine will answer one request and close (clef decide): open then skips work
@@ -75,7 +85,12 @@ typedef struct clef_options {
 #define CLEF_STATE_CACHE_MB_DEFAULT 1024
 
 enum { CLEF_DEVICE_AUTO = 0, CLEF_DEVICE_CPU = 1, CLEF_DEVICE_CUDA = 2 };
-enum { CLEF_PRECISION_FP32 = 0, CLEF_PRECISION_FAST = 1, CLEF_PRECISION_BF16 = 2 /* one bf16 term per activation (CUDA) */ };
+enum {
+    CLEF_PRECISION_FP32 = 0,
+    CLEF_PRECISION_FAST = 1,
+    CLEF_PRECISION_BF16 = 2, /* one bf16 term per activation (CUDA) */
+    CLEF_PRECISION_INT8 = 3  /* int8 weights and activations, exact integer sums (CPU) */
+};
 
 CLEF_API void clef_options_default(clef_options *o);
 
@@ -83,8 +98,12 @@ CLEF_API void clef_options_default(clef_options *o);
  * "cpu gemm kernel: ..." (NUL-terminated, cut to len). */
 CLEF_API void clef_build_info(char *buf, size_t len);
 
-/* The backend an open engine computes with: "cpu", "cuda" (fp32) or "cuda-fast". */
+/* The backend an open engine computes with: "cpu" (fp32), "cpu-int8", "cuda" (fp32), "cuda-fast"
+ * or "cuda-bf16". */
 CLEF_API const char *clef_engine_backend(const clef_engine *e);
+/* One line when the engine runs something other than what the options asked (e.g. "--precision
+ * fast has no CPU kernel here ...; running fp32 (exact)"), NULL otherwise. Valid while e is open. */
+CLEF_API const char *clef_engine_note(const clef_engine *e);
 /* Bytes the backend holds in its own form of the weights, made at open (the CPU's AMX-packed
  * Linear weights; 0 when nothing was prepared, e.g. with single_request). */
 CLEF_API size_t clef_engine_prepared_bytes(const clef_engine *e);
@@ -144,17 +163,44 @@ CLEF_API size_t clef_job_cached_tokens(const clef_job *j);
 CLEF_API void clef_job_finish(clef_job *j, clef_result *out);
 /* Frees a prepared job that will not run (shutdown, deadline). */
 CLEF_API void clef_job_free(clef_job *j);
+/* For a shutdown's budget: clef_job_prepare calls still preparing `seconds` from now (0 or less: at
+ * once) stop before their next image or video entry and fail with DeadlineExceeded (503), as do later
+ * calls with media. For good: the engine is closing. Safe from any thread. */
+CLEF_API void clef_engine_stop_preparing(clef_engine *e, double seconds);
 
 /* Inspection (`clef encode`, `clef respond --model`; docs/development.md "Drivers and the inspection
  * verbs"): the host side of clef_job_prepare alone, without an engine: the body parsed, validated,
  * tokenized with o->model_dir/tokenizer.json (the only file read), its images and videos prepared and
  * the record encoded, with the limits and options clef_open takes from o (max_length, image_tile,
- * allow_image_paths, max_image_bytes, max_image_pixels, split_variant; NULL = clef_options_default).
+ * allow_image_paths, max_image_bytes, max_image_pixels, max_images, split_variant; NULL = clef_options_default).
  * On success *out's body is the encoded record as JSON, {"input_ids":[...],"questions":[{"question_id",
  * "question_type","question_span","option_spans","option_ids"},...]} (plus "images" / "videos" when the
  * request has some), and input_tokens its length; returns 0. Else the error body clef_job_prepare
  * would give, and -1. Free *out with clef_result_free. */
 CLEF_API int clef_encode_request(const clef_options *o, const char *body, size_t len, clef_result *out);
+
+/* The routing key (docs/serving.md "The routing key"): one value per state as the model sees it, so
+ * that a gateway hashing on it sends the requests the state cache can share to one replica. Two
+ * requests whose records the cache keys alike (the same token ids up to the last 64-aligned token of
+ * the state, the same images and video frames) always get the same key; so do the same state asked
+ * other questions. It is the SHA-256 of the tag "clef-state-key/v1", the state's token ids (PREFIX +
+ * MEDIA + STATE up to that boundary, or the whole state when it has no cacheable prefix) and the
+ * SHA-256 of every image's and video frame group's grid and pixels, as 64 lowercase hex digits. It
+ * depends on the options that change the record (max_length, image_tile, split_variant): compute it
+ * with the serving engine's.
+ *
+ * clef_state_key: from the tokenizer alone, as clef_encode_request (the same steps, refusals and
+ * options; o->model_dir/tokenizer.json is the only file read, and kept for the next call on the same
+ * file). On success *out's body is the key (CLEF_STATE_KEY_LEN characters, NUL-terminated) and
+ * input_tokens the record's length; returns 0. Else the error body clef_job_prepare would give, and
+ * -1. Free *out with clef_result_free. */
+#define CLEF_STATE_KEY_LEN 64
+CLEF_API int clef_state_key(const clef_options *o, const char *body, size_t len, clef_result *out);
+/* The same key for a prepared job (what `clef serve` echoes as X-Clef-State-Key): key gets the 64 hex
+ * digits and a NUL (key_len >= CLEF_STATE_KEY_LEN + 1). The media hashes are computed once per job
+ * and shared with the state cache's lookup. Returns 0, or -1 (out of memory, key_len too small). Like
+ * clef_job_prepare, it may run on any thread, not concurrently with a clef_run_batch holding j. */
+CLEF_API int clef_job_state_key(clef_job *j, char *key, size_t key_len);
 
 /* Debugging: when set, the next forwards write each layer's hidden rows as raw float32 files into
  * dir (NULL turns it off). */

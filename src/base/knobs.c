@@ -10,14 +10,16 @@
 const clef_knob_info clef_knob_table[] = {
     {"CLEF_DEVICE", "unset (auto: CUDA when built with it and a GPU is present, else CPU)",
      "the backend when the caller asks for device auto (clef batch / serve): cpu or cuda", "user", "clef_knobs"},
-    {"CLEF_PRECISION", "fp32", "the CUDA precision when the caller asks for device auto: fp32, fast or bf16",
+    {"CLEF_PRECISION", "fp32", "the precision when the caller asks for device auto: fp32, fast, bf16 or int8 (int8: CPU only)",
      "user", "clef_knobs"},
     {"CLEF_CPU_CACHE_MB", "1024", "MiB the CPU backend holds for activation buffers, kept for the next forward (0: none)",
      "user", "clef_knobs"},
     {"CLEF_CUDA_POOL_MB", "1024", "MiB of the CUDA arena's first block (grown on demand)", "user", "clef_knobs"},
     {"CLEF_LINEAR", "unset", "=double: every Linear and the attention accumulate in double (the parity path)",
      "diagnostic", "clef_knobs"},
-    {"CLEF_GEMM", "unset (the fastest exact kernel: amx > avx512 > avx2 > ref)",
+    {"CLEF_UNGATED", "unset", "=int8: clef_open runs the int8 precision although it did not pass its fidelity gate (for measuring it)",
+     "diagnostic", "clef_knobs"},
+    {"CLEF_GEMM", "unset (the fastest exact kernel: amx; else avx512 or avx2, whichever a short timing finds faster; ref)",
      "=ref|avx2|avx512|amx: the CPU GEMM kernel, when this CPU runs it", "diagnostic", "clef_knobs"},
     {"CLEF_AMX_PACKED", "1", "=0: the AMX kernel packs weights per call instead of once at load",
      "diagnostic", "clef_knobs"},
@@ -79,6 +81,7 @@ void clef_knobs_parse(clef_knobs *k, const char *(*lookup)(const char *name, voi
         k->precision = is(v, "fp32")   ? CLEF_KNOB_PRECISION_FP32
                        : is(v, "fast") ? CLEF_KNOB_PRECISION_FAST
                        : is(v, "bf16") ? CLEF_KNOB_PRECISION_BF16
+                       : is(v, "int8") ? CLEF_KNOB_PRECISION_INT8
                                        : CLEF_KNOB_BAD;
         snprintf(k->precision_raw, sizeof k->precision_raw, "%s", v);
     }
@@ -91,6 +94,7 @@ void clef_knobs_parse(clef_knobs *k, const char *(*lookup)(const char *name, voi
     v = lookup("CLEF_CUDA_POOL_MB", ctx);
     if (v && atol(v) > 0) k->cuda_pool_mb = atol(v);
     k->linear_double = is(lookup("CLEF_LINEAR", ctx), "double");
+    k->ungated_int8 = is(lookup("CLEF_UNGATED", ctx), "int8");
     v = lookup("CLEF_GEMM", ctx);
     if (v && strlen(v) < sizeof k->gemm) snprintf(k->gemm, sizeof k->gemm, "%s", v);
     k->amx_packed = !is(lookup("CLEF_AMX_PACKED", ctx), "0");

@@ -17,12 +17,12 @@
 
 enum { CLEF_KNOB_UNSET = 0, CLEF_KNOB_BAD = -1 };
 enum { CLEF_KNOB_DEVICE_CPU = 1, CLEF_KNOB_DEVICE_CUDA = 2 };      /* clef_knobs.device */
-enum { CLEF_KNOB_PRECISION_FP32 = 1, CLEF_KNOB_PRECISION_FAST = 2, CLEF_KNOB_PRECISION_BF16 = 3 }; /* clef_knobs.precision */
+enum { CLEF_KNOB_PRECISION_FP32 = 1, CLEF_KNOB_PRECISION_FAST = 2, CLEF_KNOB_PRECISION_BF16 = 3, CLEF_KNOB_PRECISION_INT8 = 4 }; /* clef_knobs.precision */
 
 typedef struct clef_knobs {
     /* ---- user-facing ---- */
     int device;             /* CLEF_DEVICE=cpu|cuda (device auto only): CLEF_KNOB_DEVICE_*, UNSET or BAD */
-    int precision;          /* CLEF_PRECISION=fp32|fast|bf16 (device auto only): CLEF_KNOB_PRECISION_*, UNSET, BAD */
+    int precision;          /* CLEF_PRECISION=fp32|fast|bf16|int8 (device auto only): CLEF_KNOB_PRECISION_*, UNSET, BAD */
     char device_raw[32];    /* the values as given (truncated), for the error message */
     char precision_raw[32];
     long long cpu_cache_mb; /* CLEF_CPU_CACHE_MB: MiB of freed CPU activation buffers kept; -1 = default */
@@ -30,6 +30,7 @@ typedef struct clef_knobs {
 
     /* ---- diagnostic (measuring, parity, dispatch tests) ---- */
     int linear_double;      /* CLEF_LINEAR=double: every Linear (and the attention) in double */
+    int ungated_int8;       /* CLEF_UNGATED=int8: open the int8 precision although it failed its gate */
     char gemm[16];          /* CLEF_GEMM=ref|avx2|avx512|amx: the CPU GEMM kernel ("" = auto) */
     int amx_packed;         /* CLEF_AMX_PACKED: 1 (default) = AMX weights packed at load, 0 = per call */
     int arena_poison;       /* CLEF_ARENA_POISON=1: every CPU activation block handed out is filled with NaN */

@@ -5,8 +5,9 @@
 #include <unistd.h>
 
 struct clef_pool {
-    int n;                  /* workers including the caller */
-    pthread_t *tids;        /* n - 1 */
+    int n;                  /* pieces of a job: the workers asked for, the caller included */
+    int live;               /* workers that exist, the caller included: 1 .. n (after a fork, 1) */
+    pthread_t *tids;        /* n - 1; tids[w - 1] valid for w < live */
     pthread_mutex_t call;   /* serializes clef_pool_for */
     pthread_mutex_t mu;
     pthread_cond_t go, done;
@@ -17,9 +18,73 @@ struct clef_pool {
     size_t jn, jgrain;
     clef_range_fn fn;
     void *ctx;
+    struct clef_pool *next; /* the list of live pools (fork handlers) */
 };
 
-typedef struct { clef_pool *p; int w; } worker_arg;
+typedef struct { clef_pool *p; int w; unsigned long seen; } worker_arg;
+
+/* ---- fork
+ * A child of fork() has one thread: the pools' helpers stay in the parent. So that a child never
+ * waits on a worker that does not exist, and can still use an engine opened before the fork (the
+ * model's pages shared copy-on-write), every pool is listed here and pthread_atfork's handlers
+ * take each pool's locks before the fork (a parallel-for in flight finishes first) and hand them
+ * back after; in the child they also reset the pool to its caller alone (live = 1), and the next
+ * clef_pool_for starts the helpers again (or, when it cannot, runs their pieces itself: the same
+ * pieces, the same bits). */
+static pthread_mutex_t g_pools_mu = PTHREAD_MUTEX_INITIALIZER;
+static clef_pool *g_pools;
+static pthread_once_t g_fork_once = PTHREAD_ONCE_INIT;
+
+static void fork_prepare(void) {
+    pthread_mutex_lock(&g_pools_mu);
+    for (clef_pool *p = g_pools; p; p = p->next) {
+        pthread_mutex_lock(&p->call);
+        pthread_mutex_lock(&p->mu);
+    }
+}
+
+static void fork_parent(void) {
+    for (clef_pool *p = g_pools; p; p = p->next) {
+        pthread_mutex_unlock(&p->mu);
+        pthread_mutex_unlock(&p->call);
+    }
+    pthread_mutex_unlock(&g_pools_mu);
+}
+
+static void fork_child(void) {
+    for (clef_pool *p = g_pools; p; p = p->next) {
+        p->live = 1;
+        p->pending = 0;
+        /* the helpers that waited on these did not come along: fresh ones (glibc's init only clears) */
+        pthread_cond_init(&p->go, NULL);
+        pthread_cond_init(&p->done, NULL);
+        pthread_mutex_unlock(&p->mu);
+        pthread_mutex_unlock(&p->call);
+    }
+    pthread_mutex_unlock(&g_pools_mu);
+}
+
+static void fork_register(void) { pthread_atfork(fork_prepare, fork_parent, fork_child); }
+
+static void list_add(clef_pool *p) {
+    pthread_once(&g_fork_once, fork_register);
+    pthread_mutex_lock(&g_pools_mu);
+    p->next = g_pools;
+    g_pools = p;
+    pthread_mutex_unlock(&g_pools_mu);
+}
+
+static void list_remove(clef_pool *p) {
+    pthread_mutex_lock(&g_pools_mu);
+    for (clef_pool **q = &g_pools; *q; q = &(*q)->next)
+        if (*q == p) {
+            *q = p->next;
+            break;
+        }
+    pthread_mutex_unlock(&g_pools_mu);
+}
+
+/* ---- the pool */
 
 void clef_pool_piece(size_t n, size_t grain, int nthreads, int w, size_t *begin, size_t *end) {
     if (grain == 0) grain = 1;
@@ -46,8 +111,8 @@ static void *worker_main(void *arg) {
     worker_arg *wa = arg;
     clef_pool *p = wa->p;
     int w = wa->w;
+    unsigned long seen = wa->seen; /* the job before its start: it never runs an older one */
     free(wa);
-    unsigned long seen = 0;
     pthread_mutex_lock(&p->mu);
     for (;;) {
         while (!p->quit && p->gen == seen) pthread_cond_wait(&p->go, &p->mu);
@@ -62,6 +127,25 @@ static void *worker_main(void *arg) {
     return NULL;
 }
 
+/* Starts helpers live .. n-1 (no job runs: `call` held, or the pool not yet shared). Returns 0
+ * when all started; else the ones that did are kept. */
+static int start_helpers(clef_pool *p) {
+    while (p->live < p->n) {
+        int w = p->live;
+        worker_arg *wa = malloc(sizeof *wa);
+        if (!wa) return -1;
+        wa->p = p;
+        wa->w = w;
+        wa->seen = p->gen;
+        if (pthread_create(&p->tids[w - 1], NULL, worker_main, wa) != 0) {
+            free(wa);
+            return -1;
+        }
+        p->live = w + 1;
+    }
+    return 0;
+}
+
 clef_pool *clef_pool_create(int nthreads, clef_err *err) {
     if (nthreads <= 0) {
         long c = sysconf(_SC_NPROCESSORS_ONLN);
@@ -70,7 +154,7 @@ clef_pool *clef_pool_create(int nthreads, clef_err *err) {
     if (nthreads > CLEF_POOL_MAX_THREADS) nthreads = CLEF_POOL_MAX_THREADS;
     clef_pool *p = calloc(1, sizeof *p);
     if (!p) { clef_err_set(err, CLEF_E_OOM, "out of memory creating the thread pool"); return NULL; }
-    p->n = 1;
+    p->n = p->live = 1;
     pthread_mutex_init(&p->call, NULL);
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->go, NULL);
@@ -78,30 +162,27 @@ clef_pool *clef_pool_create(int nthreads, clef_err *err) {
     if (nthreads > 1) {
         p->tids = calloc((size_t)nthreads - 1, sizeof *p->tids);
         if (!p->tids) { clef_pool_destroy(p); clef_err_set(err, CLEF_E_OOM, "out of memory creating the thread pool"); return NULL; }
-        for (int w = 1; w < nthreads; w++) {
-            worker_arg *wa = malloc(sizeof *wa);
-            if (!wa) { clef_pool_destroy(p); clef_err_set(err, CLEF_E_OOM, "out of memory creating the thread pool"); return NULL; }
-            wa->p = p;
-            wa->w = w;
-            if (pthread_create(&p->tids[w - 1], NULL, worker_main, wa) != 0) {
-                free(wa);
-                clef_pool_destroy(p);
-                clef_err_set(err, CLEF_E_INTERNAL, "could not start thread %d of %d", w, nthreads);
-                return NULL;
-            }
-            p->n = w + 1;
+        p->n = nthreads;
+        if (start_helpers(p) != 0) {
+            int started = p->live;
+            p->n = p->live; /* destroy joins what started */
+            clef_pool_destroy(p);
+            clef_err_set(err, CLEF_E_INTERNAL, "could not start thread %d of %d", started, nthreads);
+            return NULL;
         }
     }
+    list_add(p);
     return p;
 }
 
 void clef_pool_destroy(clef_pool *p) {
     if (!p) return;
+    list_remove(p);
     pthread_mutex_lock(&p->mu);
     p->quit = 1;
     pthread_cond_broadcast(&p->go);
     pthread_mutex_unlock(&p->mu);
-    for (int w = 1; w < p->n; w++) pthread_join(p->tids[w - 1], NULL);
+    for (int w = 1; w < p->live; w++) pthread_join(p->tids[w - 1], NULL);
     free(p->tids);
     pthread_cond_destroy(&p->go);
     pthread_cond_destroy(&p->done);
@@ -119,16 +200,18 @@ void clef_pool_for(clef_pool *p, size_t n, size_t grain, clef_range_fn fn, void 
         return;
     }
     pthread_mutex_lock(&p->call);
+    if (p->live < p->n) start_helpers(p); /* after a fork; what cannot start, the caller runs below */
     pthread_mutex_lock(&p->mu);
     p->jn = n;
     p->jgrain = grain ? grain : 1;
     p->fn = fn;
     p->ctx = ctx;
-    p->pending = p->n - 1;
+    p->pending = p->live - 1;
     p->gen++;
     pthread_cond_broadcast(&p->go);
     pthread_mutex_unlock(&p->mu);
     run_piece(p, 0);
+    for (int w = p->live; w < p->n; w++) run_piece(p, w); /* helpers that could not start */
     pthread_mutex_lock(&p->mu);
     while (p->pending > 0) pthread_cond_wait(&p->done, &p->mu);
     pthread_mutex_unlock(&p->mu);

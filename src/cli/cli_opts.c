@@ -9,10 +9,11 @@
 #include <unistd.h>
 
 #include "base/knobs.h"
+#include "clef.h"
 #include "serve/scheduler.h"
 
 const char *const cli_device_choices[] = {"auto", "cpu", "cuda", NULL};
-const char *const cli_precision_choices[] = {"fp32", "fast", "bf16", NULL}; /* CLEF_PRECISION_* order */
+const char *const cli_precision_choices[] = {"fp32", "fast", "bf16", "int8", NULL}; /* CLEF_PRECISION_* order */
 const char *const cli_split_choices[] = {"file", "qwen2", "qwen35", NULL};
 const char *const cli_tile_choices[] = {"0", "256", "448", NULL};
 const int cli_tile_values[] = {0, 256, 448};
@@ -240,4 +241,9 @@ void cli_progress_end(cli_progress *p) {
 
 void cli_progress_cb(void *ctx, uint64_t done, uint64_t total) {
     cli_progress_draw(ctx, done, total, NULL, done >= total);
+}
+
+void cli_engine_note(const char *verb, const clef_engine *e) {
+    const char *n = clef_engine_note(e);
+    if (n) fprintf(stderr, "clef %s: note: %s\n", verb, n);
 }

@@ -92,7 +92,7 @@ int cli_set_value(const cli_opt *opt, const char *value, char *why, size_t why_l
 /* ---- flags shared by several verbs: one definition each ---- */
 
 extern const char *const cli_device_choices[];    /* auto cpu cuda: CLEF_DEVICE_* */
-extern const char *const cli_precision_choices[]; /* fp32 fast: CLEF_PRECISION_* */
+extern const char *const cli_precision_choices[]; /* fp32 fast bf16 int8: CLEF_PRECISION_* */
 extern const char *const cli_split_choices[];     /* file qwen2 qwen35: clef_options.split_variant */
 extern const char *const cli_tile_choices[];      /* 0 256 448 */
 extern const int cli_tile_values[];
@@ -108,9 +108,9 @@ extern const int cli_tile_values[];
      .choices = cli_device_choices, .env = "CLEF_DEVICE",                                                  \
      .help = "compute backend; auto = CUDA when built with it and a GPU is present, else the CPU"}
 #define CLI_OPT_PRECISION(p)                                                                               \
-    {.name = "--precision", .kind = CLI_ENUM, .dst = (p), .arg = "fp32|fast|bf16", .def = "fp32",         \
+    {.name = "--precision", .kind = CLI_ENUM, .dst = (p), .arg = "fp32|fast|bf16|int8", .def = "fp32",    \
      .choices = cli_precision_choices, .env = "CLEF_PRECISION",                                            \
-     .help = "fp32 = the parity path; fast = two-term bf16 GEMMs on CUDA; bf16 = one-term (the CPU ignores both)"}
+     .help = "fp32 = exact; fast / bf16 = two / one bf16 terms (CUDA; the CPU runs fp32 and says so); int8 = CPU int8, refused until it passes its gate"}
 #define CLI_OPT_GPU(p)                                                                                     \
     {.name = "--gpu", .kind = CLI_INT, .dst = (p), .arg = "N", .lo = 0, .hi = 1023, .def = "0",           \
      .help = "CUDA device index"}
@@ -136,6 +136,10 @@ extern const int cli_tile_values[];
     {.name = "--split", .kind = CLI_ENUM, .dst = (p), .arg = "file|qwen2|qwen35", .def = "file",          \
      .choices = cli_split_choices,                                                                         \
      .help = "pre-tokenizer split: the regex tokenizer.json names, or a forced variant"}
+/* Prints "clef VERB: note: ..." on stderr when the engine runs other than asked (clef_engine_note). */
+struct clef_engine;
+void cli_engine_note(const char *verb, const struct clef_engine *e);
+
 /* --model --threads --device --precision --gpu, into a clef_options: every verb that runs the model. */
 #define CLI_OPTS_ENGINE(o)                                                                                 \
     CLI_OPT_MODEL(&(o)->model_dir), CLI_OPT_THREADS(&(o)->threads), CLI_OPT_DEVICE(&(o)->device),          \

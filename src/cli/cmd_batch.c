@@ -650,6 +650,7 @@ int cmd_batch(int argc, char **argv) {
         rc = 3;
         goto early;
     }
+    cli_engine_note("batch", e);
     signal(SIGINT, on_stop);
     signal(SIGTERM, on_stop);
     rc = run_requests(e, &f, batch_tokens, max_batch, max_line); /* 3 */

@@ -106,6 +106,7 @@ int cmd_bench(int argc, char **argv) {
         fprintf(stderr, "clef: %s\n", err);
         return 3;
     }
+    cli_engine_note("bench", e);
     int rc = 0;
     if (prime) {
         int32_t pids[4096];

@@ -43,6 +43,7 @@ int cmd_decide(int argc, char **argv) {
         free(body);
         return 3;
     }
+    cli_engine_note("decide", e);
     if (dump) clef_set_dump_dir(e, dump);
     clef_result r;
     int rc = clef_decide(e, body, len, &r);

@@ -27,8 +27,12 @@
 #include "cli/embedded.h"
 #include "cli/read_input.h"
 
-/* The thresholds (docs/fidelity.md, "The gate"). */
+/* The thresholds (docs/fidelity.md, "The gate"). fp32 and fast: */
 #define GATE_MAX_DP 1e-4          /* max |p - p_ref| over every option of every run of an arm */
+/* The reduced precisions (bf16, int8: --precision), issue 34's bar: their own rounding moves
+ * probabilities by more than a 4th-decimal unit, so bytes are reported, not required. */
+#define GATE_REDUCED_MAX_DP 5e-2  /* max |p - p_ref| */
+#define GATE_REDUCED_ARGMAX 0.98  /* the share of questions whose argmax must agree */
 #define GATE_ROUND_UNIT 1e-4      /* a response number may differ by one unit of the 4th decimal */
 #define GATE_FIXTURE_SCHEMA "coreai-clef-flash-fixtures/1"
 
@@ -38,20 +42,25 @@ enum { N_ARMS = 4 };
 static void usage(FILE *f) {
     fprintf(f,
             "usage: clef gate --model DIR [--fixture F] [--images DIR] [--arm text|g256|g448|native]\n"
-            "                 [--threads N] [--device auto|cpu|cuda] [--verbose]\n"
+            "                 [--threads N] [--device auto|cpu|cuda] [--precision fp32|fast|bf16|int8] [--verbose]\n"
             "\n"
             "Runs a readout fixture (default: the author's fp32 readout of clef-flash on the release weights,\n"
             "216 records / 254 runs, built into clef) through the engine and prints, per arm, the runs\n"
             "compared, responses byte-equal, max |dp| against the fixture's probabilities and argmax\n"
             "agreement, with pass/fail against the thresholds of docs/fidelity.md. Text arms need only the\n"
             "weights; image arms (g256, g448, native) run when --images DIR holds the images the fixture\n"
-            "names (checked against their sha256) and are skipped otherwise. Exit 0 pass, 1 fail.\n");
+            "names (checked against their sha256) and are skipped otherwise. --precision runs the engine in\n"
+            "that precision; bf16 and int8 are held to max |dp| <= 5e-2 and argmax on >= 98%% of questions,\n"
+            "responses not required byte-equal (p99 |dp| reported). Exit 0 pass, 1 fail.\n");
 }
 
 typedef struct arm_stats {
-    int runs_total, runs_run, runs_skipped, bytes_equal, bytes_rounding, errors;
+    int runs_total, runs_run, runs_skipped, bytes_equal, bytes_rounding, bytes_other, errors;
     int q_total, q_argmax_same, q_argmax_tie;
     double max_dp;
+    double *dps;    /* every option's |dp|, for the p99 */
+    size_t n_dps, cap_dps;
+    int dps_oom;
     char worst[96]; /* run/question of max_dp */
     int failed;     /* a run that broke a rule other than the figures (error, structure) */
 } arm_stats;
@@ -153,6 +162,7 @@ typedef struct gate {
     const json_value *records, *runs, *images;
     const char *images_dir;
     int verbose, n_reported;
+    int reduced; /* bf16 / int8: the reduced precisions' thresholds */
     clef_options base;
 } gate;
 
@@ -314,6 +324,13 @@ static void run_one(gate *g, clef_engine *e, const json_value *run, const char *
                 break;
             }
             double dp = fabs(p - pr);
+            if (st->n_dps == st->cap_dps && !st->dps_oom) {
+                size_t nc = st->cap_dps ? 2 * st->cap_dps : 1024;
+                double *nd = realloc(st->dps, nc * sizeof *nd);
+                if (nd) st->dps = nd, st->cap_dps = nc;
+                else st->dps_oom = 1;
+            }
+            if (st->n_dps < st->cap_dps) st->dps[st->n_dps++] = isnan(dp) ? INFINITY : dp;
             if (!(dp <= st->max_dp)) { /* NaN counts as worse than anything */
                 st->max_dp = isnan(dp) ? INFINITY : dp;
                 snprintf(st->worst, sizeof st->worst, "%.40s/%.40s", tag, qid);
@@ -323,7 +340,7 @@ static void run_one(gate *g, clef_engine *e, const json_value *run, const char *
             else if (pr > ref_second) ref_second = pr;
         }
         if (ours_top == ref_top) st->q_argmax_same++;
-        else if (ref_best - ref_second < 2 * GATE_MAX_DP) st->q_argmax_tie++;
+        else if (!g->reduced && ref_best - ref_second < 2 * GATE_MAX_DP) st->q_argmax_tie++;
         else report(g, tag, "argmax differs in question ", qid);
         ans->u.object.n--; /* "raw" is the last member (clef.h); the rest is the reference's response */
     }
@@ -339,6 +356,8 @@ static void run_one(gate *g, clef_engine *e, const json_value *run, const char *
         if (c == 1) {
             st->bytes_rounding++;
             if (g->verbose) fprintf(stderr, "gate: %s: a 4th-decimal rounding difference\n  ours %s\n  ref  %s\n", tag, a.data, b.data);
+        } else if (g->reduced) {
+            st->bytes_other++; /* reported, not a failure: the precision's own rounding */
         } else {
             report(g, tag, "response differs: ", NULL);
             if (g->n_reported <= 20 || g->verbose) fprintf(stderr, "  ours %.600s\n  ref  %.600s\n", a.data, b.data);
@@ -353,7 +372,23 @@ out:
     clef_buf_free(&b);
 }
 
-static int arm_pass(const arm_stats *s) {
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The 99th percentile of the arm's |dp| (nearest rank), NaN when none or out of memory. */
+static double p99(arm_stats *s) {
+    if (!s->n_dps || s->dps_oom) return NAN;
+    qsort(s->dps, s->n_dps, sizeof *s->dps, cmp_double);
+    size_t r = (size_t)ceil(0.99 * (double)s->n_dps);
+    return s->dps[(r ? r : 1) - 1];
+}
+
+static int arm_pass(const gate *g, const arm_stats *s) {
+    if (g->reduced)
+        return s->runs_run > 0 && !s->failed && !s->errors && s->max_dp <= GATE_REDUCED_MAX_DP &&
+               s->q_total > 0 && (double)s->q_argmax_same >= GATE_REDUCED_ARGMAX * (double)s->q_total;
     return s->runs_run > 0 && !s->failed && !s->errors && s->max_dp <= GATE_MAX_DP &&
            s->bytes_equal + s->bytes_rounding == s->runs_run && s->q_argmax_same + s->q_argmax_tie == s->q_total;
 }
@@ -393,6 +428,16 @@ int cmd_gate(int argc, char **argv) {
                 fprintf(stderr, "clef gate: --threads must be a whole number in [0, 4096]\n");
                 return 2;
             }
+        } else if (!strcmp(a, "--precision")) {
+            if (!strcmp(v, "fp32")) g.base.precision = CLEF_PRECISION_FP32;
+            else if (!strcmp(v, "fast")) g.base.precision = CLEF_PRECISION_FAST;
+            else if (!strcmp(v, "bf16")) g.base.precision = CLEF_PRECISION_BF16;
+            else if (!strcmp(v, "int8")) g.base.precision = CLEF_PRECISION_INT8;
+            else {
+                fprintf(stderr, "clef gate: --precision must be fp32, fast, bf16 or int8\n");
+                return 2;
+            }
+            g.reduced = g.base.precision == CLEF_PRECISION_BF16 || g.base.precision == CLEF_PRECISION_INT8;
         } else if (!strcmp(a, "--device")) {
             if (!strcmp(v, "auto")) g.base.device = CLEF_DEVICE_AUTO;
             else if (!strcmp(v, "cpu")) g.base.device = CLEF_DEVICE_CPU;
@@ -461,7 +506,7 @@ int cmd_gate(int argc, char **argv) {
         }
         st[ai].runs_total++;
     }
-    int rc = 0;
+    int rc = 0, printed_backend = 0;
     for (int ai = 0; ai < N_ARMS; ai++) {
         if (!st[ai].runs_total || (only_arm >= 0 && ai != only_arm)) continue;
         if (ai > 0 && !g.images_dir) {
@@ -476,6 +521,7 @@ int cmd_gate(int argc, char **argv) {
         if (!e) {
             fprintf(stderr, "clef gate: %s\n", err);
             clef_json_doc_free(g.doc);
+            for (int k = 0; k < N_ARMS; k++) free(st[k].dps);
             return 3;
         }
         char label[64];
@@ -492,11 +538,14 @@ int cmd_gate(int argc, char **argv) {
                 fprintf(stderr, "gate: %s: %d of %d runs\n", ARMS[ai], done, st[ai].runs_total);
         }
         cli_progress_end(&bar);
-        if (ai == 0) printf("backend: %s\n", clef_engine_backend(e));
+        if (!printed_backend++) {
+            printf("backend: %s\n", clef_engine_backend(e));
+            if (clef_engine_note(e)) printf("note: %s\n", clef_engine_note(e));
+        }
         clef_close(e);
     }
 
-    printf("%-7s %9s %13s %10s %11s  %s\n", "arm", "runs", "bytes-equal", "max|dp|", "argmax", "result");
+    printf("%-7s %9s %13s %10s %10s %11s  %s\n", "arm", "runs", "bytes-equal", "max|dp|", "p99|dp|", "argmax", "result");
     int any = 0;
     for (int ai = 0; ai < N_ARMS; ai++) {
         const arm_stats *s = &st[ai];
@@ -508,24 +557,36 @@ int cmd_gate(int argc, char **argv) {
             continue;
         }
         any = 1;
-        int pass = arm_pass(s);
+        int pass = arm_pass(&g, s);
         if (!pass) rc = 1;
         char eq[32], am[32];
         snprintf(eq, sizeof eq, "%d/%d", s->bytes_equal, s->runs_run);
         snprintf(am, sizeof am, "%d/%d", s->q_argmax_same, s->q_total);
-        printf("%-7s %4d/%-4d %13s %10.3g %11s  %s", ARMS[ai], s->runs_run, s->runs_total, eq, s->max_dp, am,
-               pass ? "pass" : "FAIL");
+        printf("%-7s %4d/%-4d %13s %10.3g %10.3g %11s  %s", ARMS[ai], s->runs_run, s->runs_total, eq, s->max_dp,
+               p99(&st[ai]), am, pass ? "pass" : "FAIL");
         if (s->bytes_rounding) printf("; %d with 4th-decimal rounding differences", s->bytes_rounding);
         if (s->q_argmax_tie) printf("; %d argmax flips on ties under %.0e", s->q_argmax_tie, 2 * GATE_MAX_DP);
         if (s->runs_skipped) printf("; %d runs skipped (images)", s->runs_skipped);
         if (s->errors) printf("; %d engine errors", s->errors);
-        if (s->max_dp > GATE_MAX_DP) printf("; max |dp| over %.0e at %s", GATE_MAX_DP, s->worst);
+        double lim = g.reduced ? GATE_REDUCED_MAX_DP : GATE_MAX_DP;
+        if (s->max_dp > lim) printf("; max |dp| over %.0e at %s", lim, s->worst);
+        if (g.reduced && s->q_total && s->q_argmax_same < GATE_REDUCED_ARGMAX * s->q_total)
+            printf("; argmax agrees on %.1f%% of questions, under %.0f%%", 100.0 * s->q_argmax_same / s->q_total,
+                   100 * GATE_REDUCED_ARGMAX);
+        if (s->bytes_other) printf("; %d responses differ beyond a 4th-decimal unit (allowed in this precision)", s->bytes_other);
         printf("\n");
     }
     if (!any) rc = 1;
-    printf("gate: %s (thresholds, docs/fidelity.md \"The gate\": max |dp| <= %.0e; every response byte-equal "
-           "or one 4th-decimal unit apart; argmax equal where the fixture's top-2 margin >= %.0e)\n",
-           !any ? "FAIL: no run compared" : rc ? "FAIL" : "pass", GATE_MAX_DP, 2 * GATE_MAX_DP);
+    if (g.reduced)
+        printf("gate: %s (precision %s; thresholds, docs/fidelity.md \"The gate\": max |dp| <= %.0e; argmax equal on "
+               ">= %.0f%% of questions; responses reported, not required equal)\n",
+               !any ? "FAIL: no run compared" : rc ? "FAIL" : "pass",
+               g.base.precision == CLEF_PRECISION_INT8 ? "int8" : "bf16", GATE_REDUCED_MAX_DP, 100 * GATE_REDUCED_ARGMAX);
+    else
+        printf("gate: %s (thresholds, docs/fidelity.md \"The gate\": max |dp| <= %.0e; every response byte-equal "
+               "or one 4th-decimal unit apart; argmax equal where the fixture's top-2 margin >= %.0e)\n",
+               !any ? "FAIL: no run compared" : rc ? "FAIL" : "pass", GATE_MAX_DP, 2 * GATE_MAX_DP);
+    for (int ai = 0; ai < N_ARMS; ai++) free(st[ai].dps);
     clef_json_doc_free(g.doc);
     return rc;
 }

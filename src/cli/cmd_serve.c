@@ -9,12 +9,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cli/cmds.h"
 #include "base/bufpool.h"
 #include "cli/cli_opts.h"
 #include "clef.h"
+#include "serve/host_check.h"
 #include "serve/scheduler.h"
 #include "serve/server.h"
 
@@ -44,29 +46,44 @@ static sem_t sig_sem;
 
 static void *signal_main(void *arg) {
     (void)arg;
-    int sig = 0;
-    while (sigwait(&sig_set, &sig) != 0) {
+    for (;;) { /* every signal: the first starts the stop, a second cuts --drain-delay short */
+        int sig = 0;
+        if (sigwait(&sig_set, &sig) != 0) continue;
+        const char *name = sig == SIGTERM ? "SIGTERM" : "SIGINT";
+        if (atomic_load(&sig_phase) == 0) {
+            clef_log_linel("warn", "\"event\":\"signal\",\"signal\":\"%s\",\"phase\":\"loading\",\"exit\":%d", name,
+                           128 + sig);
+            _exit(128 + sig);
+        }
+        atomic_store(&sig_got, sig);
+        sem_post(&sig_sem);
     }
-    const char *name = sig == SIGTERM ? "SIGTERM" : "SIGINT";
-    if (atomic_load(&sig_phase) == 0) {
-        clef_log_linel("warn", "\"event\":\"signal\",\"signal\":\"%s\",\"phase\":\"loading\",\"exit\":%d", name,
-                       128 + sig);
-        _exit(128 + sig);
-    }
-    atomic_store(&sig_got, sig);
-    sem_post(&sig_sem);
     return NULL;
+}
+
+/* Waits until `until` (CLOCK_REALTIME, sem_timedwait's clock) or the next signal. 1: a signal came. */
+static int wait_or_signal(double seconds) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    double t = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9 + seconds;
+    ts.tv_sec = (time_t)t;
+    ts.tv_nsec = (long)((t - (double)ts.tv_sec) * 1e9);
+    for (;;) {
+        if (sem_timedwait(&sig_sem, &ts) == 0) return 1;
+        if (errno == ETIMEDOUT) return 0;
+    }
 }
 
 int cmd_serve(int argc, char **argv) {
     static char key_buf[512];
+    char err[1024];
     clef_server_config sc;
     clef_server_config_default(&sc);
     clef_options o;
     clef_options_default(&o);
     int max_connections = (int)sc.max_connections, timeout = (int)sc.io_timeout_s, quiet = 0;
     int max_pending = 0, client_share = (int)sc.client_share, ka_requests = (int)sc.keepalive_requests;
-    double batch_wait_ms = sc.batch_wait_s * 1e3;
+    double batch_wait_ms = sc.batch_wait_s * 1e3, drain_delay = 0;
     size_t request_pool = (size_t)256 << 20, pixel_budget = (size_t)64 << 20;
     const char *key_file = NULL;
     /* one line per flag, in the order of the old usage text (docs/cli.md has the same table) */
@@ -129,6 +146,8 @@ int cmd_serve(int argc, char **argv) {
          .hi = 3600, .def = "5", .help = "an idle connection between requests is closed after this; 0 = one request per connection"},
         {.name = "--keepalive-requests", .kind = CLI_INT, .dst = &ka_requests, .arg = "N", .lo = 1, .hi = 1048576,
          .def = "1000", .help = "requests per connection; the answer to the last says Connection: close"},
+        {.name = "--drain-delay", .kind = CLI_DOUBLE, .dst = &drain_delay, .arg = "SECONDS", .lo = 0, .hi = 3600,
+         .def = "0", .help = "on SIGTERM, /readyz turns 503 while requests are still answered this long, then the listener closes"},
         {.name = "--prepare-threads", .kind = CLI_INT, .dst = &sc.prepare_threads, .arg = "N", .lo = 0, .hi = 256,
          .def = "0", .help = "threads that parse, tokenize and decode images; 0 = --http-threads"},
         {.name = "--api-key", .kind = CLI_STR, .dst = &sc.api_key, .arg = "KEY",
@@ -139,6 +158,8 @@ int cmd_serve(int argc, char **argv) {
          .help = "/health and /metrics need the key too (default: open)"},
         {.name = "--cors-origin", .kind = CLI_STR, .dst = &sc.cors_origin, .arg = "ORIGIN",
          .help = "answer CORS preflights and add CORS headers for ORIGIN (or *); default off"},
+        {.name = "--allowed-hosts", .kind = CLI_STR, .dst = &sc.allowed_hosts, .arg = "LIST",
+         .help = "Host values answered, else 421: names, addresses, .domain, * (default: loopback names when --host is loopback, else any)"},
         {.name = "--gzip-min", .kind = CLI_SIZE, .dst = &sc.gzip_min, .arg = "BYTES", .lo = 0, .hi = 17179869184.0,
          .def = "1024", .help = "gzip answers of at least BYTES when the client accepts gzip; 0 = never"},
         CLI_OPT_END,
@@ -171,6 +192,10 @@ int cmd_serve(int argc, char **argv) {
         fprintf(stderr, "clef serve: --api-key and --cors-origin take a non-empty value\n");
         return 2;
     }
+    if (clef_host_list_check(sc.allowed_hosts, err, sizeof err) != 0) {
+        fprintf(stderr, "clef serve: %s\n", err);
+        return 2;
+    }
     for (const char *ch = sc.cors_origin; ch && *ch; ch++)
         if ((unsigned char)*ch <= 0x20 || (unsigned char)*ch >= 0x7f) { /* it goes into a response header as it is */
             fprintf(stderr, "clef serve: --cors-origin takes an origin (\"https://host[:port]\") or \"*\": no spaces or control characters\n");
@@ -195,7 +220,6 @@ int cmd_serve(int argc, char **argv) {
     }
     pthread_detach(sig_th);
 
-    char err[1024];
     /* a model folder that is not there: one line, before anything listens */
     char cfg_path[4096];
     snprintf(cfg_path, sizeof cfg_path, "%s/config.json", o.model_dir);
@@ -272,16 +296,25 @@ int cmd_serve(int argc, char **argv) {
     clef_engine_cache_info(e, &ci);
     /* prepared_mb: the backend's own copy of the weights made at open (the CPU's AMX-packed Linear
      * weights; load_ms includes making it) */
+    /* note: where the engine runs other than asked (clef_engine_note: a static line, no quotes) */
+    const char *note = clef_engine_note(e);
     clef_log_line("\"event\":\"ready\",\"load_ms\":%.1f,\"warmup_ms\":%.1f,\"prepared_mb\":%.1f,"
-                  "\"batch_tokens\":%zu,\"max_batch\":%zu,\"queue\":%zu,\"backend\":\"%s\",\"state_cache_mb\":%zu",
+                  "\"batch_tokens\":%zu,\"max_batch\":%zu,\"queue\":%zu,\"backend\":\"%s\",\"state_cache_mb\":%zu%s%s%s",
                   (t1 - t0) * 1e3, (t2 - t1) * 1e3, (double)clef_engine_prepared_bytes(e) / 1048576.0,
-                  sc.batch_tokens, sc.max_batch, sc.queue_len, clef_engine_backend(e), ci.limit >> 20);
+                  sc.batch_tokens, sc.max_batch, sc.queue_len, clef_engine_backend(e), ci.limit >> 20,
+                  note ? ",\"note\":\"" : "", note ? note : "", note ? "\"" : "");
 
     atomic_store(&sig_phase, 1);
     while (sem_wait(&sig_sem) != 0) {
     }
     int sig = atomic_load(&sig_got);
     clef_log_line("\"event\":\"signal\",\"signal\":\"%s\"", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+    if (drain_delay > 0) { /* a balancer sees /readyz fail and stops sending; what it still sends is answered */
+        clef_server_drain(srv, drain_delay);
+        if (wait_or_signal(drain_delay))
+            clef_log_line("\"event\":\"signal\",\"signal\":\"%s\",\"message\":\"the drain delay is cut short\"",
+                          atomic_load(&sig_got) == SIGTERM ? "SIGTERM" : "SIGINT");
+    }
     clef_server_shutdown(srv);
     clef_close(e);
     clef_bufpool_set_process(NULL);

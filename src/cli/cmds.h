@@ -5,6 +5,7 @@
 
 int cmd_tokenize(int argc, char **argv);
 int cmd_encode(int argc, char **argv);
+int cmd_state_key(int argc, char **argv);
 int cmd_respond(int argc, char **argv);
 int cmd_decide(int argc, char **argv);
 int cmd_preprocess(int argc, char **argv);

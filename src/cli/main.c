@@ -15,6 +15,7 @@ static const struct {
     {"respond", cmd_respond, "respond --request F --logits F   the response from given logits"},
     {"preprocess", cmd_preprocess, "preprocess --model DIR --image F   image grid and pixel hash"},
     {"serve", cmd_serve, "serve --model DIR [--host H] [--port N] ...   HTTP server (docs/serving.md)"},
+    {"state-key", cmd_state_key, "state-key --model DIR [--request F|-] [--jsonl]   the routing key of each request"},
     {"batch", cmd_batch, "batch --model DIR IN.jsonl OUT.jsonl   one answer per request line, resumable"},
     {"bench", cmd_bench, "bench --model DIR --tokens N[,N..] [--threads N] [--repeat R]   time the forward"},
     {"version", cmd_version, "version   version, git commit, backends, CPU features (also: clef --version)"},

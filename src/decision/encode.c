@@ -138,48 +138,6 @@ static int kw_int(const json_value *v, const char *name, int64_t *out, clef_err 
     return clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA, "media_kwargs.%s must be a positive integer", name);
 }
 
-/* Entry k's target grid alone puts the prompt over max_length (clef_image_opts.max_tokens): the
- * request ends in SchemaTooLong, as in the reference, unless an error the reference raises earlier
- * applies: a fetch or decoder failure of any entry from k on (the processor decodes every entry
- * first), then a later entry's processing failure (its aspect ratio, say). Those are checked without
- * resizing anything big: each later entry runs with a budget of 1 token, so it stops at its header
- * unless it is a 1-token image. */
-static void over_budget(const json_value *const *entries, size_t k, size_t n, const clef_image_opts *io,
-                        size_t at_least, size_t max_length, clef_err *err) {
-    clef_image_opts o = *io;
-    o.max_tokens = 0;
-    o.over_tokens = NULL;
-    clef_err e;
-    for (size_t j = k; j < n; j++) {
-        if (entries[j]->kind != JSON_STRING) break;
-        clef_err_clear(&e);
-        if (clef_image_decodes(entries[j]->u.string.s, entries[j]->u.string.len, &o, &e)) {
-            *err = e;
-            return;
-        }
-    }
-    size_t dummy = 0;
-    o.max_tokens = 1;
-    o.over_tokens = &dummy;
-    for (size_t j = k + 1; j < n; j++) {
-        if (entries[j]->kind != JSON_STRING) break;
-        clef_image im;
-        clef_err_clear(&e);
-        if (clef_image_prepare(entries[j]->u.string.s, entries[j]->u.string.len, &o, &im, &e)) {
-            if (!e.type || strcmp(e.type, CLEF_E_SCHEMA_TOO_LONG)) {
-                *err = e;
-                return;
-            }
-        } else {
-            clef_image_free(&im);
-        }
-    }
-    clef_err_set(err, CLEF_E_SCHEMA_TOO_LONG,
-                 "schema requires at least %zu tokens before state; maximum is %zu (images[%zu] refused before "
-                 "resizing)",
-                 at_least, max_length, k);
-}
-
 /* list(request.get(x) or []) for images: the entries as JSON values (synthesized ones in `own`). */
 static int media_list(const json_value *v, const char *name, json_doc *own, const json_value ***items, size_t *n,
                       clef_err *err) {
@@ -230,8 +188,8 @@ static int video_later_step(const clef_err *e) {
 /* Decodes every video (request order), then lays out their frame groups after the images' pads in
  * `prefix`, each as its own clef_enc_image of grid (1, h, w) (encode.h). */
 static int encode_videos(const clef_tokenizer *tok, const json_value **entries, size_t n,
-                         const clef_encode_opts *opts, clef_record *out, clef_ids *prefix, size_t *features,
-                         clef_err *err) {
+                         const clef_encode_opts *opts, size_t media_budget, clef_record *out, clef_ids *prefix,
+                         size_t *features, clef_err *err) {
     clef_video_opts vo;
     if (opts && opts->video) {
         vo = *opts->video;
@@ -251,10 +209,15 @@ static int encode_videos(const clef_tokenizer *tok, const json_value **entries, 
     if (!v) return clef_err_set(err, CLEF_E_OOM, "out of memory");
     int rc = -1;
     size_t groups = 0, tokens = 0;
-    const size_t budget = vo.max_tokens;
+    /* ours: the video tokens of the whole request, within what the images left of max_length */
+    const size_t budget = vo.max_tokens < media_budget ? vo.max_tokens : media_budget;
     for (size_t k = 0; k < n; k++) {
+        if (opts && opts->stop && opts->stop(opts->stop_ctx)) {
+            clef_err_set(err, CLEF_E_DEADLINE, "the engine stopped preparing requests (shutting down)");
+            goto done;
+        }
         clef_video_opts o = vo;
-        o.max_tokens = budget - tokens; /* ours: the video tokens of the whole request */
+        o.max_tokens = budget - tokens;
         const json_value *e = entries[k];
         if (clef_video_prepare(e->u.string.s, e->u.string.len, &o, &v[k], err)) {
             if (video_later_step(err)) {
@@ -400,13 +363,124 @@ typedef struct {
     int several;     /* an entry is several processor images (an animated GIF's frames) */
 } image_count;
 
+/* Ours, before any entry is decoded: every image entry costed from its header (clef_image_probe_entry),
+ * with running totals of the request's decoded pixels, image tokens and the prompt they make. Returns
+ * 0 when the request is within its budget: the entries are then processed as the reference does (its
+ * order of errors exactly), which holds at most max_length tokens of pixel arrays. Returns 1 when it
+ * can never fit: out->images then holds every entry's grid from its header, no pixel array is built,
+ * and the caller lays the prompt out from those grids, so the reference's own error (a later entry's
+ * patchify failure, SchemaTooLong with its count, MediaTokenMismatch) is still what the request gets,
+ * without the work. -1: refused here (the entries' count or decoded pixels over our caps; an entry's
+ * fetch or header failure, or its aspect ratio, when the entries before it are already over the
+ * budget: the reference would have reported it before its SchemaTooLong). */
+static int cost_images(const json_value **entries, size_t n, const clef_image_opts *io, size_t fixed_now,
+                       size_t max_length, const clef_encode_opts *opts, clef_record *out, clef_err *err) {
+    size_t max_images = io->max_images ? io->max_images : max_length / CLEF_IMAGE_MIN_TOKENS_PER_IMAGE;
+    if (max_images < 1) max_images = 1;
+    if (n > max_images && io->max_images)
+        return clef_err_set(err, CLEF_E_LIMIT, "the request has %zu images; the limit is %zu", n, max_images);
+    if (n > max_images)
+        return clef_err_set(err, CLEF_E_LIMIT,
+                            "the request has %zu images; the limit is %zu (each image takes at least %d of the %zu "
+                            "tokens)",
+                            n, max_images, CLEF_IMAGE_MIN_TOKENS_PER_IMAGE, max_length);
+    const int64_t max_pixels = io->max_source_pixels > 0 && io->max_source_pixels < INT64_MAX / CLEF_IMAGE_REQUEST_PIXELS_FACTOR
+                                   ? io->max_source_pixels * CLEF_IMAGE_REQUEST_PIXELS_FACTOR
+                                   : INT64_MAX;
+    const int merge = io->merge_size > 0 ? io->merge_size : 2;
+    clef_image_probe *pr = calloc(n, sizeof *pr);
+    if (!pr) return clef_err_set(err, CLEF_E_OOM, "out of memory");
+    int rc = -1;
+    size_t stop = n, aspect = n; /* the first entry that fails at its fetch/header, at its processing */
+    clef_err stop_err, aspect_err;
+    clef_err_clear(&stop_err);
+    clef_err_clear(&aspect_err);
+    int64_t pixels = 0;
+    for (size_t k = 0; k < n; k++) {
+        if (opts && opts->stop && opts->stop(opts->stop_ctx)) {
+            clef_err_set(err, CLEF_E_DEADLINE, "the engine stopped preparing requests (shutting down)");
+            goto done;
+        }
+        if (entries[k]->kind != JSON_STRING) {
+            stop = k;
+            default_media(NULL, k, entries[k], io, NULL, &stop_err);
+            break;
+        }
+        clef_err e;
+        clef_err_clear(&e);
+        int r = clef_image_probe_entry(entries[k]->u.string.s, entries[k]->u.string.len, io, &pr[k], &e);
+        if (r == -1 && e.type && !strcmp(e.type, CLEF_E_OOM)) { /* reported, never absorbed by a retry */
+            *err = e;
+            goto done;
+        }
+        if (r == -1) {
+            stop = k;
+            stop_err = e;
+            break;
+        }
+        if (r == -2) {
+            if (aspect == n) aspect = k, aspect_err = e;
+            memset(&pr[k], 0, sizeof pr[k]);
+            continue;
+        }
+        pixels += pr[k].pixels;
+        if (pixels > max_pixels) {
+            clef_err_set(err, CLEF_E_LIMIT,
+                         "the request's images decode to over %lld pixels (images[0..%zu]); the limit is %lld",
+                         (long long)max_pixels, k, (long long)max_pixels);
+            goto done;
+        }
+    }
+    /* The prompt's image tokens as the processor lays them out (encode_images below: with an animated
+     * GIF first, placeholder k takes processor image k's tokens), and the tokens of the pixel arrays
+     * the entries would hold (an animated GIF's frames hold none: such a request is always refused). */
+    size_t prompt = fixed_now, arrays = 0, k = 0;
+    const int gif_first = stop > 0 && pr[0].n_frames > 1;
+    for (size_t j = 0; j < stop; j++) {
+        size_t m = gif_first ? (pr[j].n_frames > 1 ? (size_t)pr[j].n_frames : CLEF_DECODED_CHANNELS) : 1;
+        for (size_t r = 0; r < m && k < stop; r++, k++) prompt += pr[j].tokens;
+        if (pr[j].n_frames == 1) arrays += pr[j].tokens;
+    }
+    if (prompt <= max_length && arrays <= max_length) {
+        rc = 0; /* within the budget: the reference's path */
+        goto done;
+    }
+    if (stop < n) {
+        *err = stop_err;
+        goto done;
+    }
+    if (aspect < n) {
+        *err = aspect_err;
+        goto done;
+    }
+    for (size_t j = 0; j < n; j++) {
+        clef_image *im = &out->images[j].image;
+        im->grid_t = 1;
+        im->grid_h = pr[j].grid_h;
+        im->grid_w = pr[j].grid_w;
+        im->n_images = pr[j].n_frames;
+        im->patch_dim = (size_t)3 * io->temporal_patch_size * io->patch_size * io->patch_size;
+        im->n_patches = (size_t)pr[j].n_frames * (size_t)pr[j].grid_h * (size_t)pr[j].grid_w;
+        im->pixel_values = NULL;
+        if (pr[j].grid_h % merge || pr[j].grid_w % merge) {
+            clef_err_set(err, CLEF_E_INTERNAL, "images[%zu]: bad grid %dx%d", j, pr[j].grid_h, pr[j].grid_w);
+            goto done;
+        }
+    }
+    rc = 1;
+done:
+    free(pr);
+    return rc;
+}
+
 /* The image entries (n_entries > 0; out->images allocated): media_kwargs, every entry through the
  * media function first (the processor decodes all of them, then resizes, then patchifies), the
  * placeholders' token counts, then each entry's <|vision_start|> pads <|vision_end|> appended to the
  * prefix. `fixed` holds the schema's and suffix's lengths (for the budget message). */
 static int encode_images(const clef_tokenizer *tok, const clef_request *req, const clef_encode_opts *opts,
                          const json_value **entries, size_t n_entries, size_t max_length, size_t fixed,
-                         clef_record *out, clef_ids *prefix, image_count *ic, clef_err *err) {
+                         clef_record *out, clef_ids *prefix, image_count *ic, int *unpaid, size_t *unpushed,
+                         clef_err *err) {
     size_t *placeholder = NULL; /* tokens of each entry's placeholder when the first entry is several images */
     int rc = -1;
     clef_image_opts io;
@@ -438,24 +512,35 @@ static int encode_images(const clef_tokenizer *tok, const clef_request *req, con
     }
     clef_media_fn fn = opts && opts->media ? opts->media : default_media;
     void *ctx = opts && opts->media ? opts->media_ctx : NULL;
+    if (fn == default_media) {
+        int c = cost_images(entries, n_entries, &io, prefix->n + fixed + 2 * n_entries, max_length, opts, out, err);
+        if (c < 0) goto done;
+        if (c > 0) { /* over the budget: the grids from the headers, no pixels */
+            *unpaid = 1;
+            out->n_images = n_entries;
+            for (size_t k = 0; k < n_entries; k++) {
+                clef_enc_image *im = &out->images[k];
+                im->n_pad = (size_t)(im->image.grid_h / merge) * (size_t)(im->image.grid_w / merge);
+                if (im->image.n_images > 1) ic->several = 1;
+            }
+            goto layout;
+        }
+    }
     /* every entry first: the processor decodes all of them, then resizes, then patchifies */
     for (size_t k = 0; k < n_entries; k++) {
+        if (opts && opts->stop && opts->stop(opts->stop_ctx)) {
+            clef_err_set(err, CLEF_E_DEADLINE, "the engine stopped preparing requests (shutting down)");
+            goto done;
+        }
         clef_enc_image *im = &out->images[k];
-        /* The most tokens this entry's target grid may take before it is resized: the whole budget,
-         * and never less than the processor's default max_pixels gives (16384 tokens), so that
-         * requests within the processor's defaults take the reference's path and its exact error
-         * (its later-entry errors, its count) unchanged; a grid over it can never fit. Off after a
-         * several-image entry, whose frames then take the placeholders. fixed_now: a lower bound
-         * of the prompt's fixed part without this entry, for the message. */
-        size_t fixed_now = prefix->n + fixed + 2 * n_entries + 1;
-        for (size_t j = 0; j < k; j++) fixed_now += out->images[j].n_pad;
-        size_t over = 0;
+        /* A bound on this entry's target grid before it is resized, for a media function of a test
+         * (cost_images has already found every entry within the budget): the whole budget, and never
+         * less than the processor's default max_pixels gives (16384 tokens). Off after a
+         * several-image entry, whose frames then take the placeholders. */
         io.max_tokens = ic->several ? 0 : max_length > CLEF_IMAGE_TOKENS_ALWAYS ? max_length : CLEF_IMAGE_TOKENS_ALWAYS;
-        io.over_tokens = &over;
+        io.over_tokens = NULL;
         if (fn(ctx, k, entries[k], &io, &im->image, err)) {
-            if (fn == default_media && over && err && err->type && !strcmp(err->type, CLEF_E_SCHEMA_TOO_LONG))
-                over_budget(entries, k, n_entries, &io, fixed_now + over, max_length, err);
-            else if (fn == default_media) first_decoder_failure(entries, k, n_entries, &io, err);
+            if (fn == default_media) first_decoder_failure(entries, k, n_entries, &io, err);
             goto done;
         }
         out->n_images = k + 1;
@@ -467,6 +552,7 @@ static int encode_images(const clef_tokenizer *tok, const clef_request *req, con
         im->n_pad = (size_t)t * (size_t)(h / merge) * (size_t)(w / merge);
         if (im->image.n_images > 1) ic->several = 1;
     }
+layout:
     if (out->images[0].image.n_images > 1) {
         /* The first entry is several images (an animated GIF's frames, [F, 3, H, W]): the processor's
          * make_flat_list_of_images then splits the first axis of every entry, so a later single
@@ -495,6 +581,18 @@ static int encode_images(const clef_tokenizer *tok, const clef_request *req, con
                 goto done;
             }
             ic->features += out->images[k].n_pad;
+        }
+    }
+    if (*unpaid) {
+        /* over the budget from the headers: a prefix that alone passes max_length is only counted (its
+         * pads could be billions: min_pixels = max_pixels = 2^40), for the caller's SchemaTooLong */
+        size_t media = 0;
+        for (size_t k = 0; k < n_entries; k++) media += 2 + out->images[k].n_pad;
+        if (prefix->n + media > max_length) {
+            *unpaid = 2;
+            *unpushed = media;
+            rc = 0;
+            goto done;
         }
     }
     for (size_t k = 0; k < n_entries; k++) {
@@ -634,11 +732,22 @@ int clef_encode_record(const clef_tokenizer *tok, const clef_request *req, const
             goto done;
         }
     }
+    /* unpaid: the images are over the budget (cost_images): their grids only, no pixel arrays; 2: their
+     * `unpushed` tokens (pads and delimiters) are counted, not in `prefix` */
+    int unpaid = 0;
+    size_t unpushed = 0;
     if (n_entries && encode_images(tok, req, opts, entries, n_entries, max_length, schema.n + suffix.n, out, &prefix,
-                                   &ic, err))
+                                   &ic, &unpaid, &unpushed, err))
         goto done;
     out->n_real_images = out->n_images;
-    if (n_ventries && encode_videos(tok, ventries, n_ventries, opts, out, &prefix, &video_features, err)) goto done;
+    /* the videos get what the images left of max_length (ours; their own cap besides); over a budget
+     * the images already passed, they are not decoded */
+    size_t media_tokens = 0;
+    for (size_t k = 0; k < out->n_images; k++) media_tokens += 2 + out->images[k].n_pad;
+    size_t video_budget = unpaid || media_tokens >= max_length ? 0 : max_length - media_tokens;
+    if (n_ventries && !unpaid &&
+        encode_videos(tok, ventries, n_ventries, opts, video_budget, out, &prefix, &video_features, err))
+        goto done;
     if (n_entries || n_ventries) {
         if (piece_str(tok, "\n", &prefix, err)) goto done;
         if (prefix.oom) {
@@ -658,10 +767,19 @@ int clef_encode_record(const clef_tokenizer *tok, const clef_request *req, const
     out->state_total = state.n;
 
     /* ---- length check and truncation, the ids ---- */
+    if (unpaid == 2) { /* assemble_ids' error, on the counted prefix */
+        clef_err_set(err, CLEF_E_SCHEMA_TOO_LONG, "schema requires %zu tokens before state; maximum is %zu",
+                     prefix.n + unpushed + schema.n + suffix.n, max_length);
+        goto done;
+    }
     if (assemble_ids(&prefix, &state, &schema, &suffix, max_length, out, err)) goto done;
 
     /* ---- ours, after the reference's checks ---- */
     if (check_after_reference(tok, req, out, &ic, video_features, err)) goto done;
+    if (unpaid) { /* cost_images found them over the budget: one of the checks above must have refused */
+        clef_err_set(err, CLEF_E_INTERNAL, "images over the request's budget were not refused");
+        goto done;
+    }
     rc = 0;
 done:
     free(entries);

@@ -103,6 +103,10 @@ typedef struct clef_encode_opts {
                                      image->allow_paths allows */
     clef_media_fn media;          /* NULL = clef_image_prepare on string entries */
     void *media_ctx;
+    /* Ours: asked before each image and video entry; non-zero stops the encoding with
+     * DeadlineExceeded (a server's shutdown budget ran out: clef_engine_stop_preparing). NULL: never. */
+    int (*stop)(void *ctx);
+    void *stop_ctx;
 } clef_encode_opts;
 
 /* Builds the record. On failure returns -1 with err set (the record is left empty). */

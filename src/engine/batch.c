@@ -14,8 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/sha256.h"
 #include "engine/engine_internal.h"
+#include "engine/state_key.h"
 #include "model/head.h"
 #include "model/positions.h"
 #include "model/text.h"
@@ -29,40 +29,18 @@ typedef struct {
     size_t row0, n;           /* its rows in the packed forward */
 } plan;
 
-/* SHA-256 of each image's grid and pixel rows (the cache key's image part). */
-static int hash_images(const clef_record *r, uint8_t *out) {
-    for (size_t k = 0; k < r->n_images; k++) {
-        const clef_image *im = &r->images[k].image;
-        if (!im->pixel_values) return -1;
-        clef_sha256 c;
-        clef_sha256_init(&c);
-        int32_t grid[3] = {im->grid_t, im->grid_h, im->grid_w};
-        clef_sha256_update(&c, grid, sizeof grid);
-        clef_sha256_update(&c, im->pixel_values, im->n_patches * im->patch_dim * sizeof(float));
-        clef_sha256_final(&c, out + 32 * k);
-    }
-    return 0;
-}
-
-/* Step 1 for one job: the prefix the cache may hold is the largest multiple of the delta rule's
- * chunk at or before the state's end, when every image lies before it (a resumed job never runs
- * the tower). */
+/* Step 1 for one job: the prefix the cache may hold (engine/state_key.h: clef_record_cache_rows, a
+ * resumed job never runs the tower) and its media hashes, the ones the routing key is made of. */
 static void plan_cache(clef_engine *e, plan *p) {
     const clef_record *r = &p->j->rec;
     if (!e->cache) return;
-    size_t P = r->schema_offset / CLEF_DELTA_CHUNK * CLEF_DELTA_CHUNK;
-    if (P == 0 || P >= r->n_ids) return;
-    for (size_t k = 0; k < r->n_images; k++)
-        if (r->images[k].pad_start + r->images[k].n_pad > P) return;
-    uint8_t *h = NULL;
-    if (r->n_images) {
-        h = malloc(r->n_images * 32);
-        if (!h || hash_images(r, h)) { free(h); return; }
-    }
+    size_t P = clef_record_cache_rows(r);
+    if (P == 0) return;
+    const uint8_t *h = clef_job_media_hashes(p->j);
+    if (r->n_images && !h) return; /* out of memory: run uncached */
     p->hit = clef_cache_lookup(e->cache, r->input_ids, P, h, r->n_images);
     if (p->hit) p->past = P;
     else if ((p->pending = clef_cache_reserve(e->cache, r->input_ids, P, h, r->n_images)) != NULL) p->snap = P;
-    free(h);
 }
 
 /* Step 4 for plans[0 .. m): the joint head over their rows of `hidden` as one call. Returns 0, or

@@ -58,9 +58,10 @@ static int open_progress(void *user, const char *stage, size_t done, size_t tota
 /* The compute backend the options (or, for CLEF_DEVICE_AUTO, the knobs CLEF_DEVICE /
  * CLEF_PRECISION and the machine) ask for; docs/cuda.md. The backend receives the process's knobs
  * (base/knobs.h, read once; docs/knobs.md). */
-static clef_ops *create_ops(const clef_options *o, clef_err *err) {
+static clef_ops *create_ops(const clef_options *o, int *prec_out, const char **note, clef_err *err) {
     const clef_knobs *kn = clef_knobs_env();
     int dev = o->device, prec = o->precision;
+    *note = NULL;
     if (dev == CLEF_DEVICE_AUTO) {
         if (kn->device == CLEF_KNOB_BAD) {
             clef_err_set(err, CLEF_E_BAD_MODEL, "CLEF_DEVICE=%s: expected cpu or cuda", kn->device_raw);
@@ -69,19 +70,35 @@ static clef_ops *create_ops(const clef_options *o, clef_err *err) {
         if (kn->device == CLEF_KNOB_DEVICE_CPU) dev = CLEF_DEVICE_CPU;
         else if (kn->device == CLEF_KNOB_DEVICE_CUDA) dev = CLEF_DEVICE_CUDA;
         if (kn->precision == CLEF_KNOB_BAD) {
-            clef_err_set(err, CLEF_E_BAD_MODEL, "CLEF_PRECISION=%s: expected fp32, fast or bf16", kn->precision_raw);
+            clef_err_set(err, CLEF_E_BAD_MODEL, "CLEF_PRECISION=%s: expected fp32, fast, bf16 or int8", kn->precision_raw);
             return NULL;
         }
         if (kn->precision == CLEF_KNOB_PRECISION_FAST) prec = CLEF_PRECISION_FAST;
         else if (kn->precision == CLEF_KNOB_PRECISION_FP32) prec = CLEF_PRECISION_FP32;
         else if (kn->precision == CLEF_KNOB_PRECISION_BF16) prec = CLEF_PRECISION_BF16;
+        else if (kn->precision == CLEF_KNOB_PRECISION_INT8) prec = CLEF_PRECISION_INT8;
     }
-    if (prec != CLEF_PRECISION_FP32 && prec != CLEF_PRECISION_FAST && prec != CLEF_PRECISION_BF16) {
+    if (prec != CLEF_PRECISION_FP32 && prec != CLEF_PRECISION_FAST && prec != CLEF_PRECISION_BF16 &&
+        prec != CLEF_PRECISION_INT8) {
         clef_err_set(err, CLEF_E_BAD_MODEL, "unknown precision %d", prec);
+        return NULL;
+    }
+    *prec_out = prec;
+    /* A precision is offered only once it passes its fidelity gate (docs/precision.md): int8 did
+     * not on the tiny corpus, so it runs only for measuring it. */
+    if (prec == CLEF_PRECISION_INT8 && !kn->ungated_int8) {
+        clef_err_set(err, CLEF_E_BAD_MODEL,
+                     "--precision int8 is not offered: it did not pass its fidelity gate (argmax on >= 98%% of the "
+                     "corpus questions, max |dp| <= 5e-2; measured in docs/precision.md); CLEF_UNGATED=int8 runs it "
+                     "for measuring");
         return NULL;
     }
 #ifdef CLEF_HAVE_CUDA
     if (dev == CLEF_DEVICE_AUTO) dev = clef_cuda_device_count() > 0 ? CLEF_DEVICE_CUDA : CLEF_DEVICE_CPU;
+    if (dev == CLEF_DEVICE_CUDA && prec == CLEF_PRECISION_INT8) {
+        clef_err_set(err, CLEF_E_BAD_MODEL, "--precision int8 runs on the CPU only (--device cpu); CUDA offers fp32, fast and bf16");
+        return NULL;
+    }
     if (dev == CLEF_DEVICE_CUDA)
         return clef_cuda_ops_create(o->gpu, prec, kn, err); /* CLEF_CUDA_* == CLEF_PRECISION_* (cuda_ops.h) */
 #else
@@ -94,7 +111,7 @@ static clef_ops *create_ops(const clef_options *o, clef_err *err) {
         clef_err_set(err, CLEF_E_BAD_MODEL, "unknown device %d", dev);
         return NULL;
     }
-    return clef_cpu_ops_create(o->threads, kn, err);
+    return clef_cpu_ops_create_prec(o->threads, prec, kn, note, err); /* CLEF_CPU_* == CLEF_PRECISION_* */
 }
 
 void clef_build_info(char *buf, size_t len) {
@@ -108,11 +125,18 @@ void clef_build_info(char *buf, size_t len) {
 #else
     const char *be = "cpu";
 #endif
-    snprintf(buf, len, "backends: %s\ncpu features: %s\ncpu gemm kernel: %s\n", be,
-             feats[0] ? feats : "(none beyond x86-64-v2)", clef_gemm_name(clef_gemm_default()));
+    clef_gemm_kernel k = clef_gemm_default();
+    char timed[96] = "";
+    double g5 = clef_gemm_measured_gflops(CLEF_GEMM_AVX512), g2 = clef_gemm_measured_gflops(CLEF_GEMM_AVX2);
+    if (g5 > 0 || g2 > 0)
+        snprintf(timed, sizeof timed, " (timed at first use, one thread: avx512 %.0f, avx2 %.0f GFLOP/s)", g5, g2);
+    snprintf(buf, len, "backends: %s\ncpu features: %s\ncpu gemm kernel: %s%s\n", be,
+             feats[0] ? feats : "(none beyond x86-64-v2)", clef_gemm_name(k), timed);
 }
 
 const char *clef_engine_backend(const clef_engine *e) { return e && e->ops ? e->ops->name : "none"; }
+
+const char *clef_engine_note(const clef_engine *e) { return e ? e->note : NULL; }
 
 void clef_engine_cache_info(const clef_engine *e, clef_cache_info *out) {
     clef_cache_stats st;
@@ -200,13 +224,19 @@ clef_engine *clef_open(const clef_options *o, char *errbuf, size_t err_len) {
     e->tok = clef_host_tokenizer(&e->opts, &err);
     if (!e->tok) goto fail;
 
-    e->ops = create_ops(&e->opts, &err);
+    e->ops = create_ops(&e->opts, &e->precision, &e->note, &err);
     if (!e->ops) goto fail;
     /* The backend's own form of the Linear weights, made once (the CPU: AMX tile layout, the
      * mapped pages released). Not the vision tower's: no gain measured there (its weights are
      * small enough to stay in L3 between the per-call copies; docs/performance.md). Not for a
      * single request: one forward gains less than the packing costs. */
-    if (!e->opts.single_request) clef_model_prepare(e->mf, e->ops, CLEF_PREP_TEXT | CLEF_PREP_HEAD);
+    if (e->precision == CLEF_PRECISION_INT8 && !strcmp(e->ops->name, "cpu-int8")) {
+        /* int8: the quantization is the precision, made once for every Linear (the tower's too) and
+         * for one request as well; the bf16 pages of each matrix are released as it is quantized */
+        clef_model_prepare(e->mf, e->ops, CLEF_PREP_TEXT | CLEF_PREP_HEAD | (e->opts.text_only ? 0u : CLEF_PREP_VISION));
+    } else if (!e->opts.single_request) {
+        clef_model_prepare(e->mf, e->ops, CLEF_PREP_TEXT | CLEF_PREP_HEAD);
+    }
 
     if (!e->opts.single_request && e->opts.state_cache_mb > 0 && e->opts.state_cache_mb <= ((size_t)1 << 30))
         e->cache = clef_cache_create(e->ops, &e->mf->cfg, (size_t)e->mf->head_cfg.width, e->opts.state_cache_mb << 20);
@@ -268,6 +298,7 @@ void clef_job_free(clef_job *j) {
     clef_json_doc_free(j->doc);
     clef_buf_free(&j->notes);
     free(j->logits);
+    free(j->media_hash);
     free(j);
 }
 
@@ -317,6 +348,26 @@ static int note_accepted(clef_job *j, int strict, clef_err *err) {
     return 0;
 }
 
+static int64_t mono_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+void clef_engine_stop_preparing(clef_engine *e, double seconds) {
+    if (!e) return;
+    if (!(seconds > 0)) seconds = 0; /* a budget already spent (or NaN): at once */
+    int64_t at = mono_ns() + (int64_t)((seconds < 1e9 ? seconds : 1e9) * 1e9);
+    atomic_store(&e->stop_preparing_at, at ? at : 1); /* 0 means never */
+}
+
+/* clef_host_encode's stop: clef_engine_stop_preparing's time has come. */
+static int prepare_stopped(void *ctx) {
+    const clef_engine *e = ctx;
+    int64_t at = atomic_load(&e->stop_preparing_at);
+    return at != 0 && mono_ns() >= at;
+}
+
 clef_job *clef_job_prepare(clef_engine *e, const char *body, size_t len, clef_result *out) {
     clef_err err;
     clef_err_clear(&err);
@@ -332,7 +383,8 @@ clef_job *clef_job_prepare(clef_engine *e, const char *body, size_t len, clef_re
         if (j->doc && clef_request_explain(clef_json_doc_root(j->doc), &err, &j->notes) < 0) clef_buf_free(&j->notes);
         goto fail;
     }
-    if (clef_host_encode(e->tok, &e->image_opts, e->opts.max_length, &j->req, &j->rec, &err)) {
+    if (clef_host_encode(e->tok, &e->image_opts, e->opts.max_length, prepare_stopped, e, &j->req, &j->rec,
+                         &err)) {
         if (clef_request_explain(j->req.root, &err, &j->notes) < 0) clef_buf_free(&j->notes);
         goto fail;
     }

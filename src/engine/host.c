@@ -12,6 +12,7 @@ void clef_host_image_opts(const clef_options *o, clef_image_opts *io) {
     io->allow_paths = o->allow_image_paths; /* local files only when the caller asks (--allow-image-paths) */
     if (o->max_image_bytes) io->max_bytes = o->max_image_bytes;
     if (o->max_image_pixels) io->max_source_pixels = o->max_image_pixels;
+    io->max_images = o->max_images; /* 0: as many as can fit the token budget (encode.c) */
 }
 
 clef_tokenizer *clef_host_tokenizer(const clef_options *o, clef_err *err) {
@@ -36,10 +37,13 @@ int clef_host_parse(const char *body, size_t len, json_doc **doc, clef_request *
 }
 
 int clef_host_encode(const clef_tokenizer *tok, const clef_image_opts *io, int max_length,
-                     const clef_request *req, clef_record *rec, clef_err *err) {
+                     int (*stop)(void *ctx), void *stop_ctx, const clef_request *req, clef_record *rec,
+                     clef_err *err) {
     clef_encode_opts eo;
     memset(&eo, 0, sizeof eo);
     eo.max_length = max_length > 0 ? (size_t)max_length : 0; /* 0: CLEF_MAX_LENGTH_DEFAULT */
     eo.image = io;
+    eo.stop = stop;
+    eo.stop_ctx = stop_ctx;
     return clef_encode_record(tok, req, &eo, rec, err);
 }

@@ -25,8 +25,11 @@ clef_tokenizer *clef_host_tokenizer(const clef_options *o, clef_err *err);
  * returns -1 with *err set; *doc and *req are the caller's to free either way. */
 int clef_host_parse(const char *body, size_t len, json_doc **doc, clef_request *req, clef_err *err);
 
-/* Step 2: the parsed request encoded into *rec within o's token budget (0: the default). */
+/* Step 2: the parsed request encoded into *rec within o's token budget (0: the default). stop (may
+ * be NULL) is asked before each image and video entry: non-zero ends the encoding with
+ * DeadlineExceeded (clef_engine_stop_preparing). */
 int clef_host_encode(const clef_tokenizer *tok, const clef_image_opts *io, int max_length,
-                     const clef_request *req, clef_record *rec, clef_err *err);
+                     int (*stop)(void *ctx), void *stop_ctx, const clef_request *req, clef_record *rec,
+                     clef_err *err);
 
 #endif

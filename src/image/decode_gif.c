@@ -64,6 +64,16 @@ static int skip_ext(GifFileType *g, GifByteType *ext) {
     return 0;
 }
 
+/* Skips the current frame's LZW data (after DGifGetImageDesc) without decoding it. */
+static int skip_raster(GifFileType *g) {
+    int size;
+    GifByteType *block;
+    if (DGifGetCode(g, &size, &block) == GIF_ERROR) return -1;
+    while (block)
+        if (DGifGetCodeNext(g, &block) == GIF_ERROR) return -1;
+    return 0;
+}
+
 /* Pillow's first frame. */
 static int pillow_first(GifFileType *g, const clef_image_opts *o, clef_rgb *out, clef_err *err) {
     int trans = -1, rc = -1;
@@ -164,7 +174,7 @@ static int torchvision_frames(GifFileType *g, const clef_image_opts *o, clef_rgb
         if (nf == 0) {
             W = g->SWidth > d.Width ? g->SWidth : d.Width;
             H = g->SHeight > d.Height ? g->SHeight : d.Height;
-            if (clef_image_check_size(W, H, o, err)) goto done;
+            if (clef_image_check_size(W, H, o, err) < 0) goto done; /* 1: a probe (below) */
         }
         if ((int64_t)d.Left + d.Width > W || (int64_t)d.Top + d.Height > H) {
             clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA, "cannot decode GIF: frame %d outside the canvas", nf);
@@ -177,6 +187,14 @@ static int torchvision_frames(GifFileType *g, const clef_image_opts *o, clef_rgb
                          "animated GIF of %d+ frames of %lldx%lld pixels is over this server's limit of %lld pixels",
                          nf + 1, (long long)W, (long long)H, (long long)o->max_source_pixels);
             goto done;
+        }
+        if (o->probe) {
+            /* the frames are counted, their rasters skipped undecoded: no pixel is written */
+            if (skip_raster(g)) goto gif_error;
+            nf++;
+            o->probe->n_frames = nf;
+            have_gcb = 0, disposal = 0, trans = -1;
+            continue;
         }
         size_t need = (size_t)d.Width * (size_t)d.Height;
         if (need > idx_cap) {
@@ -220,6 +238,7 @@ static int torchvision_frames(GifFileType *g, const clef_image_opts *o, clef_rgb
         clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA, "cannot decode GIF: no image");
         goto done;
     }
+    if (o->probe) goto done; /* counted: -1 with no error, as every decoder stops for a probe */
     *frames = f;
     *n_frames = nf;
     f = NULL;

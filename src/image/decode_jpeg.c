@@ -62,12 +62,14 @@ static int jpeg_body(jctx *j, const uint8_t *p, size_t n, const clef_image_opts 
     jpeg_mem_src(c, p, (unsigned long)n);
     jpeg_save_markers(c, JPEG_APP0 + 1, 0xffff);
     jpeg_read_header(c, TRUE);
-    if (clef_image_check_size((int64_t)c->image_width, (int64_t)c->image_height, o, err)) return -1;
+    const int header_only = clef_image_check_size((int64_t)c->image_width, (int64_t)c->image_height, o, err);
+    if (header_only < 0) return -1; /* 1: a probe, which stops after the header's checks */
     int comps = c->num_components;
     if (comps == 1) c->out_color_space = JCS_GRAYSCALE;
     else if (comps == 3) c->out_color_space = JCS_RGB;
     else if (comps == 4) c->out_color_space = JCS_CMYK;
     else return clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA, "JPEG with %d components is not supported", comps);
+    if (header_only) return -1;
     c->dct_method = JDCT_ISLOW;
     c->do_fancy_upsampling = TRUE;
     c->mem->max_memory_to_use = (long)512 << 20;

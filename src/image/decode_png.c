@@ -108,7 +108,8 @@ static int png_body(png_structp png, png_infop info, png_src *s, const clef_imag
     int depth, ct, il;
     png_read_info(png, info);
     png_get_IHDR(png, info, &w, &h, &depth, &ct, &il, NULL, NULL);
-    if (clef_image_check_size((int64_t)w, (int64_t)h, o, err)) return -1;
+    const int header_only = clef_image_check_size((int64_t)w, (int64_t)h, o, err); /* 1: a probe */
+    if (header_only < 0) return -1;
     if (depth < 8) png_set_packing(png);
     const int wide = s->tv && depth == 16 && ct != PNG_COLOR_TYPE_PALETTE;
     int passes = png_set_interlace_handling(png);
@@ -120,6 +121,7 @@ static int png_body(png_structp png, png_infop info, png_src *s, const clef_imag
         clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA, "PNG palette image without a PLTE chunk");
         return -1;
     }
+    if (header_only) return -1;
     if (wide ? clef_rgb_alloc16(out, (int)w, (int)h, err) : clef_rgb_alloc(out, (int)w, (int)h, err)) return -1;
     if (passes > 1) {
         if (rowbytes > SIZE_MAX / h) {

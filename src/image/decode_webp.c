@@ -21,12 +21,14 @@ int clef_decode_webp(const uint8_t *p, size_t n, const clef_image_opts *o, int t
     WebPIterator it;
     int have_it = 0;
     uint32_t cw = WebPDemuxGetI(dmx, WEBP_FF_CANVAS_WIDTH), ch = WebPDemuxGetI(dmx, WEBP_FF_CANVAS_HEIGHT);
-    if (clef_image_check_size((int64_t)cw, (int64_t)ch, o, err)) goto done;
+    const int header_only = clef_image_check_size((int64_t)cw, (int64_t)ch, o, err); /* 1: a probe */
+    if (header_only < 0) goto done;
     if (tv && (WebPDemuxGetI(dmx, WEBP_FF_FORMAT_FLAGS) & ANIMATION_FLAG)) {
         /* torchvision.io.decode_webp's own refusal, which the reference raises */
         clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA, "Animated webp files are not supported.");
         goto done;
     }
+    if (header_only) goto done;
     if (!WebPDemuxGetFrame(dmx, 1, &it)) {
         clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA, "cannot decode WebP: no frame");
         goto done;

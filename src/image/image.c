@@ -75,6 +75,11 @@ int clef_image_check_size(int64_t w, int64_t h, const clef_image_opts *o, clef_e
     if (w > 0x7fffffff / 4 || h > 0x7fffffff / 4 || (o->max_source_pixels > 0 && w * h > o->max_source_pixels))
         return clef_err_set(err, CLEF_E_LIMIT, "image of %lldx%lld pixels is over this server's limit of %lld pixels",
                             (long long)w, (long long)h, (long long)o->max_source_pixels);
+    if (o->probe) { /* clef_image_probe_entry: the header is all it needs */
+        o->probe->w = w;
+        o->probe->h = h;
+        return 1;
+    }
     if (o->max_tokens > 0) {
         /* the target grid from the header's size, before any pixel is decoded or resized; a size
          * smart_resize refuses (its aspect ratio) is left to the processing, which reports it */
@@ -229,6 +234,41 @@ int clef_image_prepare(const char *entry, size_t len, const clef_image_opts *o, 
     else rc = prepare_frames(frames, nf, o, out, err);
     clef_rgb_free_all(frames, nf);
     return rc;
+}
+
+int clef_image_probe_entry(const char *entry, size_t len, const clef_image_opts *o, clef_image_probe *out,
+                           clef_err *err) {
+    memset(out, 0, sizeof *out);
+    clef_image_opts po = *o;
+    po.probe = out;
+    po.max_tokens = 0;
+    clef_err e;
+    clef_err_clear(&e);
+    clef_rgb *frames = NULL;
+    int nf = 0;
+    /* with po.probe the decoder stops after the header: -1 with no error recorded */
+    if (!fetch_decode(entry, len, &po, &frames, &nf, &e)) {
+        clef_rgb_free_all(frames, nf); /* not reached: every decoder calls clef_image_check_size */
+        return clef_err_set(err, CLEF_E_INTERNAL, "an image decoder did not stop at its header");
+    }
+    if (e.type) {
+        if (err) *err = e;
+        return -1;
+    }
+    if (out->w <= 0 || out->h <= 0) return clef_err_set(err, CLEF_E_INTERNAL, "an image header without a size");
+    if (out->n_frames < 1) out->n_frames = 1;
+    int64_t th = o->tile ? o->tile : out->h, tw = o->tile ? o->tile : out->w;
+    int64_t factor = (int64_t)o->patch_size * o->merge_size, oh, ow;
+    if (clef_smart_resize(th, tw, factor, o->min_pixels, o->max_pixels, &oh, &ow, err)) return -2;
+    if (oh > (1 << 20) || ow > (1 << 20) || oh * ow > o->max_pixels * 4 + factor * factor * 4) {
+        clef_err_set(err, CLEF_E_LIMIT, "resized image %lldx%lld too large", (long long)ow, (long long)oh);
+        return -2; /* as clef_image_prepare_rgb finds it: after the decode */
+    }
+    out->grid_h = (int)(oh / o->patch_size);
+    out->grid_w = (int)(ow / o->patch_size);
+    out->tokens = (size_t)(oh / factor) * (size_t)(ow / factor);
+    out->pixels = out->w * out->h * out->n_frames;
+    return 0;
 }
 
 int clef_image_decodes(const char *entry, size_t len, const clef_image_opts *o, clef_err *err) {

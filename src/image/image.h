@@ -33,6 +33,14 @@
  * itself warns of a decompression bomb). clef_options.max_image_bytes / max_image_pixels override. */
 #define CLEF_IMAGE_DEFAULT_MAX_BYTES ((size_t)16 << 20)
 #define CLEF_IMAGE_DEFAULT_MAX_SOURCE_PIXELS ((int64_t)64 << 20)
+/* Ours, per request (encode.c costs every entry from its header before any is decoded): the decoded
+ * pixels of all its images together, as a multiple of the per-image cap (4 x 64 Mpx = 256 Mpx by
+ * default: a few large photos, not hundreds of them); and the images per request when
+ * clef_options.max_images is 0: as many as can fit the token budget (each image takes at least 3
+ * tokens: <|vision_start|>, one pad, <|vision_end|>), so the cap refuses only requests that can never
+ * be answered. */
+#define CLEF_IMAGE_REQUEST_PIXELS_FACTOR 4
+#define CLEF_IMAGE_MIN_TOKENS_PER_IMAGE 3
 
 typedef struct clef_image_opts {
     int64_t min_pixels, max_pixels; /* processor bounds; defaults 65536 / 16777216 */
@@ -58,6 +66,13 @@ typedef struct clef_image_opts {
      * SchemaTooLong from encode_record (docs/reliability.md). */
     size_t max_tokens;
     size_t *over_tokens;
+    /* Ours: images per request (encode.c); 0 = as many as can fit the token budget
+     * (max_length / CLEF_IMAGE_MIN_TOKENS_PER_IMAGE). */
+    size_t max_images;
+    /* Internal: set only by clef_image_probe_entry. The decoders then stop at the header, where
+     * clef_image_check_size records the size into it (and an animated GIF's frames are counted without
+     * decoding their rasters). */
+    struct clef_image_probe *probe;
 } clef_image_opts;
 
 void clef_image_opts_default(clef_image_opts *o);
@@ -86,6 +101,24 @@ void clef_image_free(clef_image *im);
  * any, so a request's first decoder failure outranks an earlier entry's later-step error
  * (encode.c); this answers which, on the error path only. */
 int clef_image_decodes(const char *entry, size_t len, const clef_image_opts *o, clef_err *err);
+
+/* What one entry costs, read from its header alone: no pixel array is built. */
+typedef struct clef_image_probe {
+    int64_t w, h;       /* the canvas the decoder would allocate */
+    int n_frames;       /* processor images: an animated GIF's frames at the native grid, else 1 */
+    int grid_h, grid_w; /* the processor's grid of one frame, in patches (smart_resize, or the tile's) */
+    size_t tokens;      /* image tokens of one frame: (grid_h / merge) * (grid_w / merge) */
+    int64_t pixels;     /* pixels its decode writes: w * h * n_frames */
+} clef_image_probe;
+
+/* Fetches an entry (as clef_image_prepare) and reads its format and size from the header, with the
+ * checks the decoder makes there (our byte and pixel caps, zero size, a palette PNG without PLTE, an
+ * animated WebP at the native grid, a GIF frame outside its canvas...). Returns 0 with *out filled;
+ * -1 with the error clef_image_prepare reports for the entry at that point; -2 with the processing's
+ * error (smart_resize: an aspect ratio over 200), which the processor raises only after it decoded
+ * every entry. A corrupt image body after a valid header is not seen here. */
+int clef_image_probe_entry(const char *entry, size_t len, const clef_image_opts *o, clef_image_probe *out,
+                           clef_err *err);
 
 /* Image tokens the prompt carries for one image of this grid: (grid_h / merge) * (grid_w / merge) * grid_t. */
 size_t clef_image_tokens(const clef_image *im, int merge_size);

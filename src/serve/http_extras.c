@@ -25,6 +25,18 @@ int clef_accepts_gzip(const char *ae) {
     return 0;
 }
 
+int clef_identity_coding(const char *ce) {
+    for (const char *p = ce; p && *p;) {
+        while (*p == ' ' || *p == '\t' || *p == ',') p++;
+        const char *tok = p;
+        while (*p && *p != ',') p++;
+        const char *end = p;
+        while (end > tok && (end[-1] == ' ' || end[-1] == '\t')) end--;
+        if (end > tok && !((size_t)(end - tok) == 8 && !strncasecmp(tok, "identity", 8))) return 0;
+    }
+    return 1;
+}
+
 int clef_gzip(const void *in, size_t n, clef_buf *out) {
     clef_buf_reset(out);
     z_stream z;

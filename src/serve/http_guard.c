@@ -26,8 +26,15 @@
 #include "serve/request_id.h"
 
 #define CHUNK_LINE_MAX CLEF_CHUNK_LINE_MAX /* nginx: a few KB, HAProxy the buffer */
-#define DRAIN_S 2.0         /* after the last answer, read and drop what the client still sends, then close */
-#define DRAIN_MAX (256u << 10) /* ... at most this much of it (a body past --max-body is not read on) */
+/* Lingering close (nginx's lingering_close): a connection that ends while the client may still be
+ * sending (a refusal from the head alone, before its body) gets its answers, then shutdown(SHUT_WR),
+ * then what the client still sends is read and dropped until it closes, so that the answer is not
+ * lost to a reset (a proxy that is still writing the body would answer 502 instead). Bounded like
+ * nginx's lingering_time / lingering_timeout, and in bytes: */
+#define LINGER_TOTAL_S 30.0          /* from the shutdown on */
+#define LINGER_IDLE_S 5.0            /* without a byte from the client */
+#define LINGER_MIN_BYTES (64u << 20) /* dropped at most: this or --max-body, whichever is more */
+#define LINGER_STEP (256u << 10)     /* read per event, so that one fast sender does not hold the thread */
 #define OUT_MAX (64u << 10) /* bytes of libmicrohttpd's answers held for a slow client */
 #define PIPE_MAX 32         /* requests forwarded and not yet answered, per connection */
 
@@ -77,8 +84,9 @@ struct conn {
     size_t ref_ml;
     int ref_cors;  /* the refused head came from the --cors-origin origin */
     int closing;     /* write out, then shut down and drain */
-    int draining;
+    int draining;    /* lingering: shut down for writing, reading and dropping (t0: since when) */
     size_t drained;  /* bytes dropped while draining */
+    double drain_last; /* the last byte dropped (or the shutdown) */
     size_t seen;     /* bytes of the current head seen */
     int blocked;     /* a complete head waits for the pipeline to have room */
     int dead;        /* closed: later events of the same batch skip it */
@@ -150,14 +158,19 @@ static unsigned max_requests(const clef_guard *g) {
     return g->cfg.keepalive_requests ? g->cfg.keepalive_requests : 1000;
 }
 
-/* Waiting for a head (the first, a later one, or idle between them): what --max-pending and
- * --client-share count. A connection with a request at libmicrohttpd is not. */
-static int pending(const conn *c) { return c->nans == c->nreq && c->phase == P_HEAD; }
+/* Waiting for a head (the first, a later one, or idle between them), or lingering after its last
+ * answer: what --max-pending and --client-share count (so that refused clients that keep sending
+ * hold a bounded number of sockets). A connection with a request at libmicrohttpd is not. */
+static int pending(const conn *c) { return c->draining || (c->nans == c->nreq && c->phase == P_HEAD); }
 
 static size_t find(clef_guard *g, const conn *c) {
     for (size_t i = 0; i < g->np; i++)
         if (g->p[i] == c) return i;
     return (size_t)-1;
+}
+
+static size_t linger_max(const clef_guard *g) {
+    return g->cfg.max_body > LINGER_MIN_BYTES ? g->cfg.max_body : LINGER_MIN_BYTES;
 }
 
 static conn *g_dead; /* only the guard's thread touches it: freed after each batch of events */
@@ -231,11 +244,11 @@ static void queue_answer(clef_guard *g, conn *c, int status, const char *type, c
                               "\r\nVary: Origin\r\n", g->cfg.cors_origin);
     clef_buf_printf(&out, "Content-Length: %zu\r\n\r\n", body.len);
     clef_buf_put(&out, body.data, body.len);
-    size_t queued = 0;
+    size_t queued = 0; /* the body's bytes, as the server logs its own answers' */
     if (!out.oom && !body.oom && gb_reserve(&c->out, c->out.len + out.len, 1) == 0) {
         memcpy(c->out.d + c->out.len, out.data, out.len);
         c->out.len += out.len;
-        queued = out.len;
+        queued = body.len;
     }
     clef_buf_free(&body);
     clef_buf_free(&out);
@@ -392,16 +405,27 @@ static void set_masks(clef_guard *g, conn *c) {
 static int pump(clef_guard *g, conn *c, unsigned evc) {
     double now = mono_now();
     if (c->draining) {
-        char sink[4096];
+        static char sink[64u << 10]; /* only the guard's thread runs pump */
+        size_t step = 0;
         for (;;) {
             ssize_t r = recv(c->fd, sink, sizeof sink, MSG_DONTWAIT);
-            if (r > 0 && (c->drained += (size_t)r) <= DRAIN_MAX) continue;
-            if (r > 0 || r == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) || (evc & (EPOLLHUP | EPOLLERR))) {
-                conn_close(g, c, 0, NULL, NULL);
-                return 0;
+            if (r > 0) {
+                c->drained += (size_t)r;
+                c->drain_last = now;
+                if (c->drained > linger_max(g)) break; /* past the bound: closed (a reset, if it goes on) */
+                if ((step += (size_t)r) < LINGER_STEP) continue;
+                set_masks(g, c); /* more on the next event (the mask may still be a refusal's, without EPOLLIN) */
+                return 1;
             }
-            return 1;
+            if (r < 0 && errno == EINTR) continue;
+            if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && !(evc & (EPOLLHUP | EPOLLERR))) {
+                set_masks(g, c);
+                return 1;
+            }
+            break; /* the client closed (or reset) */
         }
+        conn_close(g, c, 0, NULL, NULL);
+        return 0;
     }
     if (evc & (EPOLLHUP | EPOLLERR)) { /* the client is gone both ways (a reset) */
         conn_close(g, c, 0, pending(c) && c->head_started ? "client_closed" : NULL,
@@ -522,8 +546,11 @@ relay:
             c->closing = 1;
             return pump(g, c, 0);
         }
-        conn_close(g, c, 0, c->ref_type, c->ref_msg);
-        return 0;
+        if (c->ref_type) { /* a close of the guard's own (a timeout, the client gone, garbage): at once */
+            conn_close(g, c, 0, c->ref_type, c->ref_msg);
+            return 0;
+        }
+        c->closing = 1; /* libmicrohttpd ended it (an answer from the head, a body over the cap): linger */
     }
     if (!c->closing && !c->refusing && pending(c) && c->fwd == 0 && !c->out.len &&
         ((c->m_eof) || (c->cin_eof && c->in.len == 0) || (g->quiesced))) {
@@ -540,7 +567,7 @@ relay:
         drop_mfd(g, c);
         shutdown(c->fd, SHUT_WR);
         c->draining = 1;
-        c->t0 = now; /* the drain's clock */
+        c->t0 = c->drain_last = now; /* the drain's clocks */
         free(c->in.d);
         c->in.d = NULL;
         c->in.len = c->in.cap = c->fwd = 0;
@@ -623,7 +650,7 @@ static void tick(clef_guard *g, double now) {
         if (i >= g->np) continue;
         conn *c = g->p[i];
         if (c->draining) {
-            if (now - c->t0 > DRAIN_S) conn_close(g, c, 0, NULL, NULL);
+            if (now - c->t0 > LINGER_TOTAL_S || now - c->drain_last > LINGER_IDLE_S) conn_close(g, c, 0, NULL, NULL);
         } else if (c->refusing || c->closing) {
             continue;
         } else if (c->phase == P_HEAD && c->head_started && !c->blocked && now - c->t0 > g->cfg.header_timeout_s) {

@@ -12,8 +12,10 @@
 
 #include "base/bufpool.h"
 #include "clef.h"
+#include "serve/scheduler.h" /* clef_now */
 
 #define MAX_SERIES 96
+#define OCCUPANCY_STALE_S 10.0 /* clef_batch_occupancy reads 0 once no forward ran for this long */
 
 typedef struct {
     const double *le;
@@ -40,6 +42,8 @@ struct clef_metrics {
     size_t ns;
     unsigned long long tokens_total, batches_total, batch_jobs_total;
     histo req_latency, queue_wait, compute, batch_size, batch_tokens, req_tokens;
+    size_t limit_tokens, limit_jobs; /* --batch-tokens, --max-batch (0: not attached yet) */
+    double last_occupancy, last_batch_t; /* the last forward's fill, and when it ended (clef_now) */
     unsigned long long counts_store[6][16];
 };
 
@@ -122,6 +126,21 @@ void clef_metrics_batch(clef_metrics *m, size_t n, size_t tokens, double compute
     histo_add(&m->batch_size, (double)n);
     histo_add(&m->batch_tokens, (double)tokens);
     histo_add(&m->compute, compute_s);
+    /* how full the forward was by the limit that binds: tokens of --batch-tokens or jobs of
+     * --max-batch (above 1 when one request alone is over --batch-tokens: it runs alone) */
+    double occ = 0;
+    if (m->limit_tokens) occ = (double)tokens / (double)m->limit_tokens;
+    if (m->limit_jobs && (double)n / (double)m->limit_jobs > occ) occ = (double)n / (double)m->limit_jobs;
+    m->last_occupancy = occ;
+    m->last_batch_t = clef_now();
+    pthread_mutex_unlock(&m->mu);
+}
+
+void clef_metrics_batch_limits(clef_metrics *m, size_t batch_tokens, size_t max_batch) {
+    if (!m) return;
+    pthread_mutex_lock(&m->mu);
+    m->limit_tokens = batch_tokens;
+    m->limit_jobs = max_batch;
     pthread_mutex_unlock(&m->mu);
 }
 
@@ -142,7 +161,7 @@ void clef_metrics_render(clef_metrics *m, clef_buf *b, size_t queue_depth, size_
     pthread_mutex_lock(&m->mu);
     clef_buf_printf(b, "# HELP clef_build_info Build information.\n# TYPE clef_build_info gauge\n"
                        "clef_build_info{version=\"%s\"} 1\n", CLEF_VERSION);
-    clef_buf_printf(b, "# HELP clef_ready 1 once the model is loaded and warmed up, 0 before and while shutting down.\n"
+    clef_buf_printf(b, "# HELP clef_ready 1 once the model is loaded and warmed up, 0 before, while draining and shutting down.\n"
                        "# TYPE clef_ready gauge\nclef_ready %d\n", ready);
     clef_buf_printf(b, "# HELP clef_requests_total Answered requests by route, status and outcome (ok or the error type).\n"
                        "# TYPE clef_requests_total counter\n");
@@ -161,6 +180,14 @@ void clef_metrics_render(clef_metrics *m, clef_buf *b, size_t queue_depth, size_
                        "clef_batches_total %llu\n", m->batches_total);
     clef_buf_printf(b, "# HELP clef_batch_jobs_total Jobs run in forward passes.\n# TYPE clef_batch_jobs_total counter\n"
                        "clef_batch_jobs_total %llu\n", m->batch_jobs_total);
+    double occ = m->last_batch_t > 0 && clef_now() - m->last_batch_t <= OCCUPANCY_STALE_S ? m->last_occupancy : 0;
+    clef_buf_printf(b, "# HELP clef_batch_occupancy How full the last forward was: the larger of its tokens / --batch-tokens "
+                       "and its jobs / --max-batch; 0 when none ran in the last %g s.\n"
+                       "# TYPE clef_batch_occupancy gauge\nclef_batch_occupancy %.6g\n", OCCUPANCY_STALE_S, occ);
+    clef_buf_printf(b, "# HELP clef_batch_tokens_limit Token budget of one forward (--batch-tokens).\n"
+                       "# TYPE clef_batch_tokens_limit gauge\nclef_batch_tokens_limit %zu\n", m->limit_tokens);
+    clef_buf_printf(b, "# HELP clef_batch_jobs_limit Most requests in one forward (--max-batch).\n"
+                       "# TYPE clef_batch_jobs_limit gauge\nclef_batch_jobs_limit %zu\n", m->limit_jobs);
     histo_render(b, "clef_request_duration_seconds", "Time from the request's arrival to its answer (POST /v1/systemone).",
                  &m->req_latency);
     histo_render(b, "clef_queue_wait_seconds", "Time a prepared request waited for the model.", &m->queue_wait);

@@ -19,6 +19,8 @@ void clef_metrics_request(clef_metrics *m, const char *path, int status, const c
                           double total_s, double queue_s);
 /* One forward over n jobs holding `tokens` tokens. */
 void clef_metrics_batch(clef_metrics *m, size_t n, size_t tokens, double compute_s);
+/* The limits a forward's occupancy is measured against (--batch-tokens, --max-batch). */
+void clef_metrics_batch_limits(clef_metrics *m, size_t batch_tokens, size_t max_batch);
 
 /* Appends the exposition text. Gauges are passed in by the caller. */
 void clef_metrics_render(clef_metrics *m, clef_buf *out, size_t queue_depth, size_t queue_cap, long inflight,

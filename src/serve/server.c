@@ -32,6 +32,7 @@
 #include "base/buf.h"
 #include "base/err.h"
 #include "serve/http_extras.h"
+#include "serve/host_check.h"
 #include "serve/http_guard.h"
 #include "serve/metrics.h"
 #include "serve/playground.h"
@@ -60,6 +61,7 @@ typedef struct req {
     size_t body_bytes; /* bytes received (also past the cap) */
     int too_big;
     clef_job *job;
+    char state_key[CLEF_STATE_KEY_LEN + 1]; /* the routing key, once prepared ("" before) */
     int tokens;
     size_t cached_tokens; /* prompt tokens the state cache supplied */
     atomic_int state;
@@ -76,6 +78,7 @@ typedef struct req {
     int client_close;  /* the client said Connection: close, or HTTP/1.0 without keep-alive */
     int body_pending;  /* a body was announced and has not been read whole */
     int deferred;      /* no body: routed on the next call (on_request) */
+    int coded_body;    /* refused for its Content-Encoding: the answer says Accept-Encoding: identity */
 } req;
 
 struct clef_server {
@@ -88,11 +91,14 @@ struct clef_server {
     int listen_fd;
     int port;
     char host[128];
+    const char *allowed_hosts; /* the Host values answered (host_check.h); NULL: any */
+    char allowed_default[sizeof CLEF_LOOPBACK_HOSTS + 130]; /* on loopback: its names and the bound address */
     clef_engine *engine;
     clef_sched *sched;
     clef_metrics *metrics;
     pthread_rwlock_t gate; /* submit (read) vs. shutdown (write) */
     atomic_int ready;
+    atomic_int draining; /* --drain-delay: /readyz 503, answers say Connection: close, requests still taken */
     atomic_int shutting;
     atomic_long live; /* request structs alive */
     atomic_long receiving; /* requests past their headers, not yet queued or answered */
@@ -205,7 +211,8 @@ static int has_token(const char *v, const char *tok) {
 static int must_close(const req *r) {
     const clef_server *s = r->srv;
     return s->cfg.keepalive_timeout_s <= 0 || r->nth == 0 || r->nth >= s->cfg.keepalive_requests ||
-           r->client_close || r->body_pending || atomic_load(&s->shutting);
+           r->client_close || r->body_pending || atomic_load(&s->shutting) ||
+           atomic_load(&s->draining); /* a kept-alive client then reconnects, to a replica that stays */
 }
 
 static enum MHD_Result send_bytes(req *r, int status, const char *ctype, const char *body, size_t len) {
@@ -220,6 +227,7 @@ static enum MHD_Result send_bytes(req *r, int status, const char *ctype, const c
     if (!resp) return MHD_NO;
     if (ctype) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
     MHD_add_response_header(resp, "X-Request-Id", r->id);
+    if (r->state_key[0]) MHD_add_response_header(resp, "X-Clef-State-Key", r->state_key);
     if (zipped) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_ENCODING, "gzip");
     if (s->cfg.gzip_min) MHD_add_response_header(resp, MHD_HTTP_HEADER_VARY, r->cors ? "Accept-Encoding, Origin" : "Accept-Encoding");
     if (r->cors) {
@@ -234,6 +242,7 @@ static enum MHD_Result send_bytes(req *r, int status, const char *ctype, const c
     }
     if (status == 429 || status == 503) MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, "1");
     if (status == 401) MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+    if (r->coded_body) MHD_add_response_header(resp, MHD_HTTP_HEADER_ACCEPT_ENCODING, "identity"); /* RFC 9110 15.5.16 */
     if (status == 405)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, r->decide || !strcmp(r->route, ROUTE_DECIDE) ? "POST" : "GET, HEAD");
     /* keep-alive unless must_close: the next request's head goes through the guard's strict checks
@@ -242,7 +251,7 @@ static enum MHD_Result send_bytes(req *r, int status, const char *ctype, const c
     enum MHD_Result rc = MHD_queue_response(r->conn, (unsigned)status, resp);
     MHD_destroy_response(resp);
     r->status = status;
-    r->bytes_out = out_len;
+    r->bytes_out = strcmp(r->method, MHD_HTTP_METHOD_HEAD) ? out_len : 0; /* HEAD: no body goes out */
     atomic_store(&r->state, R_ANSWERED);
     return rc;
 }
@@ -371,18 +380,31 @@ static enum MHD_Result answer_get(clef_server *s, req *r, const char *url) {
     clef_buf b;
     clef_buf_init(&b);
     enum MHD_Result rc;
-    if (!strcmp(url, "/health")) {
-        int ready = atomic_load(&s->ready), shutting = atomic_load(&s->shutting);
+    if (!strcmp(url, "/health")) { /* 503 from the signal on, drain included */
+        int ready = atomic_load(&s->ready), shutting = atomic_load(&s->shutting) || atomic_load(&s->draining);
         const char *st = shutting ? "shutting_down" : ready ? "ok" : "loading";
         clef_buf_printf(&b, "{\"status\":\"%s\"}", st);
         snprintf(r->outcome, sizeof r->outcome, "%s", st);
         rc = send_bytes(r, ready && !shutting ? 200 : 503, "application/json", b.data, b.len);
+    } else if (!strcmp(url, "/livez")) { /* the process answers: loading, draining, shutting down alike */
+        clef_buf_puts(&b, "{\"status\":\"alive\"}");
+        snprintf(r->outcome, sizeof r->outcome, "ok");
+        rc = send_bytes(r, 200, "application/json", b.data, b.len);
+    } else if (!strcmp(url, "/readyz")) { /* send traffic here? (docs/serving.md "Lifecycle") */
+        const char *st = "ready", *why = "the model is loaded and the server takes requests";
+        if (atomic_load(&s->shutting)) st = "shutting_down", why = "the server is shutting down: no new connections";
+        else if (atomic_load(&s->draining))
+            st = "draining", why = "the server was told to stop: it still answers for --drain-delay, then closes its listener";
+        else if (!atomic_load(&s->ready)) st = "loading", why = "the model is still loading";
+        clef_buf_printf(&b, "{\"status\":\"%s\",\"message\":\"%s\"}", st, why);
+        snprintf(r->outcome, sizeof r->outcome, "%s", st);
+        rc = send_bytes(r, strcmp(st, "ready") ? 503 : 200, "application/json", b.data, b.len);
     } else if (!strcmp(url, "/metrics")) {
         pthread_rwlock_rdlock(&s->gate);
         size_t depth = s->sched ? clef_sched_depth(s->sched) : 0;
         pthread_rwlock_unlock(&s->gate);
         clef_metrics_render(s->metrics, &b, depth, s->cfg.queue_len, (long)atomic_load(&s->live) - 1,
-                            atomic_load(&s->ready) && !atomic_load(&s->shutting));
+                            atomic_load(&s->ready) && !atomic_load(&s->shutting) && !atomic_load(&s->draining));
         clef_buf_printf(&b, "# HELP clef_connections_accepted_total TCP connections accepted\n"
                             "# TYPE clef_connections_accepted_total counter\nclef_connections_accepted_total %lu\n",
                         clef_guard_accepted(s->guard));
@@ -412,7 +434,8 @@ static enum MHD_Result answer_get(clef_server *s, req *r, const char *url) {
 }
 
 static const char *known_route(const char *url) {
-    static const char *const routes[] = {ROUTE_DECIDE, "/health", "/metrics", "/v1/models", "/openapi.json"};
+    static const char *const routes[] = {ROUTE_DECIDE, "/health", "/livez", "/readyz", "/metrics", "/v1/models",
+                                         "/openapi.json"};
     for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
         if (!strcmp(url, routes[i])) return routes[i];
     return NULL;
@@ -420,7 +443,12 @@ static const char *known_route(const char *url) {
 
 static enum MHD_Result decide_checks(clef_server *s, req *r);
 
-static int open_route(const char *route) { return !strcmp(route, "/health") || !strcmp(route, "/metrics"); }
+/* Routes an orchestrator's probes call with whatever Host it likes (a pod's address). */
+static int probe_route(const char *route) {
+    return !strcmp(route, "/health") || !strcmp(route, "/livez") || !strcmp(route, "/readyz");
+}
+
+static int open_route(const char *route) { return probe_route(route) || !strcmp(route, "/metrics"); }
 
 /* The request's id (the client's X-Request-Id when sane), its address, gzip and CORS. */
 static void request_meta(clef_server *s, req *r) {
@@ -482,6 +510,12 @@ static enum MHD_Result decide_checks(clef_server *s, req *r) {
     if (!json_content_type(ct))
         return send_error(r, 415, "UnsupportedMediaType", "Content-Type must be application/json, not %s",
                           ct ? ct : "missing");
+    const char *ce = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_ENCODING);
+    if (!clef_identity_coding(ce)) { /* the engine would read the compressed bytes as JSON text */
+        r->coded_body = 1;
+        return send_error(r, 415, "UnsupportedMediaType",
+                          "Content-Encoding %s is not supported: send the body uncompressed (identity)", ce);
+    }
     hdr_count hc = {0};
     MHD_get_connection_values(c, MHD_HEADER_KIND, count_cl, &hc);
     if (hc.n > 1) return send_error(r, 400, "BadRequest", "more than one Content-Length header");
@@ -523,6 +557,7 @@ static void prepare_one(void *ctx, void *item) {
         MHD_resume_connection(r->conn);
         return;
     }
+    if (clef_job_state_key(job, r->state_key, sizeof r->state_key)) r->state_key[0] = '\0';
     size_t tokens = clef_job_tokens(job);
     r->tokens = (int)tokens;
     if (s->cfg.max_tokens && tokens > s->cfg.max_tokens) {
@@ -613,6 +648,12 @@ static enum MHD_Result route_request(clef_server *s, req *r, const char *url, co
     const char *route = known_route(url);
     r->route = route ? route : "other";
     int get = !strcmp(method, MHD_HTTP_METHOD_GET) || !strcmp(method, MHD_HTTP_METHOD_HEAD);
+    if (!(route && probe_route(route))) { /* --allowed-hosts (host_check.h); the probes answer any Host */
+        const char *host = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST);
+        if (!clef_host_allowed(s->allowed_hosts, host))
+            return send_error(r, 421, "MisdirectedRequest", "this server does not answer for Host %s (--allowed-hosts)",
+                              host);
+    }
     if (!strcmp(method, MHD_HTTP_METHOD_OPTIONS) && s->cfg.cors_origin &&
         MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Origin"))
         return answer_preflight(s, r);
@@ -629,6 +670,7 @@ static enum MHD_Result route_request(clef_server *s, req *r, const char *url, co
         if (!get) return send_error(r, 405, "MethodNotAllowed", "%s takes GET, not %s", ui->path, method);
         snprintf(r->outcome, sizeof r->outcome, "ok");
         r->status = 200;
+        r->bytes_out = strcmp(method, MHD_HTTP_METHOD_HEAD) ? ui->len : 0;
         atomic_store(&r->state, R_ANSWERED);
         return clef_playground_send(conn, ui, "X-Request-Id", r->id, must_close(r));
     }
@@ -882,6 +924,15 @@ clef_server *clef_server_start(const clef_server_config *c, char *err, size_t er
     if (!s->cfg.model_id) s->cfg.model_id = "clef-flash";
     snprintf(s->host, sizeof s->host, "%s", c->host ? c->host : "127.0.0.1");
     s->cfg.host = s->host;
+    if (clef_host_list_check(c->allowed_hosts, err, err_len) != 0) {
+        free(s);
+        return NULL;
+    }
+    s->allowed_hosts = c->allowed_hosts;
+    if (!s->allowed_hosts && clef_host_is_loopback(s->host)) { /* the default: loopback names, and the address bound */
+        snprintf(s->allowed_default, sizeof s->allowed_default, "%s,%s", CLEF_LOOPBACK_HOSTS, s->host);
+        s->allowed_hosts = s->allowed_default;
+    }
     pthread_rwlock_init(&s->gate, NULL);
     s->metrics = clef_metrics_create();
     if (!s->metrics) {
@@ -951,8 +1002,15 @@ int clef_server_attach(clef_server *s, clef_engine *e) {
         s->sched = NULL;
         return -1;
     }
+    clef_metrics_batch_limits(s->metrics, s->cfg.batch_tokens, s->cfg.max_batch);
     atomic_store(&s->ready, 1);
     return 0;
+}
+
+void clef_server_drain(clef_server *s, double delay_s) {
+    if (!s || atomic_exchange(&s->draining, 1)) return;
+    clef_log_line("\"event\":\"draining\",\"drain_delay_s\":%g,\"in_flight\":%ld", delay_s,
+                  (long)atomic_load(&s->live));
 }
 
 void clef_server_shutdown(clef_server *s) {
@@ -970,7 +1028,10 @@ void clef_server_shutdown(clef_server *s) {
     double until = clef_now() + (s->cfg.io_timeout_s ? s->cfg.io_timeout_s : 30);
     while (atomic_load(&s->receiving) > 0 && clef_now() < until) nanosleep(&(struct timespec){0, 2000000}, NULL);
     int cut = clef_guard_cut_all(s->guard);
-    clef_workq_stop(s->prep); /* what is being prepared joins the queue */
+    /* what is being prepared joins the queue, unless it is still preparing when the budget runs out:
+     * then it stops at its next image or video (503) */
+    clef_engine_stop_preparing(s->engine, until - clef_now());
+    clef_workq_stop(s->prep);
     s->prep = NULL;
     pthread_rwlock_wrlock(&s->gate);
     clef_sched *sched = s->sched;

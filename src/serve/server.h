@@ -2,9 +2,10 @@
  * suspended while their request waits for the model). Routes, statuses and limits:
  * docs/serving.md.
  *
- * Life cycle: clef_server_start (binds, answers 503 on the model routes), clef_server_attach (the
- * engine is loaded and warmed up: starts the scheduler, /health turns 200), clef_server_shutdown
- * (stops accepting, runs what is queued, answers it, stops). */
+ * Life cycle: clef_server_start (binds, answers 503 on the model routes; /livez 200), clef_server_attach
+ * (the engine is loaded and warmed up: starts the scheduler, /health and /readyz turn 200),
+ * clef_server_drain (optional: /readyz 503, requests still answered), clef_server_shutdown (stops
+ * accepting, runs what is queued, answers it, stops). */
 #ifndef CLEF_SERVE_SERVER_H
 #define CLEF_SERVE_SERVER_H
 
@@ -42,6 +43,8 @@ typedef struct clef_server_config {
     const char *api_key;     /* NULL = no authentication; else "Authorization: Bearer KEY" or 401 */
     int auth_all;            /* 1: /health and /metrics need the key too (default: they do not) */
     const char *cors_origin; /* NULL = no CORS headers; an origin or "*" */
+    const char *allowed_hosts; /* Host values answered, else 421 (host_check.h); NULL = the default: loopback
+                                  names when host is a loopback address, else any */
     size_t gzip_min;         /* answers of at least this many bytes are gzipped when asked (default 1024; 0 = never) */
     /* tests only ($CLEF_SERVE_TEST_SUBMIT_DELAY_MS): a prepare thread waits this long after queueing a
      * request, so the batch can answer it first (the hand-off's ownership; test_hostile.py) */
@@ -58,6 +61,10 @@ int clef_server_port(const clef_server *s);
 /* Hands over a loaded, warmed-up engine: POST /v1/systemone and /health go live. -1 when the
  * scheduler cannot start. The engine stays the caller's (close it after clef_server_shutdown). */
 int clef_server_attach(clef_server *s, clef_engine *e);
+/* The first step of a stop with --drain-delay: /readyz (and /health) turn 503 at once so that a
+ * balancer takes the server out, while requests are still taken and answered (each answer says
+ * Connection: close); the caller waits the delay, then calls clef_server_shutdown. */
+void clef_server_drain(clef_server *s, double delay_s);
 /* Stops accepting, answers 503 to new requests on open connections, runs and answers everything
  * queued, then stops the HTTP threads and frees the server. */
 void clef_server_shutdown(clef_server *s);

@@ -278,7 +278,9 @@ static int demux_open(demux *d, const uint8_t *data, size_t n, const clef_video_
     d->fmt = avformat_alloc_context();
     if (!d->fmt) return clef_err_set(err, CLEF_E_OOM, "out of memory");
     d->fmt->pb = d->avio;
-    d->fmt->flags |= AVFMT_FLAG_CUSTOM_IO;
+    /* PyAV opens every input with GENPTS: without it an AVI with B-frames (MPEG-4 Part 2) leaves the
+     * packets of I/P frames without pts, and their frames with none */
+    d->fmt->flags |= AVFMT_FLAG_CUSTOM_IO | AVFMT_FLAG_GENPTS;
     int e = avformat_open_input(&d->fmt, NULL, NULL, NULL);
     if (e < 0) {
         d->fmt = NULL; /* freed by avformat_open_input on failure */
@@ -299,7 +301,15 @@ static int demux_open(demux *d, const uint8_t *data, size_t n, const clef_video_
     for (unsigned i = 0; i < d->fmt->nb_streams; i++)
         if ((int)i != d->stream) d->fmt->streams[i]->discard = AVDISCARD_ALL;
     AVRational r = st->avg_frame_rate;
-    if (r.num <= 0 || r.den <= 0) return clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA, "'video_fps'");
+    if (r.num <= 0 || r.den <= 0) {
+        /* The reference's FFmpeg (8.1) gives a raw elementary stream (.m4v) its demuxer's frame rate,
+         * where Debian's leaves none; such a stream cannot seek, so torchvision keeps no frame and the
+         * processor raises on t = 0 (measured: tests/fixtures/video mpeg4_raw.m4v) */
+        if (av_seek_frame(d->fmt, d->stream, 0, AVSEEK_FLAG_BACKWARD) < 0)
+            return clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA, "t:0 must be larger than temporal_factor:%d",
+                                o->temporal_patch_size);
+        return clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA, "'video_fps'");
+    }
     *fps = (double)r.num / (double)r.den;
     /* ours: limits from the headers, before decoding */
     int64_t w = st->codecpar->width, h = st->codecpar->height;
@@ -334,10 +344,15 @@ static int demux_open(demux *d, const uint8_t *data, size_t n, const clef_video_
 
 /* Decodes every frame of the stream (as PyAV's container.decode(video=0) with torchvision's loop:
  * a decoding or demuxing error ends the clip silently), calling fn on each. fn returns 0 to go on,
- * 1 to stop, -1 on error. */
+ * 1 to stop, -1 on error. torchvision's _read_from_stream first seeks the stream to 0 (PyAV's
+ * container.seek(0, backward=True, any_frame=False, stream=s): av_seek_frame with
+ * AVSEEK_FLAG_BACKWARD) and keeps no frame when that fails (a raw elementary stream, .h264 or .m4v):
+ * then fn is never called. */
 typedef int (*frame_fn)(void *ctx, AVFrame *f, clef_err *err);
 
 static int decode_all(demux *d, frame_fn fn, void *ctx, clef_err *err) {
+    if (av_seek_frame(d->fmt, d->stream, 0, AVSEEK_FLAG_BACKWARD) < 0) return 0;
+    avcodec_flush_buffers(d->dec);
     int flushing = 0;
     for (;;) {
         if (!flushing) {

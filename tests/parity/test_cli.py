@@ -19,7 +19,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 BUILD = os.environ.get("CLEF_BUILD", os.path.join(ROOT, "build")).rstrip("/")
 CLEF = os.environ.get("CLEF_BIN", os.path.join(BUILD, "clef"))
 DOC = os.path.join(ROOT, "docs", "cli.md")
-VERBS = ["decide", "serve", "batch", "bench", "tokenize", "encode", "respond", "preprocess", "version"]
+VERBS = ["decide", "serve", "batch", "bench", "tokenize", "encode", "state-key", "respond", "preprocess",
+         "version"]
 failures = []
 checks = 0
 
@@ -40,7 +41,7 @@ def doc_tables():
         m = re.match(r"^#+ (.*)$", line)
         if m:
             section = m.group(1)
-            mv = re.match(r"^### `clef (\w+)`$", line)
+            mv = re.match(r"^### `clef ([\w-]+)`$", line)
             verb = mv.group(1) if mv else None
             if verb:
                 tables[verb] = {}

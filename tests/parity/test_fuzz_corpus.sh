@@ -36,7 +36,8 @@ clang -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined -fno-san
   -Iinclude -Isrc $(pkg-config --cflags $pkgs) fuzz/fuzz_video.c src/video/*.c src/image/*.c src/base/err.c \
   src/base/buf.c src/base/bufpool.c src/base/sha256.c src/base/pyfmt.c $(pkg-config --libs $pkgs) -lm -pthread \
   -o "$dir/fuzz_video" >"$dir/build_video.log" 2>&1 || { cat "$dir/build_video.log"; exit 1; }
-vin=$(ls tests/fixtures/video/*.mp4 tests/fixtures/video/*.mkv tests/fixtures/video/*.webm fuzz/regress/video/*)
+vin=$(ls tests/fixtures/video/*.mp4 tests/fixtures/video/*.mkv tests/fixtures/video/*.webm tests/fixtures/video/*.avi \
+  tests/fixtures/video/*.h264 tests/fixtures/video/*.m4v fuzz/regress/video/*)
 n=$(echo "$vin" | wc -l)
 # shellcheck disable=SC2086
 "$dir/fuzz_video" -rss_limit_mb=2048 $vin >"$dir/run_video.log" 2>&1

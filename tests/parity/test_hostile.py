@@ -14,6 +14,9 @@ server items), on the tiny checkpoint over loopback. Short timeouts keep it quic
 6. /health answered while one HTTP thread's request is being tokenized (an 8 MB state).
 7. shutdown with a 1 byte/s uploader: exit within --timeout (not twice), the upload counted dropped.
 10. a missing model folder: exactly one stderr line, a JSON fatal line naming the folder.
+#35 (5-7): a request body in a content coding refused with 415 naming it; --allowed-hosts (421 for another
+   Host; the default on loopback: loopback names only); bytes_out true on every route; a 10 MB body
+   refused from its head read back as the answer, not a reset (lingering close; test_nginx.py: behind nginx).
 #19: X-Request-Id honoured or random; log lines with level, client, bytes_out, backend; --api-key
    (401 + JSON, /health open unless --auth-all); --cors-origin preflights, the CORS headers on the guard's own answers, a bad origin refused at start; gzip when asked.
 """
@@ -145,7 +148,7 @@ def status_of(resp):
 
 
 BODY = b'{"model":"clef-flash","state":"x","questions":{"q":{"type":"noul"}}}'
-HEAD = b"POST /v1/systemone HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+HEAD = b"POST /v1/systemone HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
 
 
 def log_lines_valid(srv, what):
@@ -194,11 +197,12 @@ def test_signal_while_loading():
 # ---------------------------------------------------------------- item 4
 
 def test_log_forgery(srv):
-    raw(srv.port, b'X","event":"forged /nope HTTP/1.1\r\nHost: x\r\n\r\n', 3)
-    raw(srv.port, b'G"ET /nope HTTP/1.1\r\nHost: x\r\n\r\n', 3)
-    raw(srv.port, b'GET /nope HTTP/1.1\r\nHost: x\r\nX-Request-Id: a","event":"forged\r\n\r\n', 3)
-    raw(srv.port, b'G\\ET /nope HTTP/1.1\r\nHost: x\r\n\r\n', 3)
-    raw(srv.port, b'GET /%22,%22event%22:%22forged HTTP/1.1\r\nHost: x\r\n\r\n', 3)
+    raw(srv.port, b'X","event":"forged /nope HTTP/1.1\r\nHost: localhost\r\n\r\n', 3)
+    raw(srv.port, b'G"ET /nope HTTP/1.1\r\nHost: localhost\r\n\r\n', 3)
+    raw(srv.port, b'GET /nope HTTP/1.1\r\nHost: localhost\r\nX-Request-Id: a","event":"forged\r\n\r\n', 3)
+    raw(srv.port, b'G\\ET /nope HTTP/1.1\r\nHost: localhost\r\n\r\n', 3)
+    raw(srv.port, b'GET /%22,%22event%22:%22forged HTTP/1.1\r\nHost: localhost\r\n\r\n', 3)
+    raw(srv.port, b'GET /v1/models HTTP/1.1\r\nHost: a","event":"forged\r\n\r\n', 3)
     time.sleep(0.3)
     log_lines_valid(srv, "log forgery")
 
@@ -414,21 +418,20 @@ def test_chunked_over_cap(srv, max_body):
     s = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
     s.sendall(HEAD + b"Transfer-Encoding: chunked\r\n\r\n")
     piece = b"%x\r\n" % 65536 + b"a" * 65536 + b"\r\n"
+    # the 413 goes out at once; the rest is read and dropped (lingering close) up to max(64 MiB,
+    # --max-body), then the connection is closed: a client cannot push without end
+    linger_max = max(64 << 20, max_body)
     sent, closed = 0, False
     try:
-        while sent < 40 * max_body:
+        while sent < 4 * linger_max:
             s.sendall(piece)
             sent += 65536
     except OSError:
         closed = True
-    got = b""
-    try:
-        s.settimeout(3)
-        got = s.recv(4096)
-    except OSError:
-        pass
     s.close()
-    check(closed, "a chunked body past --max-body %d closes the connection (pushed %d bytes, got %r)" % (max_body, sent, got[:40]))
+    check(closed and sent <= linger_max + (16 << 20),
+          "a chunked body past --max-body %d: the connection closes after at most the lingering bound %d (+ socket buffers; pushed %d bytes)"
+          % (max_body, linger_max, sent))
 
 
 # ---------------------------------------------------------------- item 6
@@ -620,6 +623,190 @@ def test_cors_gzip():
         check(rc == 2 and "--cors-origin" in err, "--cors-origin %r refused at start (%s)" % (bad, rc))
 
 
+# ---------------------------------------------------------------- issue #35 items 5-7
+
+def log_records(srv, pred):
+    time.sleep(0.3)  # the request line is written when the connection's request completes
+    out = []
+    for line in srv.logtext().splitlines():
+        if line.startswith("{") and '"event":"request"' in line:
+            rec = json.loads(line)
+            if pred(rec):
+                out.append(rec)
+    return out
+
+
+def test_content_encoding(srv):
+    """A request body in a content coding (gzip, deflate, br, anything but identity) is refused with
+    415 naming the coding, and Accept-Encoding: identity says what would do (RFC 9110 15.5.16),
+    instead of the engine's InvalidUtf8 on the compressed bytes."""
+    for coding, body in (("gzip", gzip.compress(BODY)), ("deflate", zlib.compress(BODY)), ("br", b"\x0b\x02\x80" + BODY),
+                         ("x-custom", BODY), ("gzip, identity", gzip.compress(BODY)), ("GZIP", gzip.compress(BODY))):
+        st, hd, data = request(srv.port, "POST", "/v1/systemone", body,
+                               {"Content-Type": "application/json", "Content-Encoding": coding})
+        try:
+            err = json.loads(data)["error"]
+        except (ValueError, KeyError):
+            err = {}
+        check(st == 415 and err.get("type") == "UnsupportedMediaType" and coding in err.get("message", "")
+              and "Content-Encoding" in err.get("message", "") and hd.get("accept-encoding") == "identity",
+              "Content-Encoding %s: 415 naming it, Accept-Encoding: identity (%s %r %s)" % (coding, st, data[:120], hd.get("accept-encoding")))
+    st, _, _ = request(srv.port, "POST", "/v1/systemone", BODY, {"Content-Type": "application/json", "Content-Encoding": "identity"})
+    check(st == 200, "Content-Encoding: identity is answered (%s)" % st)
+
+
+def test_lingering_direct(srv):
+    """An answer from the head alone (415) while the client is still sending a 10 MB body: the
+    client reads the answer instead of a reset (the guard drains the rest: lingering close)."""
+    big = b"x" * (10 << 20)
+    got = []
+    for _ in range(5):
+        try:
+            st, _, data = request(srv.port, "POST", "/v1/systemone", big, {"Content-Type": "text/plain"})
+            got.append(st)
+        except OSError as e:
+            got.append(repr(e))
+    check(got == [415] * 5, "a 10 MB body refused from its head, directly: 415 5 of 5 times (%s)" % got)
+
+
+def test_lingering_bounded():
+    """Clients refused from their head that keep sending are held by the lingering close only as
+    connections waiting for a head are: --client-share of them per address, the oldest closed."""
+    share = 4
+    srv = Server("--client-share", str(share))
+    socks = []
+    try:
+        for _ in range(3 * share):
+            s = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
+            s.sendall(b"POST /v1/systemone HTTP/1.1\r\nHost: localhost\r\nContent-Type: text/plain\r\n"
+                      b"Content-Length: 10000000\r\n\r\n" + b"x" * 1024)
+            got = b""
+            while b"\r\n\r\n" not in got:
+                chunk = s.recv(4096)
+                if not chunk:
+                    break
+                got += chunk
+            check(status_of(got) == 415, "lingering: the refusal comes first (%r)" % got[:40])
+            socks.append(s)
+        open_now = 0
+        t_end = time.time() + 2
+        alive = list(socks)
+        while time.time() < t_end and alive:
+            for s in list(alive):
+                try:
+                    s.sendall(b"x" * 1024)
+                except OSError:
+                    alive.remove(s)
+            time.sleep(0.2)
+        open_now = len(alive)
+        check(open_now <= share, "lingering connections from one address: %d still held of %d (--client-share %d)"
+              % (open_now, len(socks), share))
+    finally:
+        for s in socks:
+            s.close()
+        srv.stop(signal.SIGKILL)
+
+
+def test_bytes_out(srv):
+    """bytes_out in the log is the answer body's bytes on every route: the playground's files
+    too (they were logged with 0), none for HEAD, the gzipped size when gzipped."""
+    for path in ("/", "/playground.js", "/playground.css", "/openapi.json", "/health", "/nope"):
+        rid = "bytes-out-%d" % random.randrange(10**9)
+        st, hd, data = request(srv.port, "GET", path, headers={"X-Request-Id": rid})
+        recs = log_records(srv, lambda r: r.get("id") == rid)
+        check(recs and recs[-1].get("bytes_out") == len(data) and len(data) > 0,
+              "GET %s: bytes_out is the body's %d bytes (%s)" % (path, len(data), recs[-1].get("bytes_out") if recs else None))
+    rid = "bytes-out-head"
+    st, hd, data = request(srv.port, "HEAD", "/playground.js", headers={"X-Request-Id": rid})
+    recs = log_records(srv, lambda r: r.get("id") == rid)
+    check(st == 200 and recs and recs[-1].get("bytes_out") == 0, "HEAD: bytes_out 0 (%s)" % (recs[-1] if recs else None))
+    rid = "bytes-out-gzip"
+    st, hd, data = request(srv.port, "GET", "/openapi.json", headers={"X-Request-Id": rid, "Accept-Encoding": "gzip"})
+    recs = log_records(srv, lambda r: r.get("id") == rid)
+    check(hd.get("content-encoding") == "gzip" and recs and recs[-1].get("bytes_out") == len(data),
+          "gzipped: bytes_out is the gzipped size %d (%s)" % (len(data), recs[-1].get("bytes_out") if recs else None))
+    # the guard's own answers: the JSON body's bytes
+    resp = raw(srv.port, HEAD + b"Content-Length: 999999999\r\n\r\n")
+    body = resp.split(b"\r\n\r\n", 1)[1] if b"\r\n\r\n" in resp else b""
+    m = re.search(rb"(?i)x-request-id: *([0-9a-f]+)", resp)
+    recs = log_records(srv, lambda r: m is not None and r.get("id") == m.group(1).decode())
+    check(status_of(resp) == 413 and recs and recs[-1].get("bytes_out") == len(body),
+          "the guard's 413: bytes_out is its body's %d bytes (%s)" % (len(body), recs[-1].get("bytes_out") if recs else None))
+
+
+def host_status(port, host, path="/v1/models", method="GET", body=None, headers=None):
+    h = {"Host": host}
+    h.update(headers or {})
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        conn.putrequest(method, path, skip_host=True, skip_accept_encoding=True)
+        for k, v in h.items():
+            conn.putheader(k, v)
+        if body is not None:
+            conn.putheader("Content-Length", str(len(body)))
+        conn.endheaders(body)
+        r = conn.getresponse()
+        data = r.read()
+        return r.status, data
+    finally:
+        conn.close()
+
+
+def test_allowed_hosts():
+    """DNS rebinding: a server bound to loopback answers only Host values naming loopback
+    (localhost, 127.0.0.1, [::1], any port) unless --allowed-hosts says otherwise; others get 421
+    MisdirectedRequest. The probes (/livez, /readyz, /health) answer whatever the Host."""
+    srv = Server()
+    try:
+        p = srv.port
+        for host in ("localhost", "localhost:%d" % p, "127.0.0.1:%d" % p, "127.0.0.1", "[::1]:%d" % p, "[::1]", "LocalHost:1"):
+            st, data = host_status(p, host)
+            check(st == 200, "default on loopback: Host %s answered (%s %r)" % (host, st, data[:80]))
+        for host in ("evil.example", "evil.example:%d" % p, "localhost.evil.example", "127.0.0.1.nip.io:%d" % p,
+                     "10.0.0.1", "[::2]", "::1"):
+            st, data = host_status(p, host)
+            try:
+                typ = json.loads(data)["error"]["type"]
+            except (ValueError, KeyError):
+                typ = None
+            check(st == 421 and typ == "MisdirectedRequest", "default on loopback: Host %s refused 421 (%s %r)" % (host, st, data[:80]))
+        st, data = host_status(p, "evil.example", "/v1/systemone", "POST", BODY, {"Content-Type": "application/json"})
+        check(st == 421, "a POST with a foreign Host: 421 (%s)" % st)
+        st, data = host_status(p, "evil.example", "/")
+        check(st == 421, "the playground with a foreign Host: 421 (%s)" % st)
+        st, data = host_status(p, "evil.example", "/health")
+        check(st == 200, "/health answers a foreign Host (a probe) (%s)" % st)
+        # a refused POST whose body is still coming: the 421, not a reset
+        st, data = host_status(p, "evil.example", "/v1/systemone", "POST", b"x" * (4 << 20), {"Content-Type": "application/json"})
+        check(st == 421, "a 4 MB POST with a foreign Host: 421 (%s)" % st)
+    finally:
+        srv.stop(signal.SIGKILL)
+    srv = Server("--allowed-hosts", "api.example, .corp.example,[::1]")
+    try:
+        p = srv.port
+        for host, want in (("api.example", 200), ("API.example:443", 200), ("corp.example", 200), ("a.b.corp.example:1", 200),
+                           ("[::1]:9", 200), ("localhost", 421), ("127.0.0.1:%d" % p, 421), ("xcorp.example", 421),
+                           ("api.example.evil", 421)):
+            st, data = host_status(p, host)
+            check(st == want, "--allowed-hosts api.example,.corp.example,[::1]: Host %s -> %d (%s)" % (host, want, st))
+    finally:
+        srv.stop(signal.SIGKILL)
+    srv = Server("--allowed-hosts", "*")
+    try:
+        st, data = host_status(srv.port, "anything.example")
+        check(st == 200, "--allowed-hosts '*': any Host answered (%s)" % st)
+    finally:
+        srv.stop(signal.SIGKILL)
+    for bad in ("", "a b", "x,,y", "host:80"):
+        try:
+            p = subprocess.run([CLEF, "serve", "--model", MODEL, "--port", "0", "--allowed-hosts", bad],
+                               capture_output=True, text=True, timeout=30)
+            rc, err = p.returncode, p.stderr
+        except subprocess.TimeoutExpired:
+            rc, err = "still serving after 30 s", ""
+        check(rc == 2 and "--allowed-hosts" in err, "--allowed-hosts %r refused at start (%s %r)" % (bad, rc, err[-200:]))
+
+
 def main():
     if not os.access(CLEF, os.X_OK):
         skip("skip: no %s (build first)" % CLEF)
@@ -640,6 +827,8 @@ def main():
         test_image_cost(srv)
         test_chunked_over_cap(srv, max_body)
         test_ids_and_log(srv)
+        test_content_encoding(srv)
+        test_bytes_out(srv)
         st, _, _ = request(srv.port, "GET", "/health")
         check(st == 200 and srv.p.poll() is None, "alive after the hostile clients")
         log_lines_valid(srv, "after everything")
@@ -654,6 +843,13 @@ def main():
     test_handoff_after_answer()
     test_api_key()
     test_cors_gzip()
+    test_allowed_hosts()
+    srv = Server()
+    try:
+        test_lingering_direct(srv)
+    finally:
+        srv.stop(signal.SIGKILL)
+    test_lingering_bounded()
     print("%d checks, %d failed (%.1fs)" % (checks, len(failures), time.time() - t_start))
     sys.exit(1 if failures else 0)
 

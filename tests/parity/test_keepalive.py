@@ -39,7 +39,7 @@ def post(rid=None, body=BODY, extra=b""):
 
 
 def get(path, rid=None, extra=b""):
-    return (b"GET %s HTTP/1.1\r\nHost: x\r\n" % path.encode() +
+    return (b"GET %s HTTP/1.1\r\nHost: localhost\r\n" % path.encode() +
             (b"X-Request-Id: %s\r\n" % rid.encode() if rid else b"") + extra + b"\r\n")
 
 

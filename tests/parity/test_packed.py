@@ -13,7 +13,7 @@ tests/tools/pack_tool runs them alone (cache off: the reference bytes), in rando
 1..32 records (cache off, then cache on: groups mix hits and misses; one round of groups per run),
 and one by one twice more with the cache on; every answer must equal the alone bytes. Runs: the default path on 3
 threads, the parity path (CLEF_LINEAR=double) on 2 threads, and the default path on 2 threads with a
-1 MiB cache (it evicts); under ASan (CLEF_BUILD ending in -asan) that last run only (it hits and
+1 MiB cache (it evicts), and the int8 precision (CLEF_PRECISION=int8, CLEF_UNGATED=int8) on 2 threads; under ASan (CLEF_BUILD ending in -asan) the 1 MiB run only (it hits and
 evicts; ASan's slowdown makes each run minutes). The 1-thread run is test_threads.py's (1 vs 3
 threads on the whole corpus). Exit 0 pass, 1 fail, 77 skip."""
 import base64
@@ -106,7 +106,8 @@ def main():
                     print("FAIL: %s is refused: %s" % (os.path.basename(f), d.stdout.strip() or d.stderr.strip()))
                     return 1
         runs = [("default", "2", {}, "1", "1")] if asan else [("default", "3", {}, "1", "1024"),
-            ("parity", "2", {"CLEF_LINEAR": "double"}, "1", "1024"), ("default", "2", {}, "1", "1")]
+            ("parity", "2", {"CLEF_LINEAR": "double"}, "1", "1024"), ("default", "2", {}, "1", "1"),
+            ("int8", "2", {"CLEF_PRECISION": "int8", "CLEF_UNGATED": "int8"}, "1", "1024")]
         failed = 0
         for label, threads, env_extra, rounds, cache_mb in runs:
             env = dict(os.environ, **env_extra)

@@ -8,7 +8,8 @@
 3. In this process (PYTHONPATH=python/src, CLEF_LIBRARY=<build>/dist/libclef.so): decide_raw is
    byte-equal to `clef decide` on text requests (str, bytes, dict) and on an image given as base64,
    as bytes and as a path; refusals raise clef.Error with the contract's type, the HTTP status, the
-   message and the exact error body; a bad model folder raises BadModel; 8 threads calling one engine
+   message and the exact error body; a bad model folder raises BadModel; precision "fast" on the CPU
+   runs fp32 with a note and a RuntimeWarning, "int8" raises BadModel (not offered); 8 threads calling one engine
    at once get the sequential answers; decide_many equals decide one by one (one batch, and many
    batches of a small token budget), refusals in place with return_exceptions, raised without;
    close() makes later calls raise ValueError.
@@ -214,6 +215,23 @@ def main():
         check(False, "no error for a missing model folder")
     except clef.Error as e:
         check(e.type == "BadModel" and e.status == 503 and "no-such-model" in e.message, f"BadModel: {e!r}")
+    # precisions (docs/precision.md): fast has no CPU kernel, so it runs fp32 and says so (note + warning);
+    # int8 is refused until it passes its gate
+    check(engine.note is None, f"fp32 engine has a note: {engine.note!r}")
+    if engine.backend == "cpu":
+        import warnings
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with clef.Engine(MODEL, threads=1, precision="fast") as ef:
+                check(ef.note is not None and "running fp32" in ef.note and
+                      any(issubclass(w.category, RuntimeWarning) and ef.note in str(w.message) for w in caught),
+                      f"precision fast on the CPU: note {ef.note!r}, warnings {[str(w.message) for w in caught]}")
+                check(ef.decide_raw(KETTLE) == engine.decide_raw(KETTLE), "precision fast on the CPU: the fp32 bytes")
+        try:
+            clef.Engine(MODEL, threads=1, precision="int8")
+            check(os.environ.get("CLEF_UNGATED") == "int8", "precision int8 opened without CLEF_UNGATED=int8")
+        except clef.Error as e:
+            check(e.type == "BadModel" and "not offered" in e.message, f"precision int8: {e!r}")
 
     # ---- 3c. 8 threads on one engine
     reqs = [r for r in TEXT_REQUESTS] + [dict(as_b64, images=[img])]

@@ -319,22 +319,22 @@ def test_statuses(srv, expected, max_body):
             part = payload[i:i + step]
             out += b"%x\r\n" % len(part) + part + b"\r\n"
         return out + b"0\r\n\r\n"
-    head = (b"POST /v1/systemone HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    head = (b"POST /v1/systemone HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
             b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n")
     resp = raw(srv.port, head + chunked(body), read_timeout=60)
     check(status_of(resp) == 200 and resp.endswith(exp), "chunked body answered, bytes equal")
     resp = raw(srv.port, head + chunked(big, 65536), read_timeout=60)
     check(status_of(resp) == 413, "chunked body over the cap: 413 (got %r)" % resp[:40])
     # duplicate Content-Length
-    dup = (b"POST /v1/systemone HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
+    dup = (b"POST /v1/systemone HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
            b"Content-Length: %d\r\nConnection: close\r\n\r\n" % (len(body), len(body))) + body
     resp = raw(srv.port, dup)
     check(status_of(resp) == 400, "duplicate Content-Length refused with 400 (got %r)" % resp[:40])
-    dup2 = (b"POST /v1/systemone HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
+    dup2 = (b"POST /v1/systemone HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
             b"Content-Length: 5\r\nConnection: close\r\n\r\n" % len(body)) + body
     resp = raw(srv.port, dup2)
     check(status_of(resp) == 400, "conflicting Content-Length refused with 400 (got %r)" % resp[:40])
-    both = (b"POST /v1/systemone HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
+    both = (b"POST /v1/systemone HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
             b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n" % len(body)) + chunked(body)
     resp = raw(srv.port, both)
     check(status_of(resp) == 400 and b"Transfer-Encoding" in resp, "Content-Length + Transfer-Encoding refused with 400 (got %r)" % resp[:40])
@@ -343,11 +343,11 @@ def test_statuses(srv, expected, max_body):
 def test_malformed(srv, timeout_s):
     resp = raw(srv.port, b"GARBAGE\r\n\r\n")
     check(resp == b"" or status_of(resp) in (400, 405, 505), "bad request line: 400 or closed (%r)" % resp[:40])
-    resp = raw(srv.port, b"GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 40000 + b"\r\n\r\n")
+    resp = raw(srv.port, b"GET /health HTTP/1.1\r\nHost: localhost\r\nX-Big: " + b"a" * 40000 + b"\r\n\r\n")
     check(status_of(resp) == 431, "huge headers: 431 (%r)" % resp[:40])
     # slow client: half a body, then silence past the timeout -> the server closes the connection
     s = socket.create_connection(("127.0.0.1", srv.port), timeout=timeout_s + 20)
-    s.sendall(b"POST /v1/systemone HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"mod")
+    s.sendall(b"POST /v1/systemone HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"mod")
     t0 = time.time()
     try:
         got = s.recv(1000)
@@ -358,12 +358,12 @@ def test_malformed(srv, timeout_s):
     check(dt < timeout_s + 15 and (got == b"" or status_of(got) in (400, 408)), "slow client closed after the timeout (%.1fs, %r)" % (dt, got[:30]))
     # early closes: half a body then close; a full request then close before reading
     s = socket.create_connection(("127.0.0.1", srv.port))
-    s.sendall(b"POST /v1/systemone HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"mod")
+    s.sendall(b"POST /v1/systemone HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"mod")
     s.close()
     body = open(os.path.join(ROOT, "tests/corpus/requests/t001_basic.json"), "rb").read()
     for _ in range(3):
         s = socket.create_connection(("127.0.0.1", srv.port))
-        s.sendall(b"POST /v1/systemone HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+        s.sendall(b"POST /v1/systemone HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
         s.close()
     st, _, _ = request(srv.port, "GET", "/health")
     check(st == 200 and srv.p.poll() is None, "alive after malformed HTTP")

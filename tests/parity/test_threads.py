@@ -9,7 +9,9 @@ machine's cores: the static partition still differs), on the default path and on
 byte-identical; the 16,384-token request is left out (minutes of CPU). The default path also runs
 once more (3 threads) with CLEF_AMX_PACKED=0: the Linear weights then stay unpacked (the AMX kernel
 packs them per call, as before weights were packed at load), and the bytes must be the same as with
-the packed weights (where there is no AMX both runs take the same path, so it is not run). Exit 0 pass, 1 fail, 77 skip.
+the packed weights (where there is no AMX both runs take the same path, so it is not run). The int8
+precision (CLEF_PRECISION=int8 with CLEF_UNGATED=int8: int8 weights and activations, exact integer sums) runs 1 vs 3 threads
+too; its lines must also differ from the default path's (else the knob did not reach the backend). Exit 0 pass, 1 fail, 77 skip.
 Binary: $CLEF_BUILD/clef (default build/clef); checkpoint $CLEF_TINY (default models/tiny)."""
 import json
 import os
@@ -49,8 +51,10 @@ def main():
     with tempfile.TemporaryDirectory(prefix="clef_threads_") as tmp:
         inp = os.path.join(tmp, "in.jsonl")
         open(inp, "wb").write(b"\n".join(lines) + b"\n")
-        modes = [("default", {k: v for k, v in os.environ.items() if k != "CLEF_LINEAR"}),
-                 ("parity", dict(os.environ, CLEF_LINEAR="double"))]
+        plain = {k: v for k, v in os.environ.items() if k not in ("CLEF_LINEAR", "CLEF_PRECISION")}
+        modes = [("default", plain),
+                 ("parity", dict(plain, CLEF_LINEAR="double")),
+                 ("int8", dict(plain, CLEF_PRECISION="int8", CLEF_UNGATED="int8"))]
         if BUILD.rstrip("/").endswith("asan"):
             modes = modes[:1]
         for mode, env in modes:
@@ -63,6 +67,10 @@ def main():
                     fails.append(f"{mode}: clef batch --threads {threads} exited {p.returncode}: {p.stderr[-300:]!r}")
                     continue
                 outs.append(open(out, "rb").read().split(b"\n"))
+            if len(outs) == 2 and mode == "int8":
+                d = open(os.path.join(tmp, "out_default_1.jsonl"), "rb").read().split(b"\n")
+                if sum(1 for x, y in zip(outs[0], d) if x != y and x.startswith(b'{"model"')) == 0:
+                    fails.append("int8: every answer equals the default path's: the precision did not run")
             if len(outs) == 2:
                 a, b = outs
                 n_ok = sum(1 for x, y in zip(a, b) if x == y)

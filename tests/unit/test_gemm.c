@@ -193,6 +193,24 @@ int main(void) {
     CHECK(avail[CLEF_GEMM_REF]);
     CHECK(clef_gemm_available(clef_gemm_default(), NULL));
 
+    /* The measured dispatch (clef_gemm_fastest, what clef_gemm_default runs between AVX-512 and
+     * AVX2): it must pick the kernel its own timing finds faster, and the portable C kernel (a libm
+     * fmaf per product) is far slower than AVX2, in either order of the candidates. */
+    if (avail[CLEF_GEMM_AVX2]) {
+        const clef_gemm_kernel c1[2] = {CLEF_GEMM_REF, CLEF_GEMM_AVX2}, c2[2] = {CLEF_GEMM_AVX2, CLEF_GEMM_REF};
+        double g1[2], g2[2];
+        clef_gemm_kernel k1 = clef_gemm_fastest(c1, 2, g1), k2 = clef_gemm_fastest(c2, 2, g2);
+        printf("timed: ref %.2f, avx2 %.2f GFLOP/s\n", g1[0], g1[1]);
+        CHECK_MSG(k1 == CLEF_GEMM_AVX2 && k2 == CLEF_GEMM_AVX2 && g1[1] > g1[0] && g2[0] > g2[1],
+                  "the measured pick: %s / %s", clef_gemm_name(k1), clef_gemm_name(k2));
+    }
+    if (avail[CLEF_GEMM_AVX2] && avail[CLEF_GEMM_AVX512] && !avail[CLEF_GEMM_AMX]) {
+        clef_gemm_kernel d = clef_gemm_default();
+        double g5 = clef_gemm_measured_gflops(CLEF_GEMM_AVX512), g2 = clef_gemm_measured_gflops(CLEF_GEMM_AVX2);
+        printf("default by timing: avx512 %.1f, avx2 %.1f GFLOP/s -> %s\n", g5, g2, clef_gemm_name(d));
+        CHECK(g5 > 0 && g2 > 0 && d == (g2 > g5 ? CLEF_GEMM_AVX2 : CLEF_GEMM_AVX512));
+    }
+
     /* T, K, N, pad: edge sizes around the tiles (12 x 32, 6 x 16), K blocks (256)
      * and the 32-pair packing steps. */
     static const size_t shapes[][4] = {

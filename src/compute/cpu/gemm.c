@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "base/cpu_features.h"
@@ -61,19 +62,84 @@ int clef_gemm_available(clef_gemm_kernel kern, const char **why) {
 }
 
 static clef_gemm_kernel g_default;
+static double g_gflops[CLEF_GEMM_NKERNELS]; /* the timing behind the pick; 0 = not timed */
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* GFLOP/s of one exact kernel on one thread, on a block of the decoder's shape (48 rows x 512 x
+ * 1,024, ~50 MFLOP, a few ms): the best of 3 after one warm-up call. 0 when it could not run. */
+#define PROBE_T 48
+#define PROBE_K 1024
+#define PROBE_N 512
+static double probe(clef_gemm_kernel k, float *y, const float *x, const uint16_t *W) {
+    if (clef_gemm_bf16_with(k, NULL, y, PROBE_N, x, PROBE_K, PROBE_T, PROBE_K, W, PROBE_K, PROBE_N, NULL)) return 0;
+    double best = 0;
+    for (int r = 0; r < 3; r++) {
+        double t0 = now_s();
+        if (clef_gemm_bf16_with(k, NULL, y, PROBE_N, x, PROBE_K, PROBE_T, PROBE_K, W, PROBE_K, PROBE_N, NULL)) return 0;
+        double dt = now_s() - t0;
+        if (dt > 0 && (best == 0 || dt < best)) best = dt;
+    }
+    return best > 0 ? 2.0 * PROBE_T * PROBE_K * PROBE_N / best * 1e-9 : 0;
+}
+
+clef_gemm_kernel clef_gemm_fastest(const clef_gemm_kernel *cands, size_t n, double *gflops) {
+    clef_gemm_kernel best = CLEF_GEMM_REF;
+    double best_g = -1;
+    float *x = malloc((size_t)PROBE_T * PROBE_K * sizeof *x), *y = malloc((size_t)PROBE_T * PROBE_N * sizeof *y);
+    uint16_t *W = malloc((size_t)PROBE_N * PROBE_K * sizeof *W);
+    for (size_t i = 0; i < n; i++) gflops[i] = 0;
+    if (x && y && W) {
+        uint32_t s = 0x12345678u; /* small values, so no denormal or Inf slows a kernel */
+        for (size_t i = 0; i < (size_t)PROBE_T * PROBE_K; i++) { s = s * 1664525u + 1013904223u; x[i] = (float)(s >> 20) / 4096.0f - 0.5f; }
+        for (size_t i = 0; i < (size_t)PROBE_N * PROBE_K; i++) { s = s * 1664525u + 1013904223u; W[i] = (uint16_t)(0x3c00u + (s >> 24)); }
+        /* two rounds alternating the kernels, so a neighbour's burst on a shared machine hits all alike */
+        for (int r = 0; r < 2; r++)
+            for (size_t i = 0; i < n; i++) {
+                double g = clef_gemm_available(cands[i], NULL) ? probe(cands[i], y, x, W) : 0;
+                if (g > gflops[i]) gflops[i] = g;
+            }
+    }
+    for (size_t i = 0; i < n; i++) /* ties and failed timings: the earlier candidate */
+        if (clef_gemm_available(cands[i], NULL) && gflops[i] > best_g) best = cands[i], best_g = gflops[i];
+    free(x);
+    free(y);
+    free(W);
+    return best;
+}
+
+/* AMX when granted (2.5x any FMA kernel: docs/performance.md); else, of the exact FMA kernels this
+ * CPU runs, the one that measures faster here. They give the same bits (gemm.h), so the choice
+ * changes only the time; an AVX-512 CPU is not always faster with AVX-512 (issue 34: a 2-vCPU EPYC
+ * measured avx2 204 GFLOP/s, avx512 191). */
 static void pick_default(void) {
     clef_gemm_kernel k = CLEF_GEMM_REF;
+    int a512 = clef_gemm_available(CLEF_GEMM_AVX512, NULL), a2 = clef_gemm_available(CLEF_GEMM_AVX2, NULL);
     if (clef_gemm_available(CLEF_GEMM_AMX, NULL)) k = CLEF_GEMM_AMX;
-    else if (clef_gemm_available(CLEF_GEMM_AVX512, NULL)) k = CLEF_GEMM_AVX512;
-    else if (clef_gemm_available(CLEF_GEMM_AVX2, NULL)) k = CLEF_GEMM_AVX2;
+    else if (a512 && a2) {
+        const clef_gemm_kernel c[2] = {CLEF_GEMM_AVX512, CLEF_GEMM_AVX2};
+        double g[2];
+        k = clef_gemm_fastest(c, 2, g);
+        g_gflops[CLEF_GEMM_AVX512] = g[0];
+        g_gflops[CLEF_GEMM_AVX2] = g[1];
+    } else if (a512) k = CLEF_GEMM_AVX512;
+    else if (a2) k = CLEF_GEMM_AVX2;
     g_default = k;
 }
 
 clef_gemm_kernel clef_gemm_default(void) {
     pthread_once(&g_once, pick_default);
     return g_default;
+}
+
+double clef_gemm_measured_gflops(clef_gemm_kernel kern) {
+    pthread_once(&g_once, pick_default);
+    return (unsigned)kern < CLEF_GEMM_NKERNELS ? g_gflops[kern] : 0;
 }
 
 clef_gemm_kernel clef_gemm_named(const char *name) {

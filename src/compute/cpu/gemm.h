@@ -35,7 +35,7 @@
 #include "base/threads.h"
 
 typedef enum {
-    CLEF_GEMM_AUTO = 0,    /* the fastest exact-input kernel this CPU runs (AMX > AVX512 > AVX2 > REF) */
+    CLEF_GEMM_AUTO = 0,    /* the fastest exact-input kernel this CPU runs (AMX; else the faster of AVX512 / AVX2 as measured; REF) */
     CLEF_GEMM_REF,         /* portable C, fmaf in k order (slow; the fallback) */
     CLEF_GEMM_AVX2,        /* AVX2 + FMA: 6 x 16 register tile */
     CLEF_GEMM_AVX512,      /* AVX-512F/BW: 12 x 32 register tile */
@@ -81,7 +81,16 @@ int clef_gemm_bf16_packed(clef_pool *pool, float *y, size_t ldy, const float *x,
  * (when why != NULL) names what is missing. */
 int clef_gemm_available(clef_gemm_kernel kern, const char **why);
 const char *clef_gemm_name(clef_gemm_kernel kern);
-clef_gemm_kernel clef_gemm_default(void); /* what CLEF_GEMM_AUTO resolves to */
+/* What CLEF_GEMM_AUTO resolves to, chosen once per process at first use: AMX where Linux grants
+ * it; else, where both AVX-512 and AVX2 kernels run, the one a short timing on this CPU finds
+ * faster (a few ms, one thread; the same bits either way); else the best one the CPU runs. */
+clef_gemm_kernel clef_gemm_default(void);
+/* The single-thread GFLOP/s clef_gemm_default measured for the kernel (0: not timed). */
+double clef_gemm_measured_gflops(clef_gemm_kernel kern);
+/* Of the n candidate kernels, the one this CPU runs fastest by that timing (gflops[i]: each one's
+ * best GFLOP/s, 0 for one it cannot run); the first runnable one on a tie or when the probe's
+ * memory ran out; CLEF_GEMM_REF when none runs. */
+clef_gemm_kernel clef_gemm_fastest(const clef_gemm_kernel *cands, size_t n, double *gflops);
 /* The exact-input kernel called name ("ref", "avx2", "avx512", "amx": the knob CLEF_GEMM) when this
  * CPU runs it, else clef_gemm_default(). */
 clef_gemm_kernel clef_gemm_named(const char *name);

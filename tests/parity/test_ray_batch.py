@@ -1,0 +1,150 @@
+"""`python -m clef.ray batch` on a Ray cluster (a head and two worker nodes, --num-cpus 1 each, in a
+network namespace with only lo: ray_cluster.py) against `clef batch`, on models/tiny.
+
+IN: 2,000 lines (deploy_traffic.batch_lines: 200 states asked 5 times each, states seen once,
+refused requests, empty lines, images, one line over --max-line), shuffled.
+1. Run A, a worker node SIGKILLed once parts are committed: OUT byte-equal to clef batch's (so every
+   line exactly once, in order), the same OUT.clef-batch record, at least two nodes did work.
+2. Run B, the driver SIGKILLed once OUT has lines, then the same command again: OUT byte-equal; the
+   second run resumed (kept OUT's lines, reused the committed parts).
+3. clef batch resumes a clef.ray OUT cut short (the two programs share the record and the rules).
+Nothing in the namespace listens or connects beyond loopback (ss).
+"""
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import deploy_traffic  # noqa: E402
+import ray_cluster  # noqa: E402
+
+ROOT = ray_cluster.ROOT
+BUILD = os.environ.get("CLEF_BUILD", os.path.join(ROOT, "build")).rstrip("/")
+CLEF = os.path.join(BUILD, "clef")
+LIB = os.path.join(BUILD, "dist", "libclef.so")
+MODEL = os.path.join(ROOT, "models", "tiny")
+MAX_LINE = str(deploy_traffic.LONG_LINE_MAX)
+
+failures = []
+
+
+def check(cond, what):
+    print(("ok: " if cond else "FAIL: ") + what)
+    if not cond:
+        failures.append(what)
+
+
+def skip(why):
+    print("skip: " + why)
+    sys.exit(77)
+
+
+def last_event(stderr: bytes):
+    for line in reversed(stderr.decode("utf-8", "replace").splitlines()):
+        if line.startswith('{"event": "batch"'):
+            return json.loads(line)
+    return None
+
+
+def main():
+    why = ray_cluster.missing()
+    if why:
+        skip(why)
+    if not os.path.exists(LIB):
+        skip(f"no {LIB} (the sanitizer build ships no shared library; make builds it)")
+    if not os.path.exists(os.path.join(MODEL, "config.json")):
+        skip("no models/tiny (make tiny)")
+    probe = subprocess.run([ray_cluster.PY, "-c", "import sys; sys.path.insert(0, 'python/src'); import clef; "
+                            "assert hasattr(clef, 'state_key')"], cwd=ROOT, capture_output=True,
+                           env=dict(os.environ, CLEF_LIBRARY=LIB))
+    if probe.returncode != 0:
+        skip("clef.state_key is missing from the Python package (the routing key, branch h-key)")
+    tmp = tempfile.mkdtemp(prefix="clef-ray-batch-")
+    inp = os.path.join(tmp, "in.jsonl")
+    deploy_traffic.write_jsonl(inp, deploy_traffic.batch_lines())
+    ref = os.path.join(tmp, "ref.jsonl")
+    t0 = time.time()
+    ref_p = subprocess.Popen([CLEF, "batch", "--model", MODEL, "--threads", "1", "--max-line", MAX_LINE, inp, ref],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    env = {"CLEF_LIBRARY": LIB, "PYTHONPATH": os.path.join(ROOT, "python", "src")}
+    with ray_cluster.RayCluster(workers=2, cpus=1, env=env) as c:
+        print(f"cluster up in {time.time() - t0:.0f} s")
+
+        def driver(out, **kw):
+            return c.popen([ray_cluster.PY, "-m", "clef.ray", "batch", inp, out, "--model", MODEL, "--max-line",
+                            MAX_LINE, "--shard-lines", "32"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, **kw)
+
+        def parts(out):
+            d = out + ".clef-ray"
+            return [n for n in os.listdir(d) if n.startswith("part-") and n.endswith(".jsonl")] if os.path.isdir(d) else []
+
+        # 1. a worker node dies mid-run
+        out_a = os.path.join(tmp, "a.jsonl")
+        p = driver(out_a)
+        t_end = time.time() + 600
+        while len(parts(out_a)) < 3 and p.poll() is None and time.time() < t_end:
+            time.sleep(0.2)
+        killed = c.kill_node(2)
+        check(bool(killed), f"worker node 2 SIGKILLed mid-run ({len(killed)} processes, {len(parts(out_a))} parts "
+                            "committed before)")
+        _, err_a = p.communicate(timeout=3000)
+        ev = last_event(err_a)
+        check(p.returncode == 0 and ev is not None, f"run A exits 0 ({p.returncode}): {err_a.decode()[-800:]}")
+        ref_err = ref_p.communicate(timeout=3000)[1]
+        check(ref_p.returncode == 0, f"clef batch exits 0 ({ref_p.returncode}): {ref_err.decode()[-300:]}")
+        ref_bytes = open(ref, "rb").read()
+        total = 10 * deploy_traffic.STATES
+        check(ref_bytes.count(b"\n") == total, f"clef batch wrote {total} lines")
+        check(open(out_a, "rb").read() == ref_bytes, "run A's OUT is byte-equal to clef batch's (every line once, in order)")
+        check(open(out_a + ".clef-batch", "rb").read() == open(ref + ".clef-batch", "rb").read(),
+              "run A's OUT.clef-batch record is clef batch's")
+        nodes = (ev or {}).get("nodes", {})
+        check(sum(1 for v in nodes.values() if v > 0) >= 2, f"at least two nodes did work: {nodes}")
+        check(not os.path.exists(out_a + ".clef-ray"), "the part files are removed once OUT is complete")
+
+        # 2. the driver dies mid-run, then runs again
+        out_b = os.path.join(tmp, "b.jsonl")
+        p = driver(out_b)
+        t_end = time.time() + 600
+        while (not os.path.exists(out_b) or os.path.getsize(out_b) == 0 or len(parts(out_b)) < 4) \
+                and p.poll() is None and time.time() < t_end:
+            time.sleep(0.1)
+        check(p.poll() is None, "the driver was still running when killed")
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+        size_at_kill = os.path.getsize(out_b)
+        n_parts = len(parts(out_b))
+        p = driver(out_b)
+        _, err_b = p.communicate(timeout=3000)
+        ev = last_event(err_b)
+        check(p.returncode == 0 and ev is not None, f"run B again exits 0 ({p.returncode}): {err_b.decode()[-800:]}")
+        check(open(out_b, "rb").read() == ref_bytes, "run B's OUT after the driver's SIGKILL and a rerun is byte-equal")
+        check(ev is not None and ev["skipped"] > 0 and ev["skipped"] + ev["written"] == total,
+              f"the rerun kept OUT's {size_at_kill} bytes and wrote the rest: {ev}")
+        check(ev is not None and ev["shards_reused"] > 0, f"the rerun reused committed parts ({n_parts} on disk)")
+        check(not c.listeners_outside_loopback(), "nothing in the namespace beyond loopback (ss)")
+
+    # 3. clef batch resumes what clef.ray wrote (cut short, with a torn last line)
+    out_c = os.path.join(tmp, "c.jsonl")
+    with open(out_c, "wb") as f:
+        f.write(ref_bytes[:len(ref_bytes) - 200])
+    with open(out_c + ".clef-batch", "wb") as f:
+        f.write(open(out_a + ".clef-batch", "rb").read())
+    r = subprocess.run([CLEF, "batch", "--model", MODEL, "--threads", "1", "--max-line", MAX_LINE, inp, out_c],
+                       capture_output=True, timeout=300)
+    check(r.returncode == 0 and open(out_c, "rb").read() == ref_bytes,
+          f"clef batch resumes a clef.ray OUT: {r.stderr.decode()[-300:]}")
+    print(f"{time.time() - t0:.0f} s")
+    if failures:
+        print(f"{len(failures)} failed")
+        sys.exit(1)
+    subprocess.run(["rm", "-rf", tmp])
+    print("ray batch: byte-equal to clef batch through a worker's and the driver's SIGKILL")
+
+
+if __name__ == "__main__":
+    main()
