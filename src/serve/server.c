@@ -797,9 +797,12 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         clef_json_render_string_utf8(&o, outcome, strlen(outcome));
         clef_buf w; /* ,"warnings":"line\n..." when the answer came with Clef-Warning lines */
         clef_buf_init(&w);
-        if (r->have_res && r->res.warnings) {
+        if (r->have_res && r->res.warnings) { /* whole lines within 1,500 bytes: the log line holds 4 KiB */
+            size_t wl = strlen(r->res.warnings);
+            const char *cut = wl > 1500 ? memrchr(r->res.warnings, '\n', 1500) : NULL;
+            if (cut) wl = (size_t)(cut - r->res.warnings) + 1;
             clef_buf_puts(&w, ",\"warnings\":");
-            clef_json_render_string_utf8(&w, r->res.warnings, strlen(r->res.warnings));
+            clef_json_render_string_utf8(&w, r->res.warnings, wl > 1500 ? 0 : wl);
         }
         const char *level = r->status == 0 || r->status >= 500 ? "warn" : "info";
         if (!m.oom && !o.oom && !w.oom)

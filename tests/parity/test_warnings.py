@@ -150,6 +150,11 @@ def test_server():
         check("clef-warning" not in {k.lower() for k in ts.request(srv.port, "POST", "/v1/systemone",
               json.dumps(CLEAN).encode(), {"Content-Type": "application/json"})[1]},
               "serve: no Clef-Warning on a clean request")
+        qid = "\u00e9" * 40  # each key byte is written \xHH: 8 such lines pass the log line's 4 KiB
+        long_keys = {"model": "m", "state": "x", "questions": {qid: dict(
+            {"type": "noul"}, **{("k%02d" % i) + "\u00e9" * 40: i for i in range(20)})}}
+        st, _, _ = ts.post(srv.port, json.dumps(long_keys).encode())
+        check(st == 200, "serve: a request with 20 long unknown keys is answered")
         st, hd, data = ts.post(srv.port, b'{"model":"m","state":"x","questions":[1]}')
         check(st == 422 and json.loads(data)["error"]["type"] == "NoQuestions" and hd.get("clef-warning") == LIST_LINE,
               "serve: the reference's refusal with our explanation beside it: %r %r" % (data, hd))
@@ -157,6 +162,8 @@ def test_server():
         srv.stop()
     log = srv.logtext()
     check(TYPO_LINE in log and '"warnings":' in log, "serve: the log line carries the warning")
+    check("line too long" not in log and log.count('"event":"request"') >= 4 and "unknown key /questions/\\\\xc3\\\\xa9" in log,
+          "serve: many long warnings still leave a whole request log line")
     srv = ts.Server("--strict")
     try:
         st, hd, data = ts.post(srv.port, json.dumps(TYPO).encode())
