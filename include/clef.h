@@ -76,6 +76,10 @@ typedef struct clef_options {
     /* Called while weights are bound / touched: done and total in arbitrary units. */
     void (*progress)(void *ctx, uint64_t done, uint64_t total);
     void *progress_ctx;
+    /* 1: refuse (422 StrictRefused) what is otherwise answered with a warning (clef_result.warnings:
+     * an unknown key, a state cut to max_length) and a question whose answer would be NaN (an empty
+     * question span). docs/errors.md "Warnings and strict mode". */
+    int strict;
 } clef_options;
 
 #define CLEF_STATE_CACHE_MB_DEFAULT 1024
@@ -136,6 +140,10 @@ typedef struct clef_result {
     const char *error_type; /* NULL on success, else the error name ("NoQuestions", "BadJson", ...) */
     int http_status;        /* 200, 400, 413, 422, 500 */
     int input_tokens;       /* tokens of the encoded request (0 when refused before encoding) */
+    /* NULL, or malloc'd lines each ending in '\n' (printable ASCII): what the answer's bytes do not
+     * say (an unknown key, the state cut to max_length) or, beside a refusal whose message is the
+     * reference's, where and what was expected. Freed by clef_result_free. docs/errors.md "Warnings". */
+    char *warnings;
 } clef_result;
 
 CLEF_API void clef_result_free(clef_result *r);

@@ -135,6 +135,9 @@ extern const int cli_tile_values[];
 #define CLI_OPT_STATE_CACHE(p)                                                                             \
     {.name = "--state-cache-mb", .group = "limits", .kind = CLI_SIZE, .dst = (p), .arg = "MIB", .lo = 0, .hi = 1073741824,    \
      .def = "1024", .help = "MiB of saved states for requests on a state already seen; 0 = off"}
+#define CLI_OPT_STRICT(p)                                                                                  \
+    {.name = "--strict", .kind = CLI_FLAG, .dst = (p),                                                     \
+     .help = "refuse (422 StrictRefused) unknown keys, a state over --max-length and answers that would be NaN"}
 #define CLI_OPT_TEXT_ONLY(p)                                                                               \
     {.name = "--text-only", .group = "model", .kind = CLI_FLAG, .dst = (p), .help = "do not load the vision tower"}
 #define CLI_OPT_SPLIT(p)                                                                                   \

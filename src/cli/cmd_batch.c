@@ -42,7 +42,32 @@ typedef struct {
     clef_job *job;   /* NULL once answered */
     clef_result res; /* valid when done */
     int done;
+    uint64_t lineno; /* its line in IN */
 } entry;
+
+/* The requests answered with warnings (clef_result.warnings): a count, and the first few lines
+ * kept for the summary (the progress line shows the count). */
+#define WARNINGS_SHOWN 3
+typedef struct {
+    uint64_t requests;
+    size_t shown;
+    char line[WARNINGS_SHOWN][300];
+} warning_tally;
+
+static void tally_warnings(warning_tally *t, uint64_t lineno, const char *w) {
+    t->requests++;
+    for (const char *nl; t->shown < WARNINGS_SHOWN && (nl = strchr(w, '\n')); w = nl + 1)
+        snprintf(t->line[t->shown++], sizeof t->line[0], "line %llu: %.*s", (unsigned long long)lineno,
+                 (int)(nl - w), w);
+}
+
+/* A first line that is "{" or "[" alone: IN is one pretty-printed JSON document, not JSONL. */
+static int looks_pretty_printed(const char *line, size_t len) {
+    size_t i = 0, n = len;
+    while (i < n && strchr(" \t\r", line[i])) i++;
+    while (n > i && strchr(" \t\r\n", line[n - 1])) n--;
+    return n - i == 1 && (line[i] == '{' || line[i] == '[');
+}
 
 static volatile sig_atomic_t stop_flag;
 static void on_stop(int sig) {
@@ -423,6 +448,7 @@ static int run_requests(clef_engine *e, batch_files *f, size_t batch_tokens, siz
     uint64_t lineno = 0, written = have, errors = f->have_errors, tokens = 0; /* errors: OUT's, kept ones too */
     int eof = 0, too_long = 0, rc = 0;
     double t0 = clef_now();
+    warning_tally warned = {0};
     cli_progress bar;
     cli_progress_init(&bar, "requests");
     while (lineno < have) { /* skip what OUT already holds */
@@ -443,9 +469,18 @@ static int run_requests(clef_engine *e, batch_files *f, size_t batch_tokens, siz
                 break;
             }
             lineno++;
+            if (lineno == 1 && !too_long && looks_pretty_printed(line, len)) {
+                fprintf(stderr, "clef batch: %s: line 1 is \"%c\" alone: this looks like one pretty-printed JSON "
+                        "document, but clef batch reads JSONL (one request per line). Write one request per line "
+                        "(e.g. jq -c . %s > requests.jsonl), or answer a single request with clef decide --request %s\n",
+                        in_path, line[strspn(line, " \t\r")], in_path, in_path);
+                rc = 2;
+                goto done;
+            }
             if (from_stdin) f->total = lineno;
             entry *en = &win[(head + n) % window];
             memset(en, 0, sizeof *en);
+            en->lineno = lineno;
             if (too_long) {
                 if (too_long_result(&en->res, lineno, len, max_line)) {
                     fprintf(stderr, "\nclef batch: out of memory\n");
@@ -463,6 +498,7 @@ static int run_requests(clef_engine *e, batch_files *f, size_t batch_tokens, siz
         int wrote = 0;
         while (n && win[head].done) {
             entry *en = &win[head];
+            if (en->res.warnings) tally_warnings(&warned, en->lineno, en->res.warnings);
             if (en->res.error_type) errors++;
             else tokens += (uint64_t)(en->res.input_tokens > 0 ? en->res.input_tokens : 0);
             int bad = !en->res.body || write_all(out, en->res.body, en->res.body_len) != 0 || write_all(out, "\n", 1) != 0;
@@ -493,8 +529,11 @@ static int run_requests(clef_engine *e, batch_files *f, size_t batch_tokens, siz
             uint64_t run = written - have;
             char extra[160], eta[32];
             fmt_eta(eta, sizeof eta, run ? (double)(f->total - written) * dt / (double)run : -1);
-            snprintf(extra, sizeof extra, "%llu/%llu  %.1f rec/s  %.0f tok/s  ETA %s", (unsigned long long)written,
-                     (unsigned long long)f->total, dt > 0 ? run / dt : 0, dt > 0 ? tokens / dt : 0, eta);
+            int at = snprintf(extra, sizeof extra, "%llu/%llu  %.1f rec/s  %.0f tok/s  ETA %s",
+                              (unsigned long long)written, (unsigned long long)f->total, dt > 0 ? run / dt : 0,
+                              dt > 0 ? tokens / dt : 0, eta);
+            if (warned.requests && at > 0 && (size_t)at < sizeof extra)
+                snprintf(extra + at, sizeof extra - (size_t)at, "  %llu warned", (unsigned long long)warned.requests);
             cli_progress_draw(&bar, written, f->total, extra, written == f->total);
         }
         if (stop_flag) break;
@@ -539,11 +578,16 @@ done:
         rc = 3;
     }
     double dt = clef_now() - t0;
+    for (size_t i = 0; i < warned.shown; i++) fprintf(stderr, "clef batch: warning: %s\n", warned.line[i]);
+    if (warned.requests > warned.shown)
+        fprintf(stderr, "clef batch: warning: ... %llu request(s) with warnings in all\n",
+                (unsigned long long)warned.requests);
     fprintf(stderr,
             "{\"event\":\"batch\",\"written\":%llu,\"skipped\":%llu,\"total\":%llu,\"errors\":%llu,\"tokens\":%llu,"
-            "\"seconds\":%.3f,\"interrupted\":%s}\n",
+            "\"warned\":%llu,\"seconds\":%.3f,\"interrupted\":%s}\n",
             (unsigned long long)(written - have), (unsigned long long)have, (unsigned long long)f->total,
-            (unsigned long long)errors, (unsigned long long)tokens, dt, stop_flag ? "true" : "false");
+            (unsigned long long)errors, (unsigned long long)tokens, (unsigned long long)warned.requests, dt,
+            stop_flag ? "true" : "false");
     if (!rc && stop_flag) rc = 130;
     if (!rc && errors && !allow_errors) {
         fprintf(stderr, "clef batch: %llu of the %llu answer lines in %s are errors (exit 1; --allow-errors: exit 0)\n",
@@ -580,6 +624,7 @@ int cmd_batch(int argc, char **argv) {
         CLI_OPT_TILE(&o.image_tile),
         CLI_OPT_ALLOW_PATHS(&o.allow_image_paths),
         CLI_OPT_TEXT_ONLY(&o.text_only),
+        CLI_OPT_STRICT(&o.strict),
         {.name = "--restart", .kind = CLI_FLAG, .dst = &restart,
          .help = "discard OUT's contents (never IN's) and start over"},
         {.name = "--allow-errors", .kind = CLI_FLAG, .dst = &allow_errors,

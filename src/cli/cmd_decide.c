@@ -23,6 +23,7 @@ int cmd_decide(int argc, char **argv) {
         CLI_OPT_TILE(&o.image_tile),
         CLI_OPT_ALLOW_PATHS(&o.allow_image_paths),
         CLI_OPT_TEXT_ONLY(&o.text_only),
+        CLI_OPT_STRICT(&o.strict),
         {.name = "--dump-layers", .kind = CLI_STR, .dst = &dump, .arg = "DIR",
          .help = "debugging: write each layer's hidden rows as raw float32 files into DIR"},
         CLI_OPT_END,
@@ -46,6 +47,13 @@ int cmd_decide(int argc, char **argv) {
     if (dump) clef_set_dump_dir(e, dump);
     clef_result r;
     int rc = clef_decide(e, body, len, &r);
+    /* what the answer's bytes do not say (docs/errors.md "Warnings"), on stderr: stdout stays the answer */
+    for (const char *w = r.warnings; w && *w;) {
+        const char *nl = strchr(w, '\n');
+        int n = (int)(nl ? (size_t)(nl - w) : strlen(w));
+        fprintf(stderr, "clef: warning: %.*s\n", n, w);
+        w += n + (nl != NULL);
+    }
     if (r.body) {
         fwrite(r.body, 1, r.body_len, stdout);
         fputc('\n', stdout);

@@ -73,6 +73,44 @@ static int arm_index(const char *s) {
 
 static const char *str_of(const json_value *v) { return v && v->kind == JSON_STRING ? v->u.string.s : NULL; }
 
+/* A fixture's probabilities hold for the checkpoint it was made on (its source's config.json
+ * sha256: "sha256" in the author's, "checkpoint_manifest" in tools/reference/make_gate_fixture.py's).
+ * Another model folder would FAIL with a large |dp| that says nothing about the engine: say so and
+ * name what works. Returns 1 when the folder's config.json is known to differ. */
+static int wrong_checkpoint(const json_value *root, const char *model_dir, const char *fname) {
+    const json_value *src = clef_json_object_get(root, "source");
+    const json_value *man = clef_json_object_get(src, "sha256");
+    if (!man) man = clef_json_object_get(src, "checkpoint_manifest");
+    const char *want = str_of(clef_json_object_get(man, "config.json"));
+    if (!want) return 0;
+    clef_buf path;
+    clef_buf_init(&path);
+    clef_buf_printf(&path, "%s/config.json", model_dir);
+    FILE *f = path.oom ? NULL : fopen(path.data, "rb");
+    clef_buf_free(&path);
+    if (!f) return 0; /* no model there: opening it says so */
+    clef_sha256 h;
+    clef_sha256_init(&h);
+    char buf[8192];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, f)) > 0) clef_sha256_update(&h, buf, n);
+    int bad = ferror(f);
+    fclose(f);
+    uint8_t d[32];
+    char hex[65];
+    clef_sha256_final(&h, d);
+    clef_sha256_to_hex(d, hex);
+    if (bad || !strcmp(hex, want)) return 0;
+    fprintf(stderr,
+            "clef gate: %s is not the checkpoint %s was made on (config.json sha256 %.12s..., the fixture's "
+            "%.12s...), so its probabilities do not apply. The built-in fixture needs the release weights "
+            "(clef pull --dir models/clef-flash, then clef gate --model models/clef-flash); on models/tiny run\n"
+            "  clef gate --model models/tiny --fixture tests/fixtures/gate_tiny/fixtures-gate-tiny.json "
+            "--images tests/fixtures/images\n",
+            model_dir, fname, hex, want);
+    return 1;
+}
+
 static int num_of(const json_value *v, double *out) {
     if (!v) return 0;
     if (v->kind == JSON_FLOAT) *out = v->u.number;
@@ -450,6 +488,11 @@ int cmd_gate(int argc, char **argv) {
     }
     fprintf(stderr, "gate: %s: %zu records, %zu runs; model %s\n", fname, g.records->u.array.n, g.runs->u.array.n,
             g.base.model_dir);
+
+    if (wrong_checkpoint(root, g.base.model_dir, fname)) {
+        clef_json_doc_free(g.doc);
+        return 2;
+    }
 
     arm_stats st[N_ARMS];
     memset(st, 0, sizeof st);

@@ -125,6 +125,7 @@ int cmd_serve(int argc, char **argv) {
          .help = "the id /v1/models reports"},
         CLI_OPT_TILE(&o.image_tile),
         CLI_OPT_TEXT_ONLY(&o.text_only),
+        CLI_OPT_STRICT(&o.strict),
         CLI_OPT_STATE_CACHE(&o.state_cache_mb),
         {.name = "--request-pool", .group = "limits", .kind = CLI_SIZE, .dst = &request_pool, .arg = "BYTES", .lo = 0,
          .hi = 1099511627776.0, .def = "256M",

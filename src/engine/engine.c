@@ -5,7 +5,9 @@
 #include "engine/engine_internal.h"
 #include "engine/host.h"
 
+#include <errno.h>
 #include <stdio.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -21,6 +23,7 @@
 #include "compute/ops.h"
 #include "decision/encode.h"
 #include "decision/request.h"
+#include "decision/lint.h"
 #include "decision/response.h"
 #include "model/forward.h"
 #include "model/head.h"
@@ -168,6 +171,31 @@ void clef_engine_memory_info(const clef_engine *e, clef_memory_info *out) {
     out->buffer_released = b.released;
 }
 
+/* A folder that cannot be a model yet (absent, or without config.json): say what makes one, rather
+ * than "cannot open DIR/config.json". */
+static int check_model_dir(const char *dir, clef_err *err) {
+    static const char fix[] = "download the release weights with `clef pull --dir %s`, or build the test model "
+                              "with `make tiny` (models/tiny)";
+    struct stat st;
+    char line[700];
+    if (stat(dir, &st) != 0) {
+        snprintf(line, sizeof line, fix, dir);
+        return clef_err_set(err, CLEF_E_IO, "model folder %s: %s; %s", dir, strerror(errno), line);
+    }
+    if (!S_ISDIR(st.st_mode))
+        return clef_err_set(err, CLEF_E_IO, "%s is a file; the model is a folder (config.json, tokenizer.json, "
+                                            "*.safetensors)", dir);
+    clef_buf cfg;
+    clef_buf_init(&cfg);
+    clef_buf_printf(&cfg, "%s/config.json", dir);
+    int missing = !cfg.oom && stat(cfg.data, &st) != 0 && errno == ENOENT;
+    clef_buf_free(&cfg);
+    if (!missing) return 0;
+    snprintf(line, sizeof line, fix, dir);
+    return clef_err_set(err, CLEF_E_IO, "%s has no config.json: it is not a model folder (or a download did not "
+                                        "finish); %s", dir, line);
+}
+
 clef_engine *clef_open(const clef_options *o, char *errbuf, size_t err_len) {
     clef_err err;
     clef_err_clear(&err);
@@ -185,6 +213,7 @@ clef_engine *clef_open(const clef_options *o, char *errbuf, size_t err_len) {
     e->model_dir = dup_str(e->opts.model_dir);
     if (!e->model_dir) { clef_err_set(&err, CLEF_E_OOM, "out of memory"); goto fail; }
     e->opts.model_dir = e->model_dir;
+    if (check_model_dir(e->model_dir, &err)) goto fail;
 
     clef_model_open_opts mo = {0};
     mo.progress = open_progress;
@@ -240,6 +269,7 @@ void clef_set_dump_dir(clef_engine *e, const char *dir) {
 void clef_result_free(clef_result *r) {
     if (!r) return;
     free(r->body);
+    free(r->warnings);
     memset(r, 0, sizeof *r);
 }
 
@@ -266,9 +296,56 @@ void clef_job_free(clef_job *j) {
     clef_record_free(&j->rec);
     clef_request_free(&j->req);
     clef_json_doc_free(j->doc);
+    clef_buf_free(&j->notes);
     free(j->logits);
     free(j->media_hash);
     free(j);
+}
+
+/* Moves the job's warning lines into out->warnings (none kept when out of memory: the answer matters more). */
+static void take_notes(clef_job *j, clef_result *out) {
+    if (!j->notes.len || j->notes.oom) return;
+    size_t n;
+    out->warnings = clef_buf_take(&j->notes, &n);
+}
+
+/* The first line of the job's notes as a strict refusal's message. */
+static int strict_refusal(const clef_buf *notes, size_t from, clef_err *err) {
+    const char *line = notes->data + from;
+    const char *nl = memchr(line, '\n', notes->len - from);
+    int n = (int)(nl ? (size_t)(nl - line) : notes->len - from);
+    return clef_err_set(err, CLEF_E_STRICT, "%.*s (strict mode)", n, line);
+}
+
+/* What the answer's bytes will not say (decision/lint.h), after every check of the reference passed:
+ * unknown keys, a state cut to max_length; with strict, those and an empty question span (an answer
+ * of NaN) are refused instead. */
+static int note_accepted(clef_job *j, int strict, clef_err *err) {
+    size_t from = j->notes.len;
+    int lines = clef_request_lint(j->req.root, &j->notes);
+    if (lines < 0) return clef_err_set(err, CLEF_E_OOM, "out of memory");
+    if (j->rec.state_kept < j->rec.state_total) {
+        clef_buf_printf(&j->notes, "state cut to %zu tokens (it has %zu; the limit is %d tokens per request)\n",
+                        j->rec.state_kept, j->rec.state_total, j->e->opts.max_length);
+        lines++;
+    }
+    if (j->notes.oom) return clef_err_set(err, CLEF_E_OOM, "out of memory");
+    if (!strict) return 0;
+    if (lines) return strict_refusal(&j->notes, from, err);
+    for (size_t q = 0; q < j->rec.n_questions; q++) {
+        const clef_enc_question *eq = &j->rec.questions[q];
+        if (eq->span.start != eq->span.end) continue;
+        clef_buf at;
+        clef_buf_init(&at);
+        clef_buf_puts(&at, "/questions");
+        clef_pointer_put(&at, eq->id, eq->id_len);
+        int rc = clef_err_set(err, CLEF_E_STRICT,
+                              "%s: the question span is empty, so its answer would be NaN (strict mode)",
+                              at.oom ? "/questions" : at.data);
+        clef_buf_free(&at);
+        return rc;
+    }
+    return 0;
 }
 
 static int64_t mono_ns(void) {
@@ -302,9 +379,16 @@ clef_job *clef_job_prepare(clef_engine *e, const char *body, size_t len, clef_re
     }
     j->e = e;
     /* the host pipeline (engine/host.h), as clef_encode_request runs it */
-    if (clef_host_parse(body, len, &j->doc, &j->req, &err)) goto fail;
+    if (clef_host_parse(body, len, &j->doc, &j->req, &err)) {
+        if (j->doc && clef_request_explain(clef_json_doc_root(j->doc), &err, &j->notes) < 0) clef_buf_free(&j->notes);
+        goto fail;
+    }
     if (clef_host_encode(e->tok, &e->image_opts, e->opts.max_length, prepare_stopped, e, &j->req, &j->rec,
-                         &err)) goto fail;
+                         &err)) {
+        if (clef_request_explain(j->req.root, &err, &j->notes) < 0) clef_buf_free(&j->notes);
+        goto fail;
+    }
+    if (note_accepted(j, e->opts.strict, &err)) goto fail;
 
     for (size_t q = 0; q < j->rec.n_questions; q++) j->n_logits += j->rec.questions[q].n_options;
     j->logits = calloc(j->n_logits ? j->n_logits : 1, sizeof *j->logits);
@@ -313,6 +397,7 @@ clef_job *clef_job_prepare(clef_engine *e, const char *body, size_t len, clef_re
 
 fail:
     clef_engine_error_result(&err, 0, out);
+    take_notes(j, out);
     clef_job_free(j);
     return NULL;
 }
@@ -351,6 +436,7 @@ void clef_job_finish(clef_job *j, clef_result *out) {
             }
         }
     }
+    take_notes(j, out);
     clef_job_free(j);
 }
 

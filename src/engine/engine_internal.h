@@ -4,6 +4,7 @@
 
 #include <stdatomic.h>
 
+#include "base/buf.h"
 #include "base/err.h"
 #include "base/json.h"
 #include "clef.h"
@@ -39,6 +40,7 @@ struct clef_job {
     size_t cached_tokens; /* leading tokens taken from the state cache in its last run */
     uint8_t *media_hash; /* [rec.n_images][32] once computed: clef_job_media_hashes */
     clef_err err;    /* a failure while running (err.type != NULL) */
+    clef_buf notes;  /* warning lines for clef_result.warnings (decision/lint.h) */
 };
 
 /* Fills *out with the error body for err (engine.c; a static OutOfMemory body when rendering fails). */

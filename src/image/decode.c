@@ -77,7 +77,14 @@ int clef_image_entry_bytes(const char *entry, size_t len, const clef_image_opts 
         memcpy(path, entry, len);
         path[len] = 0;
         struct stat st;
-        if (stat(path, &st) == 0 && S_ISREG(st.st_mode)) return read_path(path, o, bytes, n, err);
+        int found = stat(path, &st) == 0;
+        if (found && S_ISREG(st.st_mode)) return read_path(path, o, bytes, n, err);
+        /* paths are allowed and this one reads as a path: say what is wrong with the file, rather than
+         * that it is not base64 */
+        if (!starts(entry, len, "data:") && looks_like_path(entry, len))
+            return clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA, found ? "image file '%.*s' is not a regular file"
+                                                                     : "image file '%.*s' does not exist",
+                                (int)(len < 200 ? len : 200), entry);
     }
     const char *b64 = entry;
     size_t blen = len;

@@ -21,6 +21,6 @@ int clef_bearer_ok(const char *authorization, const char *key);
  * "*" for any; NULL: CORS off) lets the request's Origin value origin[0..len) in. */
 int clef_cors_allows(const char *allowed, const char *origin, size_t len);
 /* The answer headers a page may read, on every answer to an allowed origin. */
-#define CLEF_CORS_EXPOSE "X-Request-Id, Retry-After, X-Clef-State-Key"
+#define CLEF_CORS_EXPOSE "X-Request-Id, Retry-After, X-Clef-State-Key, Clef-Warning"
 
 #endif

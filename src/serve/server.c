@@ -242,6 +242,12 @@ static enum MHD_Result send_bytes(req *r, int status, const char *ctype, const c
         MHD_add_response_header(resp, "Access-Control-Allow-Origin", s->cfg.cors_origin);
         MHD_add_response_header(resp, "Access-Control-Expose-Headers", CLEF_CORS_EXPOSE);
     }
+    /* one Clef-Warning per line of clef_result.warnings (printable ASCII: decision/lint.h) */
+    for (const char *w = r->have_res ? r->res.warnings : NULL, *nl; w && (nl = strchr(w, '\n')); w = nl + 1) {
+        char line[512];
+        snprintf(line, sizeof line, "%.*s", (int)(nl - w), w);
+        MHD_add_response_header(resp, "Clef-Warning", line);
+    }
     if (status == 429 || status == 503) MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, "1");
     if (status == 401) MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
     if (r->coded_body) MHD_add_response_header(resp, MHD_HTTP_HEADER_ACCEPT_ENCODING, "identity"); /* RFC 9110 15.5.16 */
@@ -797,16 +803,27 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         const char *meth = r->method ? r->method : "?";
         clef_json_render_string_utf8(&m, meth, strlen(meth));
         clef_json_render_string_utf8(&o, outcome, strlen(outcome));
+        clef_buf w; /* ,"warnings":"line\n..." when the answer came with Clef-Warning lines */
+        clef_buf_init(&w);
+        if (r->have_res && r->res.warnings) { /* whole lines within 1,500 bytes: the log line holds 4 KiB */
+            size_t wl = strlen(r->res.warnings);
+            const char *cut = wl > 1500 ? memrchr(r->res.warnings, '\n', 1500) : NULL;
+            if (cut) wl = (size_t)(cut - r->res.warnings) + 1;
+            clef_buf_puts(&w, ",\"warnings\":");
+            clef_json_render_string_utf8(&w, r->res.warnings, wl > 1500 ? 0 : wl);
+        }
         const char *level = r->status == 0 || r->status >= 500 ? "warn" : "info";
-        if (!m.oom && !o.oom)
+        if (!m.oom && !o.oom && !w.oom)
             clef_log_linel(level,
                            "\"event\":\"request\",\"id\":\"%s\",\"client\":\"%s\",\"method\":%s,\"path\":\"%s\","
                            "\"status\":%d,\"outcome\":%s,\"tokens\":%d,\"bytes_in\":%zu,\"bytes_out\":%zu,"
                            "\"queue_ms\":%.3f,\"compute_ms\":%.3f,\"batch\":%d,\"cached_tokens\":%zu,\"total_ms\":%.3f,"
-                           "\"connection\":\"%s\",\"backend\":\"%s\"",
+                           "\"connection\":\"%s\",\"backend\":\"%s\"%s",
                            r->id, r->client, m.data, r->route, r->status, o.data, r->tokens, r->body_bytes,
                            r->bytes_out, queue_s >= 0 ? queue_s * 1e3 : 0.0, r->compute_s * 1e3, r->batch_n,
-                           r->cached_tokens, (t_end - r->t0) * 1e3, term, s->backend[0] ? s->backend : "none");
+                           r->cached_tokens, (t_end - r->t0) * 1e3, term, s->backend[0] ? s->backend : "none",
+                           w.data ? w.data : "");
+        clef_buf_free(&w);
         clef_buf_free(&m);
         clef_buf_free(&o);
     }

@@ -7,7 +7,7 @@
 
 See docs/python.md in the repository.
 """
-from ._engine import Engine, Error, Image, Request, encode_request, state_key
+from ._engine import Engine, Error, Image, Request, RequestWarning, encode_request, state_key
 
 __version__ = "0.1.0"
-__all__ = ["Engine", "Error", "Image", "Request", "encode_request", "state_key", "__version__"]
+__all__ = ["Engine", "Error", "Image", "Request", "RequestWarning", "encode_request", "state_key", "__version__"]

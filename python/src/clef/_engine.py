@@ -5,6 +5,7 @@ import base64
 import ctypes
 import json
 import os
+import sys
 import threading
 import weakref
 import warnings
@@ -42,6 +43,24 @@ class Error(Exception):
         self.body = body
 
 
+class RequestWarning(UserWarning):
+    """What an answer's bytes do not say (docs/errors.md "Warnings"): an unknown key the engine
+    ignored, a state cut to max_length, or beside a refusal where and what was expected. The same
+    lines as the server's Clef-Warning headers; strict=True refuses the request instead."""
+
+
+def _warn(text: Optional[bytes]) -> None:
+    if not text:
+        return
+    # point the warning at the caller's line, the first frame outside this package
+    here, level = os.path.dirname(os.path.abspath(__file__)), 1
+    f = sys._getframe(0)
+    while f is not None and os.path.dirname(os.path.abspath(f.f_code.co_filename)) == here:
+        f, level = f.f_back, level + 1
+    for line in text.decode("ascii", "replace").splitlines():
+        warnings.warn(line, RequestWarning, stacklevel=level)
+
+
 def _image_text(image: Any) -> Any:
     if isinstance(image, (bytes, bytearray, memoryview)):
         return base64.b64encode(bytes(image)).decode("ascii")
@@ -73,6 +92,7 @@ def _take(lib: ctypes.CDLL, res: _lib.Result) -> Tuple[str, Optional[str], int]:
     try:
         body = ctypes.string_at(res.body, res.body_len).decode("utf-8") if res.body else ""
         err = res.error_type.decode("utf-8") if res.error_type else None
+        _warn(ctypes.string_at(res.warnings) if res.warnings else None)
         return body, err, int(res.http_status)
     finally:
         lib.clef_result_free(ctypes.byref(res))
@@ -84,6 +104,12 @@ def _error(body: str, etype: str, status: int) -> Error:
         message = json.loads(body)["error"]["message"]
     except (ValueError, KeyError, TypeError):
         message = body
+    # The library's advice on image paths names the CLI's flag; a Python caller has its own ways
+    # (.body keeps the exact bytes).
+    cli_hint = "(clef decide and clef batch read local files with --allow-image-paths; clef serve never does)"
+    if etype == "UnsupportedMedia" and cli_hint in message:
+        message = message.replace(cli_hint, "(pass the file as a pathlib.Path, or open the Engine with "
+                                            "allow_image_paths=True to read str paths)")
     return Error(etype, status, message, body)
 
 
@@ -184,14 +210,17 @@ class Engine:
     (include/clef.h): gpu, max_length, image_tile (0, 256, 448), text_only, split ("file",
     "qwen2", "qwen35"), max_image_bytes, max_image_pixels, max_images, allow_image_paths, single_request,
     state_cache_mb (None: the library's default, CLEF_STATE_CACHE_MB_DEFAULT; 0 turns the state
-    cache off; the answers are the same bits either way).
+    cache off; the answers are the same bits either way). What the engine accepts with a warning
+    (clef.RequestWarning: an unknown key, a state cut to max_length) strict=True refuses with
+    clef.Error("StrictRefused", 422, ...), as it does a question whose answer would be NaN.
     """
 
     def __init__(self, model_dir: "Union[str, os.PathLike[str]]", threads: int = 0, device: str = "auto",
                  precision: Optional[str] = None, *, gpu: int = 0, max_length: int = 0, image_tile: int = 0,
                  text_only: bool = False, split: str = "file", max_image_bytes: int = 0,
                  max_image_pixels: int = 0, max_images: int = 0, allow_image_paths: bool = False,
-                 single_request: bool = False, state_cache_mb: Optional[int] = None) -> None:
+                 single_request: bool = False, state_cache_mb: Optional[int] = None,
+                 strict: bool = False) -> None:
         self._handle: Optional[int] = None
         if device not in _DEVICES:
             raise ValueError(f"device must be one of {sorted(_DEVICES)}, not {device!r}")
@@ -214,6 +243,7 @@ class Engine:
         o.gpu = gpu
         o.text_only = int(bool(text_only))
         o.single_request = int(bool(single_request))
+        o.strict = int(bool(strict))
         if state_cache_mb is not None:
             o.state_cache_mb = state_cache_mb
         err = ctypes.create_string_buffer(2048)

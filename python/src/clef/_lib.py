@@ -37,6 +37,7 @@ class Options(ctypes.Structure):
         ("state_cache_mb", ctypes.c_size_t),
         ("progress", _PROGRESS),
         ("progress_ctx", ctypes.c_void_p),
+        ("strict", ctypes.c_int),
         ("_reserve", ctypes.c_uint64 * 64),
     ]
 
@@ -48,6 +49,7 @@ class Result(ctypes.Structure):
         ("error_type", ctypes.c_char_p),
         ("http_status", ctypes.c_int),
         ("input_tokens", ctypes.c_int),
+        ("warnings", ctypes.c_void_p),
     ]
 
 
