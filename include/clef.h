@@ -102,7 +102,9 @@ CLEF_API void clef_build_info(char *buf, size_t len);
  * or "cuda-bf16". */
 CLEF_API const char *clef_engine_backend(const clef_engine *e);
 /* One line when the engine runs something other than what the options asked (e.g. "--precision
- * fast has no CPU kernel here ...; running fp32 (exact)"), NULL otherwise. Valid while e is open. */
+ * fast has no CPU kernel here ...; running fp32 (exact)") or an option has no effect on the backend
+ * that runs ("--gpu 1 has no effect on the CPU backend ..."), "; " between parts; NULL otherwise.
+ * Valid while e is open. */
 CLEF_API const char *clef_engine_note(const clef_engine *e);
 /* Bytes the backend holds in its own form of the weights, made at open (the CPU's AMX-packed
  * Linear weights; 0 when nothing was prepared, e.g. with single_request). */

@@ -138,6 +138,20 @@ const char *clef_engine_backend(const clef_engine *e) { return e && e->ops ? e->
 
 const char *clef_engine_note(const clef_engine *e) { return e ? e->note : NULL; }
 
+/* clef_engine_note's line: where the engine runs other than asked (the backend's note), then each
+ * option given that has no effect on the backend that runs (a user who asks for something gets it
+ * or is told; issue #36). */
+static void engine_note(clef_engine *e, const char *backend_note) {
+    int cpu = !strncmp(e->ops->name, "cpu", 3);
+    size_t n = 0;
+    e->note_buf[0] = '\0';
+    if (backend_note) n += (size_t)snprintf(e->note_buf, sizeof e->note_buf, "%s", backend_note);
+    if (cpu && e->opts.gpu > 0 && n < sizeof e->note_buf)
+        n += (size_t)snprintf(e->note_buf + n, sizeof e->note_buf - n, "%s--gpu %d has no effect on the CPU backend "
+                              "(it picks a CUDA device)", n ? "; " : "", e->opts.gpu);
+    e->note = e->note_buf[0] ? e->note_buf : NULL;
+}
+
 void clef_engine_cache_info(const clef_engine *e, clef_cache_info *out) {
     clef_cache_stats st;
     clef_cache_get_stats(e ? e->cache : NULL, &st);
@@ -224,8 +238,10 @@ clef_engine *clef_open(const clef_options *o, char *errbuf, size_t err_len) {
     e->tok = clef_host_tokenizer(&e->opts, &err);
     if (!e->tok) goto fail;
 
-    e->ops = create_ops(&e->opts, &e->precision, &e->note, &err);
+    const char *backend_note = NULL;
+    e->ops = create_ops(&e->opts, &e->precision, &backend_note, &err);
     if (!e->ops) goto fail;
+    engine_note(e, backend_note);
     /* The backend's own form of the Linear weights, made once (the CPU: AMX tile layout, the
      * mapped pages released). Not the vision tower's: no gain measured there (its weights are
      * small enough to stay in L3 between the per-call copies; docs/performance.md). Not for a

@@ -25,7 +25,8 @@ struct clef_engine {
     char *dump_dir;
     clef_state_cache *cache; /* NULL: off (state_cache_mb 0, single_request, or a backend that cannot resume) */
     _Atomic int64_t stop_preparing_at; /* CLOCK_MONOTONIC ns; 0: never (clef_engine_stop_preparing) */
-    const char *note;        /* clef_engine_note: a static line from the backend, or NULL */
+    const char *note;        /* clef_engine_note: note_buf's line, or NULL */
+    char note_buf[256];      /* the backend's note, then the flags that have no effect on it */
     int precision;           /* the CLEF_PRECISION_* asked for (after $CLEF_PRECISION) */
 };
 

@@ -118,7 +118,7 @@ def main():
         print("skip: needs build/clef and models/tiny")
         sys.exit(77)
     help_text = subprocess.run([CLEF, "serve", "--help"], capture_output=True, text=True).stdout
-    known_flags = set(re.findall(r"^\s+(--[a-z0-9-]+)", help_text, re.M))
+    known_flags = set(re.findall(r"^\s+(?:-[a-zA-Z], )?(--[a-z0-9-]+)", help_text, re.M))  # "  -m, --model DIR"
     p, port = server()
     try:
         openapi = json.loads(get(port, "/openapi.json"))

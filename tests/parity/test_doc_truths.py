@@ -61,8 +61,11 @@ def image_schema(spec):
 
     def walk(x):
         if isinstance(x, dict):
-            if "images" in x and isinstance(x["images"], dict) and "items" in x["images"]:
-                found.append(x["images"]["items"])
+            if "images" in x and isinstance(x["images"], dict):
+                # the list itself, or the list among the alternatives (anyOf: a falsy value or a list)
+                for alt in [x["images"]] + list(x["images"].get("anyOf", [])):
+                    if isinstance(alt, dict) and "items" in alt:
+                        found.append(alt["items"])
             for v in x.values():
                 walk(v)
         elif isinstance(x, list):

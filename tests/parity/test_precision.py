@@ -9,7 +9,8 @@
     passes; when it is refused, the error says why (exit 3, "not offered", the bar).
  3. `clef gate --precision fast --arm text`: no CPU kernel for it here, so it prints a note saying it
     runs fp32, reports backend cpu and passes the fp32 thresholds; `clef decide --precision bf16`
-    prints the same kind of note on stderr and answers byte-equal to fp32.
+    prints the same kind of note on stderr and answers byte-equal to fp32; `--gpu 1` on the CPU is
+    named in a note too (an option with no effect is never dropped silently), and a plain run has none.
  4. CLEF_PRECISION=bogus: clef_open fails naming int8 among the expected values.
 The gate numbers are printed (docs/precision.md publishes them). Runs with .venv-test's python; the
 binary from $CLEF_BUILD (default build/)."""
@@ -100,6 +101,13 @@ def main():
     rc, out, err = run(["decide", "--model", MODEL, "--request", REQ, "--precision", "bf16"])
     check(rc == 0 and rc32 == 0 and out == out32 and "clef decide: note: --precision bf16" in err,
           "3: decide --precision bf16: the note on stderr, the fp32 bytes", err)
+
+    # 3b. an option with no effect on the backend that runs is named, never silently dropped (#36)
+    rc, out, err = run(["decide", "--model", MODEL, "--request", REQ, "--gpu", "1"])
+    check(rc == 0 and out == out32 and "clef decide: note: --gpu 1 has no effect on the CPU backend" in err,
+          "3b: decide --gpu 1 on the CPU: a note naming --gpu, the fp32 bytes", err)
+    rc, out, err = run(["decide", "--model", MODEL, "--request", REQ])
+    check(rc == 0 and "note:" not in err, "3b: decide with nothing ineffective asked: no note", err)
 
     # 4. the knob's values
     rc, out, err = run(["decide", "--model", MODEL, "--request", REQ, "--device", "auto"], CLEF_PRECISION="bogus")
