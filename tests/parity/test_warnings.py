@@ -175,6 +175,9 @@ def test_server():
 
 def test_python():
     lib = os.path.join(ts.BUILD, "dist", "libclef.so")
+    if not os.path.exists(lib):  # the sanitizer build ships no shared library: the optimized suite runs it
+        print(f"python: skipped (no {lib})")
+        return
     os.environ["CLEF_LIBRARY"] = lib
     sys.path.insert(0, os.path.join(ts.ROOT, "python", "src"))
     import clef

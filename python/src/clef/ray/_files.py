@@ -70,9 +70,14 @@ def record(in_sha256: str, max_length: int, tile: int, split: str, text_only: bo
            precision: str) -> bytes:
     """The record clef batch writes (batch_record_render), byte for byte."""
     b = lambda v: "true" if v else "false"  # noqa: E731
-    return (f'{{"clef_batch":1,"input_sha256":"{in_sha256}","max_length":{max_length},"tile":{tile},'
+    return (f'{{"clef_batch":2,"input_sha256":"{in_sha256}","max_length":{max_length},"tile":{tile},'
             f'"split":"{split}","text_only":{b(text_only)},"allow_image_paths":{b(allow_image_paths)},'
             f'"precision":"{precision}"}}\n').encode()
+
+
+def state_line(lines: int, nbytes: int, sha_hex: str) -> bytes:
+    """The record's second line (batch_state_render): how much of OUT the record vouches for."""
+    return f'{{"out_lines":{lines},"out_bytes":{nbytes},"out_sha256":"{sha_hex}"}}\n'.encode()
 
 
 def too_long_line(lineno: int, length: int, max_line: int) -> bytes:
@@ -149,7 +154,7 @@ def open_out(in_path: str, inp: Input, out_path: str, want: bytes, restart: bool
             raise Refused(f"{in_path} and {out_path} are the same file: the answers would overwrite the requests")
         if restart or st.st_size == 0:
             os.ftruncate(fd, 0)
-            write_record(rec_path, want)
+            write_record(rec_path, want + state_line(0, 0, hashlib.sha256(b"").hexdigest()))
             os.lseek(fd, 0, os.SEEK_SET)
             return fd, 0
         rec = b""
@@ -159,17 +164,27 @@ def open_out(in_path: str, inp: Input, out_path: str, want: bytes, restart: bool
         except OSError:
             pass
         why = None
+        ident, _, rest = rec.partition(b"\n")
+        state = None
+        try:
+            state = json.loads(rest.split(b"\n", 1)[0]) if rest else None
+        except ValueError:
+            pass
         if not rec:
             why = "it has no record "
-        elif rec != want:
-            why = "its record differs (another IN, or other settings) "
+        elif ident + b"\n" != want or not isinstance(state, dict):
+            why = "its record differs (another IN, or other settings, or an older clef's record) "
         if why:
             raise Refused(f"{out_path} holds {st.st_size} bytes that are not answers to {in_path}: {why}"
                           f"{'in ' if rec else ''}{rec_path}; nothing was changed. Use --restart to overwrite it, "
                           "or another OUT")
-        have, end = _scan_out(fd, out_path)
-        if have > len(inp):
-            raise Refused(f"{out_path} has {have} lines but {in_path} only {len(inp)}: not its output (use --restart)")
+        # the record vouches for OUT's first out_bytes bytes (out_lines lines): kept only when they
+        # still hash to out_sha256, the rest cut and answered again (batch_resume.c's rule)
+        have, end = int(state.get("out_lines", -1)), int(state.get("out_bytes", -1))
+        prefix = os.pread(fd, end, 0) if 0 <= end <= st.st_size else None
+        if prefix is None or hashlib.sha256(prefix).hexdigest() != state.get("out_sha256") or have > len(inp):
+            raise Refused(f"{out_path} is not what its record {rec_path} vouches for (shorter, or its first "
+                          f"{end} bytes changed); nothing was changed. Use --restart to overwrite it, or another OUT")
         if st.st_size != end:
             os.ftruncate(fd, end)
         os.lseek(fd, end, os.SEEK_SET)

@@ -25,6 +25,7 @@ Ray does the placement and the transport; the driver only hands shards to the en
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import signal
@@ -227,6 +228,12 @@ def run(argv: List[str]) -> int:
         print(f"{prog}: cannot open {a.output}: {e.strerror}", file=sys.stderr)
         return 2
 
+    # what OUT holds, for the record's state line after every append (it vouches for that prefix)
+    rec_path = a.output + ".clef-batch"
+    out_len = os.lseek(out_fd, 0, os.SEEK_END)
+    out_hash = hashlib.sha256(os.pread(out_fd, out_len, 0))
+    out_lines = have
+
     stop = {"sig": 0}
 
     def on_stop(sig, _frame):
@@ -260,7 +267,7 @@ def run(argv: List[str]) -> int:
 
     def merge() -> None:
         """Appends to OUT every next line whose answer is known, in order, and syncs."""
-        nonlocal next_line, written, errors
+        nonlocal next_line, written, errors, out_len, out_lines
         chunk = []
         while next_line < total:
             i = next_line
@@ -276,9 +283,14 @@ def run(argv: List[str]) -> int:
             chunk.append(ans + b"\n")
             next_line += 1
         if chunk:
-            _files.write_all(out_fd, b"".join(chunk))
+            body = b"".join(chunk)
+            _files.write_all(out_fd, body)
             os.fdatasync(out_fd)
             written += len(chunk)
+            out_hash.update(body)
+            out_len += len(body)
+            out_lines += len(chunk)
+            _files.write_record(rec_path, want + _files.state_line(out_lines, out_len, out_hash.hexdigest()))
 
     merge()
     rc = 0
