@@ -4,11 +4,12 @@ can resume the other's OUT):
 
 - IN's lines are split on '\\n' only; a last line without '\\n' counts; a line over --max-line bytes is
   not held and gets a RequestTooLong error line.
-- OUT.clef-batch records IN's SHA-256 and the settings that change answers, written (tmp, fsync,
-  rename) before OUT's first line.
-- A non-empty OUT is resumed only when its record matches and each of its complete lines is an
-  answer ({"model","answers",...} or {"error"}); its torn last line is cut. Anything else is refused
-  (exit 2), never taken as finished work; --restart empties OUT.
+- OUT.clef-batch holds two lines: IN's SHA-256 and the settings that change answers, then how much
+  of OUT the record vouches for (lines, bytes, SHA-256); written (tmp, fsync, rename) before OUT's
+  first line and after every append.
+- A non-empty OUT is resumed only when its record's first line matches and OUT's first out_bytes
+  bytes still hash to out_sha256; what follows them is cut and answered again. Anything else is
+  refused (exit 2), never taken as finished work; --restart empties OUT.
 """
 from __future__ import annotations
 
@@ -21,7 +22,6 @@ from dataclasses import dataclass
 from typing import List, Optional, Tuple
 
 RECORD_MAX = 4096  # BATCH_RECORD_MAX: the record's bytes read back and compared
-OUT_LINE_MAX = 1 << 26  # BATCH_OUT_LINE_MAX: an OUT line longer than this is not one clef wrote
 
 
 class Refused(Exception):
@@ -86,15 +86,6 @@ def too_long_line(lineno: int, length: int, max_line: int) -> bytes:
     return ('{"error":{"type":"RequestTooLong","message":' + json.dumps(msg) + "}}").encode()
 
 
-def is_answer(line: bytes) -> bool:
-    """batch_is_answer: a JSON object with "model" and "answers", or "error"."""
-    try:
-        v = json.loads(line)
-    except ValueError:
-        return False
-    return isinstance(v, dict) and (("answers" in v and "model" in v) or "error" in v)
-
-
 def write_record(rec_path: str, rec: bytes) -> None:
     tmp = rec_path + ".tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
@@ -115,29 +106,11 @@ def fsync_dir(path: str) -> None:
         os.close(dfd)
 
 
-def _scan_out(fd: int, out_path: str) -> Tuple[int, int]:
-    """(complete answer lines, end of the last) of OUT; Refused when one is not an answer."""
-    size = os.fstat(fd).st_size
-    data = mmap.mmap(fd, size, prot=mmap.PROT_READ)
-    try:
-        n, pos = 0, 0
-        while True:
-            nl = data.find(b"\n", pos)
-            if nl < 0:
-                break  # what follows (if anything) is the torn last line
-            if nl - pos > OUT_LINE_MAX or not is_answer(data[pos:nl]):
-                raise Refused(f"{out_path}: line {n + 1} is not an answer clef batch writes; nothing was changed. "
-                              "Use --restart to overwrite it, or another OUT")
-            n += 1
-            pos = nl + 1
-        return n, pos
-    finally:
-        data.close()
-
-
-def open_out(in_path: str, inp: Input, out_path: str, want: bytes, restart: bool) -> Tuple[int, int]:
-    """Opens OUT and decides as batch_resume_decide does: returns (fd at OUT's end, lines kept).
-    A fresh or restarted OUT gets its record first. Raises Refused."""
+def open_out(in_path: str, inp: Input, out_path: str, want: bytes,
+             restart: bool) -> Tuple[int, int, "hashlib._Hash"]:
+    """Opens OUT and decides as batch_resume_decide does: returns (fd at OUT's end, lines kept, the
+    SHA-256 of the bytes kept, to go on with). A fresh or restarted OUT gets its record first.
+    Raises Refused."""
     rec_path = out_path + ".clef-batch"
     in_st = os.stat(in_path)
     for p in (out_path, rec_path):
@@ -156,7 +129,7 @@ def open_out(in_path: str, inp: Input, out_path: str, want: bytes, restart: bool
             os.ftruncate(fd, 0)
             write_record(rec_path, want + state_line(0, 0, hashlib.sha256(b"").hexdigest()))
             os.lseek(fd, 0, os.SEEK_SET)
-            return fd, 0
+            return fd, 0, hashlib.sha256()
         rec = b""
         try:
             with open(rec_path, "rb") as f:
@@ -181,14 +154,14 @@ def open_out(in_path: str, inp: Input, out_path: str, want: bytes, restart: bool
         # the record vouches for OUT's first out_bytes bytes (out_lines lines): kept only when they
         # still hash to out_sha256, the rest cut and answered again (batch_resume.c's rule)
         have, end = int(state.get("out_lines", -1)), int(state.get("out_bytes", -1))
-        prefix = os.pread(fd, end, 0) if 0 <= end <= st.st_size else None
-        if prefix is None or hashlib.sha256(prefix).hexdigest() != state.get("out_sha256") or have > len(inp):
+        prefix = hashlib.sha256(os.pread(fd, end, 0)) if 0 <= end <= st.st_size else None
+        if prefix is None or prefix.hexdigest() != state.get("out_sha256") or have > len(inp):
             raise Refused(f"{out_path} is not what its record {rec_path} vouches for (shorter, or its first "
                           f"{end} bytes changed); nothing was changed. Use --restart to overwrite it, or another OUT")
         if st.st_size != end:
             os.ftruncate(fd, end)
         os.lseek(fd, end, os.SEEK_SET)
-        return fd, have
+        return fd, have, prefix
     except BaseException:
         os.close(fd)
         raise

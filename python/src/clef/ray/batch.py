@@ -25,7 +25,6 @@ Ray does the placement and the transport; the driver only hands shards to the en
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import signal
@@ -220,7 +219,7 @@ def run(argv: List[str]) -> int:
         return 2
     want = _files.record(inp.sha256, a.max_length, a.tile, a.split, a.text_only, a.allow_image_paths, a.precision)
     try:
-        out_fd, have = _files.open_out(a.input, inp, a.output, want, a.restart)
+        out_fd, have, out_hash = _files.open_out(a.input, inp, a.output, want, a.restart)
     except _files.Refused as e:
         print(f"{prog}: {e}", file=sys.stderr)
         return 2
@@ -230,8 +229,7 @@ def run(argv: List[str]) -> int:
 
     # what OUT holds, for the record's state line after every append (it vouches for that prefix)
     rec_path = a.output + ".clef-batch"
-    out_len = os.lseek(out_fd, 0, os.SEEK_END)
-    out_hash = hashlib.sha256(os.pread(out_fd, out_len, 0))
+    out_len = os.lseek(out_fd, 0, os.SEEK_CUR)  # open_out leaves it at the end of what it kept
     out_lines = have
 
     stop = {"sig": 0}
