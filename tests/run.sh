@@ -4,81 +4,103 @@
 #   tests/parity/test_*.py   parity tests: our binaries against CPython / HF tokenizers /
 #                            the committed reference fixtures; run with .venv-test's python
 #   tests/parity/test_*.sh   shell-level tests (CLI behaviour)
-# Each program exits 0 (pass), 77 (skipped: prints why) or anything else (fail).
-# The last line is "N passed, N failed, N skipped" for CI to read.
+# Each program exits 0 (pass), 77 (skipped: prints why) or anything else (fail); one is stopped
+# after 900 s.
+#
+# Every folder's tests go into one queue, longest first (the seconds each took last time: the
+# file CLEF_TEST_TIMES, default build/test-times.txt, written at the end of every run; else
+# tests/test-times.txt, committed; else 30 s), taken by CLEF_TEST_JOBS workers (default: the
+# CPUs). Longest first keeps the last minutes from being one long test alone on one CPU.
+# CLEF_TEST_SERIAL=1 is one worker. A test's lines are printed when it ends; the failed ones' logs
+# again at the end, then the slowest, then "N passed, N failed, N skipped" (the last line: CI
+# reads it).
 set -u
 cd "$(dirname "$0")/.."
 root=$(pwd)
 py="$root/.venv-test/bin/python"
 [ -x "$py" ] || { echo "missing .venv-test: run tools/setup.sh first" >&2; exit 2; }
 [ $# -gt 0 ] || set -- build
-pass=0; fail=0; skip=0; failed=()
-run_one() { # name, command...
-  local name=$1; shift
-  local log; log=$(mktemp)
-  local t0=$SECONDS
-  timeout 900 "$@" >"$log" 2>&1
-  local rc=$?
-  local dt=$((SECONDS - t0))
-  if [ $rc -eq 0 ]; then
-    pass=$((pass + 1)); printf 'ok    %-55s %4ds  %s\n' "$name" "$dt" "$(tail -n 1 "$log")"
-  elif [ $rc -eq 77 ]; then
-    skip=$((skip + 1)); printf 'skip  %-55s %4ds  %s\n' "$name" "$dt" "$(tail -n 1 "$log")"
-  else
-    fail=$((fail + 1)); failed+=("$name"); printf 'FAIL  %-55s %4ds  (exit %d)\n' "$name" "$dt" "$rc"
-    tail -n 40 "$log" | sed 's/^/      | /'
-  fi
-  rm -f "$log"
-}
-# One build's whole suite; the counts and failed names go to $2 for the summary.
-run_suite() { # build dir, counts file
-  local b=$1
-  pass=0; fail=0; skip=0; failed=()
-  [ -d "$b/tests" ] || { echo "no $b/tests: build first" >&2; exit 2; }
-  export CLEF_BUILD="$root/$b"
-  for t in "$b"/tests/test_*; do
-    [ -x "$t" ] || continue
-    run_one "$b: $(basename "$t")" "$t"
-  done
-  for t in tests/parity/test_*.py; do
-    [ -f "$t" ] || continue
-    run_one "$b: $(basename "$t")" "$py" "$t"
-  done
-  for t in tests/parity/test_*.sh; do
-    [ -f "$t" ] || continue
-    run_one "$b: $(basename "$t")" bash "$t"
-  done
-  { echo "$pass $fail $skip"; printf '%s\n' "${failed[@]+"${failed[@]}"}"; } > "$2"
-}
-# Several builds' suites run side by side (each test is mostly one thread), their logs printed in
-# order afterwards; CLEF_TEST_SERIAL=1 runs them one after another.
-tmpd=$(mktemp -d)
+for b in "$@"; do [ -d "$b/tests" ] || { echo "no $b/tests: build first" >&2; exit 2; }; done
+times_out="${CLEF_TEST_TIMES:-$root/build/test-times.txt}"
+jobs_n="${CLEF_TEST_JOBS:-$(nproc 2>/dev/null || echo 2)}"
+[ "${CLEF_TEST_SERIAL:-0}" = 1 ] && jobs_n=1
 # The fuzz corpus replays build their own sanitized targets whatever the suite, so they run once: in
-# the last suite named (build-asan under make check; with them the two suites take about as long).
+# the last suite named (build-asan under make check).
 export CLEF_FUZZ_SUITE="${!#}"
-serial=0
-[ "${CLEF_TEST_SERIAL:-0}" = 1 ] || [ $# -eq 1 ] && serial=1
-i=0
+
+tmpd=$(mktemp -d)
+trap 'rm -rf "$tmpd"' EXIT
+
+# ---- the queue: "estimate<TAB>folder<TAB>kind<TAB>path", longest first
+known="$tmpd/known"
+{ [ -f "$times_out" ] && cat "$times_out"; [ -f tests/test-times.txt ] && cat tests/test-times.txt; } > "$known"
 for b in "$@"; do
-  i=$((i + 1))
-  if [ $serial = 1 ]; then
-    run_suite "$b" "$tmpd/counts.$i"
+  for t in "$b"/tests/test_*; do [ -x "$t" ] && printf '%s\tbin\t%s\n' "$b" "$t"; done
+  for t in tests/parity/test_*.py; do [ -f "$t" ] && printf '%s\tpy\t%s\n' "$b" "$t"; done
+  for t in tests/parity/test_*.sh; do [ -f "$t" ] && printf '%s\tsh\t%s\n' "$b" "$t"; done
+done | awk -F'\t' -v known="$known" '
+  BEGIN { while ((getline l < known) > 0) { split(l, f, " "); k = f[1] " " f[2]; if (!(k in est)) est[k] = f[3] } }
+  { n = split($3, p, "/"); k = $1 " " p[n]; printf "%d\t%s\n", (k in est) ? est[k] : 30, $0 }' |
+  sort -t"$(printf '\t')" -k1,1nr -s > "$tmpd/queue"
+total=$(wc -l < "$tmpd/queue")
+echo 1 > "$tmpd/next"
+
+# ---- a worker takes the next line of the queue until none is left
+run_job() { # folder, kind, path -> one result line in results, the test's line on stdout
+  local b=$1 kind=$2 t=$3 name rc log t0 dt line
+  name="$b: $(basename "$t")"
+  log="$tmpd/log.$(basename "$b").$(basename "$t")"
+  t0=$SECONDS
+  case $kind in
+    bin) CLEF_BUILD="$root/$b" timeout 900 "$t" > "$log" 2>&1 ;;
+    py) CLEF_BUILD="$root/$b" timeout 900 "$py" "$t" > "$log" 2>&1 ;;
+    sh) CLEF_BUILD="$root/$b" timeout 900 bash "$t" > "$log" 2>&1 ;;
+  esac
+  rc=$?
+  dt=$((SECONDS - t0))
+  if [ $rc -eq 0 ]; then
+    line=$(printf 'ok    %-55s %4ds  %s' "$name" "$dt" "$(tail -n 1 "$log")"); rm -f "$log"
+  elif [ $rc -eq 77 ]; then
+    line=$(printf 'skip  %-55s %4ds  %s' "$name" "$dt" "$(tail -n 1 "$log")"); rm -f "$log"
   else
-    ( run_suite "$b" "$tmpd/counts.$i" ) > "$tmpd/log.$i" 2>&1 &
+    line=$(printf 'FAIL  %-55s %4ds  (exit %d)\n%s' "$name" "$dt" "$rc" "$(tail -n 40 "$log" | sed 's/^/      | /')")
+    echo "$name" > "$log.name"
   fi
-done
+  { flock 9; printf '%s\n' "$line"; printf '%s %s %s %s\n' "$rc" "$(basename "$b")" "$(basename "$t")" "$dt" \
+      >> "$tmpd/results"; } 9> "$tmpd/out.lock"
+}
+worker() {
+  local n job
+  while :; do
+    n=$({ flock 9; n=$(cat "$tmpd/next"); echo $((n + 1)) > "$tmpd/next"; echo "$n"; } 9> "$tmpd/next.lock")
+    [ "$n" -le "$total" ] || break
+    job=$(sed -n "${n}p" "$tmpd/queue")
+    IFS=$'\t' read -r _ b kind t <<< "$job"
+    run_job "$b" "$kind" "$t"
+  done
+}
+t_start=$SECONDS
+for _ in $(seq 1 "$jobs_n"); do worker & done
 wait
-pass=0; fail=0; skip=0; failed=()
-j=0
-for b in "$@"; do
-  j=$((j + 1))
-  [ $serial = 1 ] || cat "$tmpd/log.$j"
-  if [ ! -f "$tmpd/counts.$j" ]; then fail=$((fail + 1)); failed+=("$b: the suite did not finish"); continue; fi
-  read -r p f s < "$tmpd/counts.$j"
-  pass=$((pass + p)); fail=$((fail + f)); skip=$((skip + s))
-  while IFS= read -r name; do [ -n "$name" ] && failed+=("$name"); done < <(tail -n +2 "$tmpd/counts.$j")
+: >> "$tmpd/results"
+
+# ---- the summary
+pass=$(awk '$1 == 0' "$tmpd/results" | wc -l)
+skip=$(awk '$1 == 77' "$tmpd/results" | wc -l)
+fail=$(awk '$1 != 0 && $1 != 77' "$tmpd/results" | wc -l)
+missing=$((total - pass - skip - fail))
+mkdir -p "$(dirname "$times_out")" && awk '{ print $2, $3, $4 }' "$tmpd/results" | sort > "$times_out.tmp" &&
+  mv "$times_out.tmp" "$times_out"
+echo "slowest (seconds; $jobs_n workers, $((SECONDS - t_start)) s in all):"
+sort -k4,4nr "$tmpd/results" | head -n 12 | awk '{ printf "  %5d  %s: %s\n", $4, $2, $3 }'
+failed=()
+for f in "$tmpd"/log.*.name; do
+  [ -f "$f" ] || continue
+  failed+=("$(cat "$f")")
+  echo "---- $(cat "$f") (the end of its log)"
+  tail -n 40 "${f%.name}" | sed 's/^/      | /'
 done
-rm -rf "$tmpd"
+[ $missing -eq 0 ] || { fail=$((fail + missing)); failed+=("$missing tests did not report"); }
 if [ $fail -gt 0 ]; then printf 'failed: %s\n' "${failed[@]}"; fi
 echo "$pass passed, $fail failed, $skip skipped"
 [ $fail -eq 0 ]
