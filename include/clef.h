@@ -178,7 +178,8 @@ CLEF_API void clef_engine_stop_preparing(clef_engine *e, double seconds);
  * On success *out's body is the encoded record as JSON, {"input_ids":[...],"questions":[{"question_id",
  * "question_type","question_span","option_spans","option_ids"},...]} (plus "images" / "videos" when the
  * request has some), and input_tokens its length; returns 0. Else the error body clef_job_prepare
- * would give, and -1. Free *out with clef_result_free. */
+ * would give, and -1. Either way out->warnings holds the lines clef_decide would give (NULL when
+ * none). Free *out with clef_result_free. */
 CLEF_API int clef_encode_request(const clef_options *o, const char *body, size_t len, clef_result *out);
 
 /* The routing key (docs/serving.md "The routing key"): one value per state as the model sees it, so

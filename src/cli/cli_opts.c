@@ -273,3 +273,12 @@ void cli_engine_note(const char *verb, const clef_engine *e) {
     const char *n = clef_engine_note(e);
     if (n) fprintf(stderr, "clef %s: note: %s\n", verb, n);
 }
+
+void cli_print_warnings(const char *warnings) {
+    for (const char *w = warnings; w && *w;) {
+        const char *nl = strchr(w, '\n');
+        int n = (int)(nl ? (size_t)(nl - w) : strlen(w));
+        fprintf(stderr, "clef: warning: %.*s\n", n, w);
+        w += n + (nl != NULL);
+    }
+}

@@ -148,6 +148,10 @@ extern const int cli_tile_values[];
 struct clef_engine;
 void cli_engine_note(const char *verb, const struct clef_engine *e);
 
+/* clef_result.warnings on stderr, one "clef: warning: LINE" each (docs/errors.md "Warnings"): what
+ * the answer's bytes do not say; stdout stays the answer. warnings may be NULL. */
+void cli_print_warnings(const char *warnings);
+
 /* --model --threads --device --precision --gpu, into a clef_options: every verb that runs the model. */
 #define CLI_OPTS_ENGINE(o)                                                                                 \
     CLI_OPT_MODEL(&(o)->model_dir), CLI_OPT_THREADS(&(o)->threads), CLI_OPT_DEVICE(&(o)->device),          \

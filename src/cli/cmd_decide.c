@@ -47,13 +47,7 @@ int cmd_decide(int argc, char **argv) {
     if (dump) clef_set_dump_dir(e, dump);
     clef_result r;
     int rc = clef_decide(e, body, len, &r);
-    /* what the answer's bytes do not say (docs/errors.md "Warnings"), on stderr: stdout stays the answer */
-    for (const char *w = r.warnings; w && *w;) {
-        const char *nl = strchr(w, '\n');
-        int n = (int)(nl ? (size_t)(nl - w) : strlen(w));
-        fprintf(stderr, "clef: warning: %.*s\n", n, w);
-        w += n + (nl != NULL);
-    }
+    cli_print_warnings(r.warnings);
     if (r.body) {
         fwrite(r.body, 1, r.body_len, stdout);
         fputc('\n', stdout);

@@ -65,6 +65,7 @@ int cmd_encode(int argc, char **argv) {
     clef_result r;
     int rc = clef_encode_request(&o, text, len, &r);
     free(text);
+    cli_print_warnings(r.warnings); /* as clef decide */
     if (r.body) {
         fwrite(r.body, 1, r.body_len, stdout);
         fputc('\n', stdout);

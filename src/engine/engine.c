@@ -338,14 +338,8 @@ static int strict_refusal(const clef_buf *notes, size_t from, clef_err *err) {
  * of NaN) are refused instead. */
 static int note_accepted(clef_job *j, int strict, clef_err *err) {
     size_t from = j->notes.len;
-    int lines = clef_request_lint(j->req.root, &j->notes);
+    int lines = clef_host_notes(&j->req, &j->rec, j->e->opts.max_length, &j->notes);
     if (lines < 0) return clef_err_set(err, CLEF_E_OOM, "out of memory");
-    if (j->rec.state_kept < j->rec.state_total) {
-        clef_buf_printf(&j->notes, "state cut to %zu tokens (it has %zu; the limit is %d tokens per request)\n",
-                        j->rec.state_kept, j->rec.state_total, j->e->opts.max_length);
-        lines++;
-    }
-    if (j->notes.oom) return clef_err_set(err, CLEF_E_OOM, "out of memory");
     if (!strict) return 0;
     if (lines) return strict_refusal(&j->notes, from, err);
     for (size_t q = 0; q < j->rec.n_questions; q++) {
@@ -396,12 +390,12 @@ clef_job *clef_job_prepare(clef_engine *e, const char *body, size_t len, clef_re
     j->e = e;
     /* the host pipeline (engine/host.h), as clef_encode_request runs it */
     if (clef_host_parse(body, len, &j->doc, &j->req, &err)) {
-        if (j->doc && clef_request_explain(clef_json_doc_root(j->doc), &err, &j->notes) < 0) clef_buf_free(&j->notes);
+        if (clef_host_explain(j->doc ? clef_json_doc_root(j->doc) : NULL, &err, &j->notes) < 0) clef_buf_free(&j->notes);
         goto fail;
     }
     if (clef_host_encode(e->tok, &e->image_opts, e->opts.max_length, prepare_stopped, e, &j->req, &j->rec,
                          &err)) {
-        if (clef_request_explain(j->req.root, &err, &j->notes) < 0) clef_buf_free(&j->notes);
+        if (clef_host_explain(j->req.root, &err, &j->notes) < 0) clef_buf_free(&j->notes);
         goto fail;
     }
     if (note_accepted(j, e->opts.strict, &err)) goto fail;

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "base/buf.h"
+#include "decision/lint.h"
 
 void clef_host_image_opts(const clef_options *o, clef_image_opts *io) {
     clef_image_opts_default(io);
@@ -46,4 +47,19 @@ int clef_host_encode(const clef_tokenizer *tok, const clef_image_opts *io, int m
     eo.stop = stop;
     eo.stop_ctx = stop_ctx;
     return clef_encode_record(tok, req, &eo, rec, err);
+}
+
+int clef_host_notes(const clef_request *req, const clef_record *rec, int max_length, clef_buf *notes) {
+    int lines = clef_request_lint(req->root, notes);
+    if (lines < 0) return -1;
+    if (rec->state_kept < rec->state_total) {
+        clef_buf_printf(notes, "state cut to %zu tokens (it has %zu; the limit is %d tokens per request)\n",
+                        rec->state_kept, rec->state_total, max_length > 0 ? max_length : CLEF_MAX_LENGTH_DEFAULT);
+        lines++;
+    }
+    return notes->oom ? -1 : lines;
+}
+
+int clef_host_explain(const json_value *root, const clef_err *err, clef_buf *notes) {
+    return root ? clef_request_explain(root, err, notes) : 0;
 }

@@ -7,6 +7,7 @@
 
 #include <stddef.h>
 
+#include "base/buf.h"
 #include "base/err.h"
 #include "base/json.h"
 #include "clef.h"
@@ -31,5 +32,15 @@ int clef_host_parse(const char *body, size_t len, json_doc **doc, clef_request *
 int clef_host_encode(const clef_tokenizer *tok, const clef_image_opts *io, int max_length,
                      int (*stop)(void *ctx), void *stop_ctx, const clef_request *req, clef_record *rec,
                      clef_err *err);
+
+/* Step 3, once step 2 encoded the request: a warning line each (appended to notes) for what the
+ * reference accepts without a word: keys it never reads (decision/lint.h) and a state cut to fit
+ * max_length (0: the default). Returns the number of lines added, -1 out of memory. */
+int clef_host_notes(const clef_request *req, const clef_record *rec, int max_length, clef_buf *notes);
+
+/* After step 1 or 2 refused the request with err: the line saying where and what was expected
+ * (clef_request_explain) when the reference's message does not; root is the parsed body (NULL when
+ * it did not parse). Returns the number of lines added, -1 out of memory. */
+int clef_host_explain(const json_value *root, const clef_err *err, clef_buf *notes);
 
 #endif

@@ -115,11 +115,16 @@ typedef struct {
 } inspected;
 
 /* Parses, validates and encodes body as clef_job_prepare does. Returns 0, or -1 with *err set; free
- * *x with inspected_free either way. */
-static int inspect(const clef_options *o, const char *body, size_t len, inspected *x, clef_err *err) {
+ * *x with inspected_free either way. With notes (may be NULL): the warning lines clef_job_prepare
+ * gives, for an answer or for a refusal. */
+static int inspect(const clef_options *o, const char *body, size_t len, inspected *x, clef_buf *notes,
+                   clef_err *err) {
     memset(x, 0, sizeof *x);
     /* the request is checked before the tokenizer is read: a bad body is refused as the engine refuses it */
-    if (clef_host_parse(body, len, &x->doc, &x->req, err)) return -1;
+    if (clef_host_parse(body, len, &x->doc, &x->req, err)) {
+        if (notes && clef_host_explain(x->doc ? clef_json_doc_root(x->doc) : NULL, err, notes) < 0) clef_buf_free(notes);
+        return -1;
+    }
     if (!o->model_dir) {
         clef_err_set(err, CLEF_E_BAD_MODEL, "no model folder given (--model DIR)");
         return -1;
@@ -128,7 +133,12 @@ static int inspect(const clef_options *o, const char *body, size_t len, inspecte
     if (!x->tok) return -1;
     clef_image_opts io;
     clef_host_image_opts(o, &io);
-    return clef_host_encode(x->tok->tok, &io, o->max_length, NULL, NULL, &x->req, &x->rec, err);
+    if (clef_host_encode(x->tok->tok, &io, o->max_length, NULL, NULL, &x->req, &x->rec, err)) {
+        if (notes && clef_host_explain(x->req.root, err, notes) < 0) clef_buf_free(notes);
+        return -1;
+    }
+    if (notes && clef_host_notes(&x->req, &x->rec, o->max_length, notes) < 0) clef_buf_free(notes);
+    return 0;
 }
 
 static void inspected_free(inspected *x) {
@@ -147,10 +157,11 @@ int clef_encode_request(const clef_options *o, const char *body, size_t len, cle
         o = &dflt;
     }
     inspected x;
-    clef_buf b;
+    clef_buf b, notes;
     clef_buf_init(&b);
+    clef_buf_init(&notes);
     int rc = -1;
-    if (inspect(o, body, len, &x, &err)) goto out;
+    if (inspect(o, body, len, &x, &notes, &err)) goto out;
     if (clef_record_render(&b, &x.rec)) {
         clef_err_set(&err, CLEF_E_OOM, "out of memory");
         goto out;
@@ -166,6 +177,11 @@ int clef_encode_request(const clef_options *o, const char *body, size_t len, cle
     rc = 0;
 out:
     if (rc) clef_engine_error_result(&err, 0, out); /* as clef_job_prepare: refused before the forward */
+    if (notes.len && !notes.oom) { /* the warnings clef_decide gives (none when out of memory) */
+        size_t n;
+        out->warnings = clef_buf_take(&notes, &n);
+    }
+    clef_buf_free(&notes);
     clef_buf_free(&b);
     inspected_free(&x);
     return rc;
@@ -182,7 +198,7 @@ int clef_state_key(const clef_options *o, const char *body, size_t len, clef_res
     inspected x;
     uint8_t *hashes = NULL;
     int rc = -1;
-    if (inspect(o, body, len, &x, &err)) goto out;
+    if (inspect(o, body, len, &x, NULL, &err)) goto out;
     if (x.rec.n_images && !(hashes = malloc(32 * x.rec.n_images))) {
         clef_err_set(&err, CLEF_E_OOM, "out of memory");
         goto out;

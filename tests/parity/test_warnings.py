@@ -102,6 +102,27 @@ def batch(lines_text, name):
     return p.returncode, body, p.stderr.decode("utf-8", "replace")
 
 
+def test_encode():
+    """clef encode (the inspection verb: the host pipeline alone) says what clef decide says."""
+    def encode(req, *extra):
+        path = os.path.join(TMP, "enc.json")
+        with open(path, "w") as f:
+            json.dump(req, f)
+        p = subprocess.run([ts.CLEF, "encode", "--model", ts.MODEL, "--request", path] + list(extra),
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=300)
+        return p.returncode, p.stdout.rstrip(b"\n"), p.stderr.decode("utf-8", "replace")
+
+    rc, out, err = encode(TYPO)
+    rc0, out0, err0 = encode(CLEAN)
+    check(rc == 0 and out == out0 and err0 == "", "encode: a misspelt key keeps the record of the request without it")
+    check("clef: warning: " + TYPO_LINE in err, "encode: stderr names the unknown key: %r" % err)
+    rc, out, err = encode({"model": "m", "state": "x", "questions": [{"type": "noul"}]})
+    check(rc == 1 and b"NoQuestions" in out and LIST_LINE in err, "encode: questions as a list is explained: %r" % err)
+    rc, out, err = encode(dict(CLEAN, state=long_state()), "--max-length", "300")
+    check(rc == 0 and "state cut to" in err and "the limit is 300 tokens" in err,
+          "encode: truncation is reported: %r" % err)
+
+
 def test_batch():
     rc, out, err = batch("\n".join(json.dumps(r) for r in (CLEAN, TYPO, TYPO)) + "\n", "warn.jsonl")
     lines = out.splitlines()
@@ -209,6 +230,7 @@ def main():
         print("skip: no models/tiny")
         return 77
     test_decide()
+    test_encode()
     test_batch()
     test_errors_teach()
     test_server()
