@@ -181,6 +181,101 @@ def cache_hits(port):
     return sum(int(float(v)) for v in re.findall(r"^clef_state_cache_hits_total(?:\{[^}]*\})? (\S+)$", text, re.M))
 
 
+class Serve:
+    """One `clef serve --threads 1 --quiet` on a free loopback port (or `port`), stderr to a file
+    in `tmp`; up when /health answers 200."""
+
+    def __init__(self, clef, model, tmp, port=0, extra=()):
+        import re
+        import subprocess
+        import time
+        import urllib.request
+
+        self.log = os.path.join(tmp, f"serve-{time.monotonic_ns()}.log")
+        self.logf = open(self.log, "wb")
+        self.p = subprocess.Popen([clef, "serve", "--model", model, "--port", str(port), "--threads", "1", "--quiet"]
+                                  + list(extra), stdout=subprocess.DEVNULL, stderr=self.logf)
+        self.port = None
+        t_end = time.time() + 120
+        while time.time() < t_end and self.port is None:
+            m = re.search(rb'"event":"listening".*?"port":(\d+)', open(self.log, "rb").read())
+            if m:
+                self.port = int(m.group(1))
+            elif self.p.poll() is not None:
+                raise RuntimeError("clef serve exited: " + open(self.log).read()[-500:])
+            else:
+                time.sleep(0.05)
+        while time.time() < t_end:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=5) as r:
+                    if r.status == 200:
+                        return
+            except OSError:
+                time.sleep(0.05)
+        self.stop()
+        raise RuntimeError("clef serve not healthy")
+
+    def stop(self, sig=None, timeout=120):
+        import signal
+        import subprocess
+
+        if self.p.poll() is None:
+            self.p.send_signal(sig or signal.SIGTERM)
+        try:
+            self.p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+            self.p.wait()
+        self.logf.close()
+        return self.p.returncode
+
+    def text(self):
+        return open(self.log, "rb").read().decode("utf-8", "replace")
+
+
+def one_engine(clef, model, bodies, clients=8):
+    """One engine's answers to `bodies` ([(status, body bytes)]) and its state-cache hits: the
+    baseline the locality tests (HAProxy, Ray Serve) compare with. Computed once per binary, model
+    and traffic (a file in the temp folder named by their SHA-256, made under a lock): the tests
+    that need it share the run instead of each sending the whole traffic to one engine again."""
+    import fcntl
+    import hashlib
+    import tempfile
+
+    h = hashlib.sha256()
+    for path in (clef, os.path.join(model, "manifest.sha256")):
+        with open(path, "rb") as f:
+            h.update(hashlib.sha256(f.read()).digest())
+    h.update(str(clients).encode())
+    for b in bodies:
+        h.update(hashlib.sha256(b).digest())
+    path = os.path.join(tempfile.gettempdir(), f"clef-one-engine-{h.hexdigest()[:32]}.json")
+    with open(path + ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            with open(path) as f:
+                got = json.load(f)
+            return [(st, body.encode("latin-1")) for st, body in got["answers"]], got["hits"]
+        except (OSError, ValueError, KeyError):
+            pass
+        tmp = tempfile.mkdtemp(prefix="clef-one-engine-")
+        srv = Serve(clef, model, tmp)
+        try:
+            res = send_all(srv.port, bodies, clients=clients)
+            hits = cache_hits(srv.port)
+        finally:
+            srv.stop()
+        answers = [(st, body) for st, _, body in res]
+        if all(st != 0 for st, _ in answers):  # a transport failure is the caller's to see, never kept
+            with open(path + ".tmp", "w") as f:
+                json.dump({"answers": [(st, body.decode("latin-1")) for st, body in answers], "hits": hits}, f)
+            os.replace(path + ".tmp", path)
+        import shutil
+
+        shutil.rmtree(tmp, ignore_errors=True)
+        return answers, hits
+
+
 if __name__ == "__main__":  # inside a namespace: python deploy_traffic.py send PORT OUT.json [clients]
     import sys
 

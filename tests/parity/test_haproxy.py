@@ -51,44 +51,8 @@ def free_port():
     return port
 
 
-class Backend:
-    def __init__(self, port=0, extra=()):
-        self.log = os.path.join(TMP, f"serve-{time.monotonic_ns()}.log")
-        self.logf = open(self.log, "wb")
-        self.p = subprocess.Popen([CLEF, "serve", "--model", MODEL, "--port", str(port), "--threads", "1", "--quiet"]
-                                  + list(extra), stdout=subprocess.DEVNULL, stderr=self.logf)
-        self.port = None
-        t_end = time.time() + 120
-        while time.time() < t_end and self.port is None:
-            m = re.search(rb'"event":"listening".*?"port":(\d+)', open(self.log, "rb").read())
-            if m:
-                self.port = int(m.group(1))
-            elif self.p.poll() is not None:
-                raise RuntimeError("clef serve exited: " + open(self.log).read()[-500:])
-            else:
-                time.sleep(0.05)
-        while time.time() < t_end:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=5) as r:
-                    if r.status == 200:
-                        return
-            except OSError:
-                time.sleep(0.05)
-        raise RuntimeError("clef serve not healthy")
-
-    def stop(self, sig=signal.SIGTERM, timeout=120):
-        if self.p.poll() is None:
-            self.p.send_signal(sig)
-        try:
-            self.p.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.p.kill()
-            self.p.wait()
-        self.logf.close()
-        return self.p.returncode
-
-    def text(self):
-        return open(self.log, "rb").read().decode("utf-8", "replace")
+def Backend(port=0, extra=()):
+    return deploy_traffic.Serve(CLEF, MODEL, TMP, port=port, extra=extra)
 
 
 class HAProxy:
@@ -186,13 +150,7 @@ def main():
     n = deploy_traffic.STATES
     check(len(set(keys)) == n, f"{n} states, {n} keys ({len(set(keys))})")
 
-    one = Backend()
-    try:
-        res = deploy_traffic.send_all(one.port, bodies, keys=keys, clients=8)
-        one_hits = deploy_traffic.cache_hits(one.port)
-    finally:
-        one.stop()
-    ref = [(st, body) for st, _, body in res]
+    ref, one_hits = deploy_traffic.one_engine(CLEF, MODEL, bodies)
     check(all(st == 200 for st, _ in ref), "one engine answers every request 200")
     print(f"one engine: {one_hits} hits")
 

@@ -4,10 +4,13 @@ network namespace with only lo: ray_cluster.py) against `clef batch`, on models/
 IN: 2,000 lines (deploy_traffic.batch_lines: 200 states asked 5 times each, states seen once,
 refused requests, empty lines, images, one line over --max-line), shuffled.
 1. Run A, a worker node SIGKILLed once parts are committed: OUT byte-equal to clef batch's (so every
-   line exactly once, in order), the same OUT.clef-batch record, at least two nodes did work.
-2. Run B, the driver SIGKILLed once OUT has lines, then the same command again: OUT byte-equal; the
-   second run resumed (kept OUT's lines, reused the committed parts).
-3. clef batch resumes a clef.ray OUT cut short (the two programs share the record and the rules).
+   line exactly once, in order), the same OUT.clef-batch record, at least two nodes did work; exit 1
+   (IN has error lines; no --allow-errors), as clef batch.
+2. Run B (--allow-errors: exit 0), the driver SIGKILLed once OUT has lines, then the same command
+   again: OUT byte-equal; the second run resumed (kept OUT's lines, reused the committed parts); once
+   more without --allow-errors, nothing left to do: exit 1 (the kept error lines count).
+3. clef batch resumes a clef.ray OUT cut short (the two programs share the record and the rules):
+   the record vouches for nine tenths of OUT, a torn line follows.
 Nothing in the namespace listens or connects beyond loopback (ss).
 """
 import hashlib
@@ -76,9 +79,10 @@ def main():
     with ray_cluster.RayCluster(workers=2, cpus=1, env=env) as c:
         print(f"cluster up in {time.time() - t0:.0f} s")
 
-        def driver(out, **kw):
+        def driver(out, extra=()):
             return c.popen([ray_cluster.PY, "-m", "clef.ray", "batch", inp, out, "--model", MODEL, "--max-line",
-                            MAX_LINE, "--shard-lines", "32"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, **kw)
+                            MAX_LINE, "--shard-lines", "32"] + list(extra), stdout=subprocess.DEVNULL,
+                           stderr=subprocess.PIPE)
 
         def parts(out):
             d = out + ".clef-ray"
@@ -95,7 +99,9 @@ def main():
                             "committed before)")
         _, err_a = p.communicate(timeout=3000)
         ev = last_event(err_a)
-        check(p.returncode == 0 and ev is not None, f"run A exits 0 ({p.returncode}): {err_a.decode()[-800:]}")
+        # IN has error lines: without --allow-errors both programs exit 1 and say why
+        check(p.returncode == 1 and ev is not None and ev["errors"] > 0 and b"are errors (exit 1" in err_a,
+              f"run A (no --allow-errors) exits 1 over its error lines ({p.returncode}): {err_a.decode()[-800:]}")
         ref_err = ref_p.communicate(timeout=3000)[1]
         check(ref_p.returncode == 0, f"clef batch exits 0 ({ref_p.returncode}): {ref_err.decode()[-300:]}")
         ref_bytes = open(ref, "rb").read()
@@ -110,7 +116,7 @@ def main():
 
         # 2. the driver dies mid-run, then runs again
         out_b = os.path.join(tmp, "b.jsonl")
-        p = driver(out_b)
+        p = driver(out_b, ["--allow-errors"])
         t_end = time.time() + 600
         while (not os.path.exists(out_b) or os.path.getsize(out_b) == 0 or len(parts(out_b)) < 4) \
                 and p.poll() is None and time.time() < t_end:
@@ -120,20 +126,28 @@ def main():
         p.wait()
         size_at_kill = os.path.getsize(out_b)
         n_parts = len(parts(out_b))
-        p = driver(out_b)
+        p = driver(out_b, ["--allow-errors"])
         _, err_b = p.communicate(timeout=3000)
         ev = last_event(err_b)
-        check(p.returncode == 0 and ev is not None, f"run B again exits 0 ({p.returncode}): {err_b.decode()[-800:]}")
+        check(p.returncode == 0 and ev is not None, f"run B again exits 0 with --allow-errors ({p.returncode}): "
+                                                    f"{err_b.decode()[-800:]}")
         check(open(out_b, "rb").read() == ref_bytes, "run B's OUT after the driver's SIGKILL and a rerun is byte-equal")
         check(ev is not None and ev["skipped"] > 0 and ev["skipped"] + ev["written"] == total,
               f"the rerun kept OUT's {size_at_kill} bytes and wrote the rest: {ev}")
         check(ev is not None and ev["shards_reused"] > 0, f"the rerun reused committed parts ({n_parts} on disk)")
+        # a run with nothing left to do: OUT's kept error lines still count, as in clef batch
+        p = driver(out_b)
+        _, err_k = p.communicate(timeout=600)
+        ev = last_event(err_k)
+        check(p.returncode == 1 and ev is not None and ev["written"] == 0 and ev["errors"] > 0,
+              f"a complete OUT with error lines: exit 1 without --allow-errors ({p.returncode}, {ev})")
         check(not c.listeners_outside_loopback(), "nothing in the namespace beyond loopback (ss)")
 
     # 3. clef batch resumes what clef.ray wrote: clef.ray's record (its identity line) vouching for the
-    # first half of OUT, as after an interrupted run, with a torn line after it
+    # first nine tenths of OUT, as after an interrupted run, with a torn line after it (the rule is
+    # the same wherever the cut is; a late one leaves clef batch the fewest lines to answer)
     out_c = os.path.join(tmp, "c.jsonl")
-    cut = ref_bytes.index(b"\n", len(ref_bytes) // 2) + 1
+    cut = ref_bytes.index(b"\n", len(ref_bytes) * 9 // 10) + 1
     with open(out_c, "wb") as f:
         f.write(ref_bytes[:cut] + ref_bytes[cut:cut + 100])
     ident = open(out_a + ".clef-batch", "rb").read().split(b"\n")[0] + b"\n"

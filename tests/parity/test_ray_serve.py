@@ -10,13 +10,11 @@ namespace with only lo: ray_cluster.py), 3 engine replicas, on models/tiny:
 """
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import deploy_traffic  # noqa: E402
@@ -93,26 +91,6 @@ def serve_answers(port, cases):
     return out
 
 
-def start_serve():
-    log = tempfile.NamedTemporaryFile(prefix="clef-ray-serve-", delete=False)
-    p = subprocess.Popen([CLEF, "serve", "--model", MODEL, "--port", "0", "--threads", "1", "--quiet"],
-                         stdout=subprocess.DEVNULL, stderr=log)
-    t_end = time.time() + 120
-    while time.time() < t_end:
-        m = re.search(rb'"event":"listening".*?"port":(\d+)', open(log.name, "rb").read())
-        if m:
-            port = int(m.group(1))
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as r:
-                    if r.status == 200:
-                        return p, port
-            except OSError:
-                pass
-        time.sleep(0.1)
-    p.kill()
-    raise RuntimeError("clef serve did not start")
-
-
 def main():
     why = ray_cluster.missing()
     if why:
@@ -123,17 +101,15 @@ def main():
         skip("no clef state-key (the routing key, branch h-key)")
     tmp = tempfile.mkdtemp(prefix="clef-ray-serve-")
     t0 = time.time()
-    # the reference: one clef serve (its hits on the traffic, its bytes)
-    p, port = start_serve()
+    # the reference: one clef serve (its hits on the traffic, its bytes: shared with test_haproxy)
+    bodies = [b for _, b in deploy_traffic.states_traffic()]
+    one, one_hits = deploy_traffic.one_engine(CLEF, MODEL, bodies)
+    ref = [(st, body.decode()) for st, body in one]
+    srv = deploy_traffic.Serve(CLEF, MODEL, tmp)
     try:
-        bodies = [b for _, b in deploy_traffic.states_traffic()]
-        res = deploy_traffic.send_all(port, bodies, clients=8)
-        one_hits = deploy_traffic.cache_hits(port)
-        ref_cases = serve_answers(port, CASES)
+        ref_cases = serve_answers(srv.port, CASES)
     finally:
-        p.terminate()
-        p.wait(timeout=60)
-    ref = [(st, body.decode()) for st, _, body in res]
+        srv.stop()
     keys = subprocess.run([CLEF, "state-key", "--model", MODEL, "--jsonl"], input=b"\n".join(bodies) + b"\n",
                           capture_output=True).stdout.decode().splitlines()
     print(f"one clef serve: {one_hits} hits ({time.time() - t0:.0f} s)")

@@ -106,11 +106,14 @@ def fsync_dir(path: str) -> None:
         os.close(dfd)
 
 
+ERROR_START = b'{"error"'
+
+
 def open_out(in_path: str, inp: Input, out_path: str, want: bytes,
-             restart: bool) -> Tuple[int, int, "hashlib._Hash"]:
+             restart: bool) -> Tuple[int, int, "hashlib._Hash", int]:
     """Opens OUT and decides as batch_resume_decide does: returns (fd at OUT's end, lines kept, the
-    SHA-256 of the bytes kept, to go on with). A fresh or restarted OUT gets its record first.
-    Raises Refused."""
+    SHA-256 of the bytes kept, to go on with, how many of the kept lines are error lines). A fresh or
+    restarted OUT gets its record first. Raises Refused."""
     rec_path = out_path + ".clef-batch"
     in_st = os.stat(in_path)
     for p in (out_path, rec_path):
@@ -129,7 +132,7 @@ def open_out(in_path: str, inp: Input, out_path: str, want: bytes,
             os.ftruncate(fd, 0)
             write_record(rec_path, want + state_line(0, 0, hashlib.sha256(b"").hexdigest()))
             os.lseek(fd, 0, os.SEEK_SET)
-            return fd, 0, hashlib.sha256()
+            return fd, 0, hashlib.sha256(), 0
         rec = b""
         try:
             with open(rec_path, "rb") as f:
@@ -154,14 +157,18 @@ def open_out(in_path: str, inp: Input, out_path: str, want: bytes,
         # the record vouches for OUT's first out_bytes bytes (out_lines lines): kept only when they
         # still hash to out_sha256, the rest cut and answered again (batch_resume.c's rule)
         have, end = int(state.get("out_lines", -1)), int(state.get("out_bytes", -1))
-        prefix = hashlib.sha256(os.pread(fd, end, 0)) if 0 <= end <= st.st_size else None
+        kept = os.pread(fd, end, 0) if 0 <= end <= st.st_size else None
+        prefix = hashlib.sha256(kept) if kept is not None else None
         if prefix is None or prefix.hexdigest() != state.get("out_sha256") or have > len(inp):
             raise Refused(f"{out_path} is not what its record {rec_path} vouches for (shorter, or its first "
                           f"{end} bytes changed); nothing was changed. Use --restart to overwrite it, or another OUT")
         if st.st_size != end:
             os.ftruncate(fd, end)
         os.lseek(fd, end, os.SEEK_SET)
-        return fd, have, prefix
+        # kept error lines count toward the exit status, as clef batch counts them (its answer lines
+        # are one JSON object each; an error line starts with {"error")
+        kept_errors = kept.startswith(ERROR_START) + kept.count(b"\n" + ERROR_START) if kept else 0
+        return fd, have, prefix, kept_errors
     except BaseException:
         os.close(fd)
         raise

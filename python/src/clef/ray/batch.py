@@ -67,6 +67,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-image-paths", action="store_true")
     p.add_argument("--text-only", action="store_true")
     p.add_argument("--restart", action="store_true", help="discard OUT's contents (never IN's) and start over")
+    p.add_argument("--allow-errors", action="store_true", help="exit 0 even when OUT holds error lines (else 1, "
+                   "as clef batch; the kept lines of a resume count)")
     p.add_argument("--shard-lines", type=int, default=64, help="about this many lines per shard (a unit of work "
                                                                "and of loss when a node dies)")
     p.add_argument("--engines-per-node", type=int, default=1, help="engines on a node without GPUs")
@@ -219,7 +221,7 @@ def run(argv: List[str]) -> int:
         return 2
     want = _files.record(inp.sha256, a.max_length, a.tile, a.split, a.text_only, a.allow_image_paths, a.precision)
     try:
-        out_fd, have, out_hash = _files.open_out(a.input, inp, a.output, want, a.restart)
+        out_fd, have, out_hash, kept_errors = _files.open_out(a.input, inp, a.output, want, a.restart)
     except _files.Refused as e:
         print(f"{prog}: {e}", file=sys.stderr)
         return 2
@@ -260,7 +262,7 @@ def run(argv: List[str]) -> int:
     pending = [s for s in needed if s not in done]
     lines_by_node: Dict[str, int] = {}
     written = 0
-    errors = 0
+    errors = kept_errors  # OUT's error lines, the kept ones too (clef batch's count)
     next_line = have
 
     def merge() -> None:
@@ -276,7 +278,7 @@ def run(argv: List[str]) -> int:
                 if part is None:
                     break
                 ans = part.pop(i)
-            if ans.startswith(b'{"error"'):
+            if ans.startswith(_files.ERROR_START):
                 errors += 1
             chunk.append(ans + b"\n")
             next_line += 1
@@ -373,6 +375,10 @@ def run(argv: List[str]) -> int:
              "shards": len(shards), "shards_reused": reused, "nodes": lines_by_node,
              "seconds": round(time.time() - t0, 3), "interrupted": bool(stop["sig"])}
     print(json.dumps(event), file=sys.stderr)
+    if rc == 0 and errors and not a.allow_errors:
+        print(f"{prog}: {errors} of the {next_line} answer lines in {a.output} are errors (exit 1; --allow-errors: "
+              "exit 0)", file=sys.stderr)
+        rc = 1
     if ray is not None:
         ray.shutdown()
     return rc
