@@ -7,7 +7,14 @@
 
 (function () {
   const $ = (id) => document.getElementById(id);
-  const TYPE_LABEL = { noul: 'yes/no (noul)', choice: 'choice', score: 'score' };
+  // The question types come from the server's table (/question_types.js, loaded first):
+  // {name, shape, label}. The page goes by shape: flag (a yes/no, no options), keyed (option id →
+  // description, one chosen), levels (ordered descriptions, a score); it never spells a name.
+  const TYPES = CLEF_QUESTION_TYPES;
+  const TYPE_LABEL = Object.fromEntries(TYPES.map((t) => [t.name, t.label]));
+  const SHAPE = Object.fromEntries(TYPES.map((t) => [t.name, t.shape]));
+  const TYPE_OF = Object.fromEntries(TYPES.map((t) => [t.shape, t.name])); // shape → the type with it
+  const NEW_OPTIONS = { flag: [], keyed: [['', null], ['', null]], levels: [[null, 'low'], [null, 'medium'], [null, 'high']] };
   const IMAGE_TYPES = /^image\/(png|jpeg|webp|gif)$/;
   const VIDEO_NAME = /\.(mp4|m4v|mov|mkv|webm|avi|ogv)$/i;
   const SAVE_KEY = 'clef-playground-form-v1'; // localStorage: the form, kept across reloads
@@ -140,18 +147,18 @@
 
   function renumber(fs) {
     fs.querySelectorAll('.option').forEach((row, i) => {
-      row.querySelector('.o-level').textContent = fs.dataset.type === 'score' ? String(i) : '';
+      row.querySelector('.o-level').textContent = fs.dataset.shape === 'levels' ? String(i) : '';
     });
   }
 
   function addOption(fs, id, description) {
     const row = $('option-template').content.firstElementChild.cloneNode(true);
     const idInput = row.querySelector('.o-id');
-    if (fs.dataset.type === 'score') idInput.remove();
+    if (fs.dataset.shape === 'levels') idInput.remove();
     else idInput.value = id || '';
     const d = row.querySelector('.o-description');
     setField(d, description);
-    if (fs.dataset.type === 'score') d.setAttribute('aria-label', 'level description');
+    if (fs.dataset.shape === 'levels') d.setAttribute('aria-label', 'level description');
     row.querySelector('.remove-option').addEventListener('click', () => {
       row.remove();
       renumber(fs);
@@ -165,14 +172,15 @@
   function addQuestion(type, id, instructions, options) {
     const fs = $('question-template').content.firstElementChild.cloneNode(true);
     fs.dataset.type = type;
+    fs.dataset.shape = SHAPE[type];
     fs.querySelector('.q-type').textContent = TYPE_LABEL[type];
     fs.querySelector('.q-id').value = id === undefined ? uniqueId(type) : id; // "" stays ""
     setField(fs.querySelector('.q-instructions'), instructions);
     const add = fs.querySelector('.add-option');
-    if (type === 'noul') {
+    if (SHAPE[type] === 'flag') {
       add.remove();
     } else {
-      add.textContent = type === 'choice' ? '+ option' : '+ level';
+      add.textContent = SHAPE[type] === 'keyed' ? '+ option' : '+ level';
       add.addEventListener('click', () => {
         addOption(fs, '', null).querySelector('input').focus();
         changed();
@@ -334,7 +342,7 @@
         f.state = v.t === 'str' ? v.v : pretty(v);
       } else if (key === 'questions') {
         if (v.t !== 'obj')
-          throw new UserError('"questions" is an object of question id → question ({"hot": {"type": "noul"}}), not ' + kindOf(v) + '.');
+          throw new UserError('"questions" is an object of question id → question ({"hot": {"type": ' + J(TYPE_OF.flag) + '}}), not ' + kindOf(v) + '.');
         sawQuestions = true;
         f.questions = v.pairs.map(([id, q]) => questionFrom(id, q));
       } else if (key === 'images' || key === 'videos') {
@@ -358,14 +366,15 @@
 
   function questionFrom(id, q) {
     const at = 'questions.' + id;
-    if (q.t !== 'obj') throw new UserError(at + ' is ' + kindOf(q) + '; a question is an object ({"type": "noul"}).');
+    if (q.t !== 'obj') throw new UserError(at + ' is ' + kindOf(q) + '; a question is an object ({"type": ' + J(TYPE_OF.flag) + '}).');
     const get = (k) => q.pairs.filter(([key]) => key === k).map(([, v]) => v).pop();
     for (const [k] of q.pairs)
       if (!['type', 'instructions', 'criteria'].includes(k))
         throw new UserError(at + ': unknown key ' + J(k) + ' (a question has "type", "instructions" and "criteria").');
     const type = get('type');
     if (!type || type.t !== 'str' || !TYPE_LABEL[type.v])
-      throw new UserError(at + '.type must be "noul", "choice" or "score"' + (type ? ', not ' + compact(type) : '') + '.');
+      throw new UserError(at + '.type must be ' + TYPES.map((t) => J(t.name)).join(', ').replace(/, ([^,]*)$/, ' or $1') +
+        (type ? ', not ' + compact(type) : '') + '.');
     const ins = get('instructions');
     if (ins && ins.t !== 'str') throw new UserError(at + '.instructions: the form holds text, not ' + kindOf(ins) + '.');
     const crit = get('criteria');
@@ -375,15 +384,15 @@
       throw new UserError(at + '.criteria' + where + ': the form holds a text description or null, not ' + kindOf(n) + '.');
     };
     let options = [];
-    if (type.v === 'noul') {
-      if (crit) throw new UserError(at + ': a noul question has no "criteria".');
-    } else if (type.v === 'choice') {
+    if (SHAPE[type.v] === 'flag') {
+      if (crit) throw new UserError(at + ': a ' + type.v + ' question has no "criteria".');
+    } else if (SHAPE[type.v] === 'keyed') {
       if (!crit || crit.t !== 'obj')
-        throw new UserError(at + '.criteria: a choice question needs an object of option id → description.');
+        throw new UserError(at + '.criteria: a ' + type.v + ' question needs an object of option id → description.');
       options = crit.pairs.map(([oid, d]) => [oid, desc(d, '.' + oid)]);
     } else {
       if (!crit || crit.t !== 'arr')
-        throw new UserError(at + '.criteria: a score question needs a list of level descriptions.');
+        throw new UserError(at + '.criteria: a ' + type.v + ' question needs a list of level descriptions.');
       options = crit.items.map((d, i) => [null, desc(d, '[' + i + ']')]);
     }
     return { type: type.v, id, instructions: ins ? ins.v : null, options };
@@ -424,7 +433,7 @@
       let body = '{"type":' + J(type);
       if (q.instructions !== null) body += ',"instructions":' + J(q.instructions);
       const options = [];
-      if (type === 'choice') {
+      if (SHAPE[type] === 'keyed') {
         if (!q.options.length) throw new UserError(name + ' needs at least one option.', fs.querySelector('.add-option'));
         const crit = q.options.map(([oid, d], i) => {
           const input = fs.querySelectorAll('.o-id')[i];
@@ -434,7 +443,7 @@
           return J(oid) + ':' + desc(d);
         });
         body += ',"criteria":{' + crit.join(',') + '}';
-      } else if (type === 'score') {
+      } else if (SHAPE[type] === 'levels') {
         if (!q.options.length) throw new UserError(name + ' needs at least one level.', fs.querySelector('.add-option'));
         q.options.forEach((o, i) => options.push(String(i)));
         body += ',"criteria":[' + q.options.map(([, d]) => desc(d)).join(',') + ']';
@@ -444,7 +453,7 @@
       parts.push(J(id) + ':' + body + '}');
       questions.push({ id, type, options });
     });
-    if (!parts.length) throw new UserError('Add at least one question.', $('add-noul'));
+    if (!parts.length) throw new UserError('Add at least one question.', $('add-' + TYPES[0].name));
     let body = '{"model":' + J(f.model) + ',"state":' + state + ',"questions":{' + parts.join(',') + '}';
     if (images.length) body += ',"images":[' + images.map((m) => J(m.url)).join(',') + ']';
     if (videos.length) body += ',"videos":[' + videos.map((m) => J(m.url)).join(',') + ']';
@@ -584,11 +593,11 @@
         'invoice INV-2291. This is the third time I write about it. Please refund the second charge today, ' +
         'otherwise I will cancel my subscription.\n\nMaria',
       questions: {
-        category: { type: 'choice', instructions: 'What is the ticket about?',
+        category: { type: TYPE_OF.keyed, instructions: 'What is the ticket about?',
           criteria: { billing: 'Payments, invoices, refunds', technical: 'Something does not work',
             account: 'Login, profile, cancellation', other: null } },
-        urgency: { type: 'score', instructions: 'How urgent is it?', criteria: ['can wait', 'today', 'right now'] },
-        refund: { type: 'noul', instructions: 'Does the customer ask for a refund?' },
+        urgency: { type: TYPE_OF.levels, instructions: 'How urgent is it?', criteria: ['can wait', 'today', 'right now'] },
+        refund: { type: TYPE_OF.flag, instructions: 'Does the customer ask for a refund?' },
       },
     }),
     record: () => ({
@@ -598,16 +607,16 @@
         total: 84.9, currency: 'EUR', shipping: { country: 'CZ', express: true },
         payment: { method: 'card', attempts: 3 } },
       questions: {
-        fraud_risk: { type: 'choice', instructions: 'How risky is this order?',
+        fraud_risk: { type: TYPE_OF.keyed, instructions: 'How risky is this order?',
           criteria: { low: null, medium: null, high: 'Hold it for a manual check' } },
-        express: { type: 'noul', instructions: 'Was express shipping requested?' },
+        express: { type: TYPE_OF.flag, instructions: 'Was express shipping requested?' },
       },
     }),
     image: () => ({
       state: 'A photo sent by a customer.',
       questions: {
-        outdoors: { type: 'noul', instructions: 'Is the picture taken outdoors?' },
-        time_of_day: { type: 'choice', criteria: { day: 'The sun is up', night: 'It is dark' } },
+        outdoors: { type: TYPE_OF.flag, instructions: 'Is the picture taken outdoors?' },
+        time_of_day: { type: TYPE_OF.keyed, criteria: { day: 'The sun is up', night: 'It is dark' } },
       },
       images: [sceneImage()],
     }),
@@ -659,15 +668,16 @@
       h.append(el('span', 'qid', q.id), el('span', 'tag', TYPE_LABEL[a.type] || a.type));
       const sum = el('p', 'summary');
       div.append(h, sum);
-      if (a.type === 'noul') {
-        sum.append(summaryItem('answer', 'answer', a.noul >= 0.5 ? 'yes' : 'no'));
-        div.appendChild(barRow('true', 'p(yes)', a.noul, false));
-      } else if (a.type === 'choice') {
-        sum.append(summaryItem('choice', 'choice', a.choice), summaryItem('confidence', 'confidence', a.confidence));
+      const value = a[a.type]; // an answer's value is under its type's name
+      if (SHAPE[a.type] === 'flag') {
+        sum.append(summaryItem('answer', 'answer', value >= 0.5 ? 'yes' : 'no'));
+        div.appendChild(barRow('true', 'p(yes)', value, false));
+      } else if (SHAPE[a.type] === 'keyed') {
+        sum.append(summaryItem(a.type, a.type, value), summaryItem('confidence', 'confidence', a.confidence));
         const probs = a.probabilities || {};
-        for (const o of q.options) if (o in probs) div.appendChild(barRow(o, o, probs[o], o === a.choice));
-      } else if (a.type === 'score') {
-        sum.append(summaryItem('score', 'expected level', a.score), summaryItem('confidence', 'confidence', a.confidence));
+        for (const o of q.options) if (o in probs) div.appendChild(barRow(o, o, probs[o], o === value));
+      } else if (SHAPE[a.type] === 'levels') {
+        sum.append(summaryItem(a.type, 'expected level', value), summaryItem('confidence', 'confidence', a.confidence));
         const probs = a.probabilities || {};
         const legend = a.legend || {};
         for (const o of q.options) {
@@ -887,18 +897,17 @@
         form.requestSubmit();
       }
     });
-    $('add-noul').addEventListener('click', () => {
-      addQuestion('noul').querySelector('.q-id').focus();
-      changed();
-    });
-    $('add-choice').addEventListener('click', () => {
-      addQuestion('choice', undefined, null, [['', null], ['', null]]).querySelector('.q-id').focus();
-      changed();
-    });
-    $('add-score').addEventListener('click', () => {
-      addQuestion('score', undefined, null, [[null, 'low'], [null, 'medium'], [null, 'high']]).querySelector('.q-id').focus();
-      changed();
-    });
+    for (const t of TYPES) { // one button per question type: #add-<name>
+      const b = el('button', '', '+ ' + t.label);
+      b.type = 'button';
+      b.id = 'add-' + t.name;
+      b.addEventListener('click', () => {
+        addQuestion(t.name, undefined, null, NEW_OPTIONS[t.shape]).querySelector('.q-id').focus();
+        changed();
+      });
+      $('add-question').appendChild(b);
+    }
+    $('request-json').placeholder = '{"model": "clef-flash", "state": "…", "questions": {"hot": {"type": ' + J(TYPE_OF.flag) + '}}}';
     const syncKind = () => $('state').classList.toggle('mono', $('kind-json').checked);
     $('kind-text').addEventListener('change', syncKind);
     $('kind-json').addEventListener('change', syncKind);
@@ -954,7 +963,7 @@
     copyButton($('copy-curl'), () => $('curl').textContent, $('curl'));
 
     const restored = restore();
-    if (!restored) addQuestion('noul', 'hot', 'Is the water hot?');
+    if (!restored) addQuestion(TYPE_OF.flag, 'hot', 'Is the water hot?');
     serverInfo(!restored);
   }
 

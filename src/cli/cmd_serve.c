@@ -14,15 +14,17 @@
 
 #include "cli/cmds.h"
 #include "base/bufpool.h"
+#include "base/question_type.h"
 #include "cli/cli_opts.h"
 #include "clef.h"
 #include "serve/host_check.h"
 #include "serve/scheduler.h"
 #include "serve/server.h"
 
-static const char WARMUP[] =
-    "{\"model\":\"clef-flash\",\"state\":\"warm-up\",\"questions\":{\"ready\":{\"type\":\"noul\","
-    "\"instructions\":\"Is the server ready?\"}}}";
+/* The warm-up request: one yes/no question (its type's name from base/question_type.h). */
+#define WARMUP_FMT                                                                                                     \
+    "{\"model\":\"clef-flash\",\"state\":\"warm-up\",\"questions\":{\"ready\":{\"type\":\"%s\","                    \
+    "\"instructions\":\"Is the server ready?\"}}}"
 
 /* --api-key-file: the first line, without its newline; 1 when it holds a key. */
 static int read_key_file(const char *path, char *out, size_t cap) {
@@ -270,7 +272,9 @@ int cmd_serve(int argc, char **argv) {
     double t1 = clef_now();
     clef_result wr;
     memset(&wr, 0, sizeof wr);
-    int wrc = clef_decide(e, WARMUP, sizeof WARMUP - 1, &wr);
+    char warmup[sizeof WARMUP_FMT + 32];
+    int wn = snprintf(warmup, sizeof warmup, WARMUP_FMT, clef_qtype_name(CLEF_Q_NOUL));
+    int wrc = clef_decide(e, warmup, (size_t)wn, &wr);
     double t2 = clef_now();
     if (wrc != 0) {
         char line[1100];

@@ -53,7 +53,7 @@ typedef struct clef_span {
 typedef struct clef_enc_question {
     const char *id; /* borrowed from the request */
     size_t id_len;
-    int type; /* 0 noul, 1 choice, 2 score */
+    int type; /* the clef_qtype: its row in base/question_type.h and of type_embedding */
     clef_span span;
     size_t n_options;
     clef_span *option_spans;    /* head order */

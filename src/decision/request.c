@@ -148,7 +148,8 @@ static int cmp_item(const void *a, const void *b) {
 
 /* choice: sorted((str(key), value) for key, value in criteria.items()). UTF-8 byte order equals
  * code point order (also for the WTF-8 form of lone surrogates). */
-static int resolve_choice(clef_question *q, const json_value *crit) {
+static int resolve_choice(json_doc *own, clef_question *q, const json_value *crit) {
+    (void)own;
     if (crit->kind != JSON_OBJECT)
         return crit_fail(q, "'%s' object has no attribute 'items'", clef_py_type_name(crit));
     size_t n = crit->u.object.n;
@@ -207,6 +208,11 @@ static int resolve_score(json_doc *own, clef_question *q, const json_value *crit
     return 0;
 }
 
+/* The options of each type from its "criteria" (question_type.h: one resolve_<name> per row). */
+#define RESOLVE_(ID, name, Title, criteria, shape, label, schema) [CLEF_Q_##ID] = resolve_##name,
+static int (*const resolve[CLEF_QTYPE_COUNT])(json_doc *, clef_question *, const json_value *) = {
+    CLEF_QUESTION_TYPES(RESOLVE_, CLEF_QT_NOSEP)};
+
 void clef_request_free(clef_request *req) {
     if (!req) return;
     if (req->questions) {
@@ -248,11 +254,14 @@ int clef_request_parse(const json_value *root, clef_request *req, clef_err *err)
         const json_value *t = clef_json_object_get(q, "type");
         if (t && (t->kind == JSON_ARRAY || t->kind == JSON_OBJECT))
             return clef_err_set(err, CLEF_E_BAD_QUESTION_TYPE, "unhashable type: '%s'", clef_py_type_name(t));
-        if (!t || t->kind != JSON_STRING ||
-            !(key_is(t->u.string.s, t->u.string.len, "noul") || key_is(t->u.string.s, t->u.string.len, "choice") ||
-              key_is(t->u.string.s, t->u.string.len, "score")))
-            return err_id(err, CLEF_E_BAD_QUESTION_TYPE, m->key, m->key_len, ": type must be noul, choice, or score");
-        if (!key_is(t->u.string.s, t->u.string.len, "noul") && !clef_json_truthy(clef_json_object_get(q, "criteria")))
+        clef_qtype type;
+        if (!t || t->kind != JSON_STRING || clef_qtype_parse(t->u.string.s, t->u.string.len, &type)) {
+            char msg[128] = ": type must be ";
+            size_t at = strlen(msg);
+            clef_qtype_list(msg + at, sizeof msg - at);
+            return err_id(err, CLEF_E_BAD_QUESTION_TYPE, m->key, m->key_len, msg);
+        }
+        if (clef_qtype_needs_criteria(type) && !clef_json_truthy(clef_json_object_get(q, "criteria")))
             return err_id(err, CLEF_E_EMPTY_CRITERIA, m->key, m->key_len, ": criteria must not be empty");
     }
 
@@ -278,9 +287,8 @@ int clef_request_parse(const json_value *root, clef_request *req, clef_err *err)
         q->id = m->key;
         q->id_len = m->key_len;
         const json_value *t = clef_json_object_get(qv, "type");
-        if (key_is(t->u.string.s, t->u.string.len, "noul")) q->type = CLEF_Q_NOUL, q->type_name = "noul";
-        else if (key_is(t->u.string.s, t->u.string.len, "choice")) q->type = CLEF_Q_CHOICE, q->type_name = "choice";
-        else q->type = CLEF_Q_SCORE, q->type_name = "score";
+        clef_qtype_parse(t->u.string.s, t->u.string.len, &q->type); /* checked above */
+        q->type_name = clef_qtype_name(q->type);
         const json_value *ins = clef_json_object_get(qv, "instructions");
         if (!ins || ins->kind == JSON_NULL || (ins->kind == JSON_STRING && ins->u.string.len == 0)) {
             ins = clef_json_new_string(req->own, m->key, m->key_len);
@@ -288,10 +296,7 @@ int clef_request_parse(const json_value *root, clef_request *req, clef_err *err)
         }
         q->instructions = ins;
         const json_value *crit = clef_json_object_get(qv, "criteria");
-        int rc = q->type == CLEF_Q_NOUL     ? resolve_noul(req->own, q, crit)
-                 : q->type == CLEF_Q_CHOICE ? resolve_choice(q, crit)
-                                            : resolve_score(req->own, q, crit);
-        if (rc) goto fail_oom;
+        if (resolve[q->type](req->own, q, crit)) goto fail_oom;
     }
     return 0;
 fail_oom:

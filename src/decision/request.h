@@ -52,7 +52,7 @@ typedef struct clef_question {
     const char *id; /* the question key, raw (may hold any UTF-8/WTF-8, even NUL bytes) */
     size_t id_len;
     clef_qtype type;
-    const char *type_name;          /* "noul", "choice", "score" */
+    const char *type_name;          /* its name in the table (base/question_type.h) */
     const json_value *instructions; /* resolved: missing, null or "" -> the id as a string */
     /* Options in head order (noul true,false; choice sorted by code point; score by index). */
     size_t n_options;

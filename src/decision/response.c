@@ -55,59 +55,65 @@ static size_t py_argmax(const float *p, const size_t *order, size_t n) {
     return best;
 }
 
+/* Each type's fields after {"type":NAME,NAME: (question_type.h: one answer_<name> per row). */
+static void answer_noul(clef_buf *o, const clef_question *q, const float *p) {
+    (void)q;
+    put_round(o, p[0]); /* option 0 is "true" */
+}
+
+static void answer_choice(clef_buf *o, const clef_question *q, const float *p) {
+    size_t n = q->n_options, c = py_argmax(p, q->listing, n);
+    clef_json_render_string(o, q->options[c].id, q->options[c].id_len);
+    clef_buf_puts(o, ",\"confidence\":");
+    put_round(o, p[c]);
+    clef_buf_puts(o, ",\"probabilities\":{");
+    for (size_t k = 0; k < n; k++) {
+        if (k) clef_buf_putc(o, ',');
+        const clef_option *opt = &q->options[q->listing[k]];
+        put_key(o, opt->id, opt->id_len);
+        put_round(o, p[q->listing[k]]);
+    }
+    clef_buf_putc(o, '}');
+}
+
+static void answer_score(clef_buf *o, const clef_question *q, const float *p) {
+    /* sum(index * p[level]) from the integer 0: int * float, CPython's compensated sum */
+    size_t n = q->n_options;
+    double *terms = calloc(n ? n : 1, sizeof *terms); /* calloc: GCC 12 cannot see that n == 0 reads none */
+    if (!terms) {
+        o->oom = 1;
+        return;
+    }
+    for (size_t k = 0; k < n; k++) terms[k] = (double)k * (double)p[k];
+    double s = clef_py_sum(terms, n);
+    free(terms);
+    put_float(o, clef_py_round(s, 4));
+    clef_buf_puts(o, ",\"confidence\":");
+    put_round(o, p[py_argmax(p, q->listing, n)]);
+    clef_buf_puts(o, ",\"legend\":{");
+    for (size_t k = 0; k < n; k++) {
+        if (k) clef_buf_putc(o, ',');
+        put_key(o, q->options[k].id, q->options[k].id_len);
+        if (clef_json_render(o, q->legend[k], 0)) o->oom = 1;
+    }
+    clef_buf_puts(o, "},\"probabilities\":{");
+    for (size_t k = 0; k < n; k++) {
+        if (k) clef_buf_putc(o, ',');
+        put_key(o, q->options[k].id, q->options[k].id_len);
+        put_round(o, p[k]);
+    }
+    clef_buf_putc(o, '}');
+}
+
+#define ANSWER_(ID, name, Title, criteria, shape, label, schema) [CLEF_Q_##ID] = answer_##name,
+static void (*const answer_fields[CLEF_QTYPE_COUNT])(clef_buf *, const clef_question *, const float *) = {
+    CLEF_QUESTION_TYPES(ANSWER_, CLEF_QT_NOSEP)};
+
 static void answer(clef_buf *o, const clef_question *q, const float *p, int raw) {
     size_t n = q->n_options;
-    switch (q->type) {
-    case CLEF_Q_NOUL:
-        clef_buf_puts(o, "{\"type\":\"noul\",\"noul\":");
-        put_round(o, p[0]); /* option 0 is "true" */
-        break;
-    case CLEF_Q_CHOICE: {
-        size_t c = py_argmax(p, q->listing, n);
-        clef_buf_puts(o, "{\"type\":\"choice\",\"choice\":");
-        clef_json_render_string(o, q->options[c].id, q->options[c].id_len);
-        clef_buf_puts(o, ",\"confidence\":");
-        put_round(o, p[c]);
-        clef_buf_puts(o, ",\"probabilities\":{");
-        for (size_t k = 0; k < n; k++) {
-            if (k) clef_buf_putc(o, ',');
-            const clef_option *opt = &q->options[q->listing[k]];
-            put_key(o, opt->id, opt->id_len);
-            put_round(o, p[q->listing[k]]);
-        }
-        clef_buf_putc(o, '}');
-        break;
-    }
-    case CLEF_Q_SCORE: {
-        /* sum(index * p[level]) from the integer 0: int * float, CPython's compensated sum */
-        double *terms = malloc((n ? n : 1) * sizeof *terms);
-        if (!terms) {
-            o->oom = 1;
-            return;
-        }
-        for (size_t k = 0; k < n; k++) terms[k] = (double)k * (double)p[k];
-        double s = clef_py_sum(terms, n);
-        free(terms);
-        clef_buf_puts(o, "{\"type\":\"score\",\"score\":");
-        put_float(o, clef_py_round(s, 4));
-        clef_buf_puts(o, ",\"confidence\":");
-        put_round(o, p[py_argmax(p, q->listing, n)]);
-        clef_buf_puts(o, ",\"legend\":{");
-        for (size_t k = 0; k < n; k++) {
-            if (k) clef_buf_putc(o, ',');
-            put_key(o, q->options[k].id, q->options[k].id_len);
-            if (clef_json_render(o, q->legend[k], 0)) o->oom = 1;
-        }
-        clef_buf_puts(o, "},\"probabilities\":{");
-        for (size_t k = 0; k < n; k++) {
-            if (k) clef_buf_putc(o, ',');
-            put_key(o, q->options[k].id, q->options[k].id_len);
-            put_round(o, p[k]);
-        }
-        clef_buf_putc(o, '}');
-        break;
-    }
-    }
+    const char *name = clef_qtype_name(q->type); /* a plain ASCII word: no escaping */
+    clef_buf_printf(o, "{\"type\":\"%s\",\"%s\":", name, name);
+    answer_fields[q->type](o, q, p);
     if (raw) {
         clef_buf_puts(o, ",\"raw\":{");
         for (size_t j = 0; j < n; j++) {

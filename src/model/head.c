@@ -94,7 +94,7 @@ static void mha(clef_ops *ops, const head_dims *d, clef_attn_seg *segs, float *o
 }
 
 /* Step 0 for one record: its arguments against the config. */
-static int head_check_one(const clef_tensor *lm_head, const clef_head_in *in,
+static int head_check_one(const clef_tensor *lm_head, const clef_tensor *type_embedding, const clef_head_in *in,
                           head_rec *r, size_t *maxspan, clef_err *err) {
     const size_t T = in->T, past = in->past;
     const int Q = in->n_questions;
@@ -110,7 +110,9 @@ static int head_check_one(const clef_tensor *lm_head, const clef_head_in *in,
     size_t N = 0;
     for (int i = 0; i < Q; i++) {
         const clef_head_question *qq = &in->questions[i];
-        if (qq->type < 0 || qq->type > 2) return clef_err_set(err, CLEF_E_INTERNAL, "question %d has type %d", i, qq->type);
+        /* a type indexes a row of type_embedding (weights.c binds one row per question type) */
+        if ((int)qq->type < 0 || (int64_t)qq->type >= type_embedding->shape[0])
+            return clef_err_set(err, CLEF_E_INTERNAL, "question %d has type %d", i, (int)qq->type);
         /* An empty span is allowed: its mean is NaN, as in the reference (contract.md §3.2: a
          * question with an empty id and no instructions gives NaN logits for the whole record). */
         if (qq->q_start < 0 || qq->q_end < qq->q_start || (size_t)qq->q_end > T ||
@@ -148,7 +150,7 @@ static int head_check(const clef_head_config *hc, const clef_head_weights *hw, c
     if (!d->r) return clef_err_set(err, CLEF_E_OOM, "out of memory in the head (%zu records)", n);
     for (size_t i = 0; i < n; i++) {
         head_rec *r = &d->r[i];
-        if (head_check_one(lm_head, &ins[i], r, &d->maxspan, err)) return -1;
+        if (head_check_one(lm_head, &hw->type_embedding, &ins[i], r, &d->maxspan, err)) return -1;
         r->tn0 = d->Tn;
         r->t0 = d->T;
         r->n0 = d->N;

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "base/mapfile.h"
+#include "base/question_type.h"
 #include "compute/ops.h"
 #include "base/json.h"
 
@@ -223,7 +224,7 @@ static int bind_head(binder *b, const clef_head_config *c, clef_head_weights *w)
     TRY(want(b, &w->global_projection, BF, SH(W, Hb), "global_projection.weight"));
     TRY(want(b, &w->option_context_projection, BF, SH(W, Hb), "option_context_projection.weight"));
     TRY(want(b, &w->option_lexical_projection, BF, SH(W, Hb), "option_lexical_projection.weight"));
-    TRY(want(b, &w->type_embedding, BF, SH(3, W), "type_embedding.weight"));
+    TRY(want(b, &w->type_embedding, BF, SH(CLEF_QTYPE_COUNT, W), "type_embedding.weight")); /* a row per question type */
     for (int i = 0; i < c->routing_layers; i++) {
         clef_head_evidence_layer *e = &w->evidence[i];
         char p[96];

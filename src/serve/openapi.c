@@ -1,10 +1,21 @@
-/* The OpenAPI 3 document served at GET /openapi.json (kept by hand next to server.c; test_serve
- * checks that it parses, names every route and status, and that every content entry is a media
- * type object). */
+/* The OpenAPI 3 document served at GET /openapi.json (kept by hand next to server.c, but for the
+ * Question schemas, which come from the question-type table; test_serve checks that it parses, names
+ * every route and status, and that every content entry is a media type object). */
 #include "serve/server.h"
+
+#include "base/question_type.h"
 
 /* the content of every error response: a media type object per media type (OpenAPI 3.0 §4.7.14) */
 #define ERR_CONTENT "{\"application/json\":{\"schema\":{\"$ref\":\"#/components/schemas/Error\"}}}"
+
+/* The Question schemas, one per row of the question-type table (base/question_type.h). */
+#define QUESTION_REF(ID, name, Title, criteria, shape, label, schema) "{\"$ref\":\"#/components/schemas/" #Title "\"}"
+#define REQUIRED_optional ""
+#define REQUIRED_required ",\"criteria\""
+#define QUESTION_SCHEMA(ID, name, Title, criteria, shape, label, schema)                                           \
+    "\"" #Title "\":{\"type\":\"object\",\"required\":[\"type\"" REQUIRED_##criteria "],\"properties\":{"          \
+    "\"type\":{\"type\":\"string\",\"enum\":[\"" #name "\"]},\"instructions\":{\"$ref\":\"#/components/schemas/Instructions\"}," \
+    "\"criteria\":" schema "}}"
 
 const char clef_openapi_json[] =
     "{\"openapi\":\"3.0.3\","
@@ -81,26 +92,10 @@ const char clef_openapi_json[] =
     "processor; a falsy value: none\"},"
     "\"raw\":{\"description\":\"Ours: true adds the unrounded probabilities under \\\"raw\\\" in every answer; any other "
     "value is ignored, as the reference ignores fields it does not know\"}}},"
-    "\"Question\":{\"oneOf\":[{\"$ref\":\"#/components/schemas/Noul\"},{\"$ref\":\"#/components/schemas/Choice\"},"
-    "{\"$ref\":\"#/components/schemas/Score\"}]},"
+    "\"Question\":{\"oneOf\":[" CLEF_QUESTION_TYPES(QUESTION_REF, CLEF_QT_COMMA_STR) "]},"
     "\"Instructions\":{\"description\":\"Any JSON value; a falsy one (missing, null, \\\"\\\", 0, false, [], {}) takes the type's "
     "default (docs/errors.md, contract \u00a72.1)\"},"
-    "\"Noul\":{\"type\":\"object\",\"required\":[\"type\"],\"properties\":{"
-    "\"type\":{\"type\":\"string\",\"enum\":[\"noul\"]},\"instructions\":{\"$ref\":\"#/components/schemas/Instructions\"},"
-    "\"criteria\":{\"description\":\"Optional: {\\\"true\\\": d, \\\"false\\\": d} over the defaults (extra keys "
-    "ignored, null: no description), or what Python's dict.update takes (a list of key/value pairs); a falsy value: the "
-    "defaults; other values are refused (BadCriteria)\",\"anyOf\":[{\"enum\":[null,false,0,\"\",[]]},"
-    "{\"type\":\"object\"},{\"type\":\"array\",\"items\":{\"type\":\"array\",\"minItems\":2,\"maxItems\":2,"
-    "\"description\":\"[key, description]; a key that is a list or an object is refused (BadCriteria)\"}}]}}},"
-    "\"Choice\":{\"type\":\"object\",\"required\":[\"type\",\"criteria\"],\"properties\":{"
-    "\"type\":{\"type\":\"string\",\"enum\":[\"choice\"]},\"instructions\":{\"$ref\":\"#/components/schemas/Instructions\"},"
-    "\"criteria\":{\"description\":\"{option id: description (any value; null: none)}\",\"type\":\"object\","
-    "\"minProperties\":1}}},"
-    "\"Score\":{\"type\":\"object\",\"required\":[\"type\",\"criteria\"],\"properties\":{"
-    "\"type\":{\"type\":\"string\",\"enum\":[\"score\"]},\"instructions\":{\"$ref\":\"#/components/schemas/Instructions\"},"
-    "\"criteria\":{\"description\":\"The ordered levels: a list of descriptions (null: none), an object (its keys) "
-    "or a string (its characters)\",\"oneOf\":[{\"type\":\"array\",\"minItems\":1},{\"type\":\"object\",\"minProperties\":1},"
-    "{\"type\":\"string\",\"minLength\":1}]}}},"
+    CLEF_QUESTION_TYPES(QUESTION_SCHEMA, CLEF_QT_COMMA_STR) ","
     "\"Response\":{\"type\":\"object\",\"properties\":{"
     "\"model\":{\"type\":\"string\"},"
     "\"answers\":{\"type\":\"object\",\"additionalProperties\":{\"type\":\"object\"}},"

@@ -4,6 +4,7 @@
 
 #include <string.h>
 
+#include "base/question_type.h"
 #include "serve/web_assets.h" /* made by the Makefile in $(BUILD)/gen: web_playground_{html,js,css}[] */
 
 /* The page loads only its own script and style sheet from this server and talks only to it
@@ -11,10 +12,20 @@
  * style (the script sets bar widths through the CSSOM, which CSP does not restrict). */
 #define CSP "default-src 'self'; img-src data: 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 
+/* The question types the page offers, from the table (base/question_type.h): loaded before
+ * playground.js, which goes by each type's shape and never spells a name. */
+#define TYPE_JS(ID, name, Title, criteria, shape, label, schema) \
+    "{\"name\":\"" #name "\",\"shape\":\"" #shape "\",\"label\":\"" label "\"}"
+static const char question_types_js[] =
+    "// The question types of this server (base/question_type.h): {name, shape, label}.\n"
+    "const CLEF_QUESTION_TYPES = [" CLEF_QUESTION_TYPES(TYPE_JS, CLEF_QT_COMMA_STR) "];\n";
+
 static const clef_asset assets[] = {
     {"/", "text/html; charset=utf-8", web_playground_html, sizeof web_playground_html},
     {"/playground.js", "text/javascript; charset=utf-8", web_playground_js, sizeof web_playground_js},
     {"/playground.css", "text/css; charset=utf-8", web_playground_css, sizeof web_playground_css},
+    {"/question_types.js", "text/javascript; charset=utf-8", (const unsigned char *)question_types_js,
+     sizeof question_types_js - 1},
 };
 
 const clef_asset *clef_playground_find(const char *url) {

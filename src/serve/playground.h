@@ -1,6 +1,7 @@
 /* The web playground served by `clef serve` at / (docs/serving.md, "The playground"). Its files
  * are the files in web/, compiled into the binary as byte arrays at build time (the Makefile writes
- * $(BUILD)/gen/serve/web_assets.h) and sent exactly as they are in the source tree. */
+ * $(BUILD)/gen/serve/web_assets.h) and sent exactly as they are in the source tree, and
+ * /question_types.js, the list of question types written from base/question_type.h. */
 #ifndef CLEF_SERVE_PLAYGROUND_H
 #define CLEF_SERVE_PLAYGROUND_H
 
@@ -8,7 +9,7 @@
 #include <stddef.h>
 
 typedef struct clef_asset {
-    const char *path;  /* the URL path it answers: "/", "/playground.js", "/playground.css" */
+    const char *path;  /* the URL path it answers: "/", "/playground.js", "/playground.css", "/question_types.js" */
     const char *ctype; /* its Content-Type */
     const unsigned char *data;
     size_t len;

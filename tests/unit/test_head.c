@@ -88,9 +88,13 @@ int main(void) {
     clef_err_clear(&err);
     CHECK(clef_head_forward(o1, &m->head_cfg, &m->head, &m->text.lm_head, &inb, lp, &err) == -1 && err.type);
     qb[0].option_spans = o0;
-    qb[0].type = 3;
+    qb[0].type = CLEF_QTYPE_COUNT; /* one past the table's last row: type_embedding has no such row */
     clef_err_clear(&err);
     CHECK(clef_head_forward(o1, &m->head_cfg, &m->head, &m->text.lm_head, &inb, lp, &err) == -1 && err.type);
+    CHECK(m->head.type_embedding.shape[0] == CLEF_QTYPE_COUNT); /* a row per question type */
+    qb[0].type = (clef_qtype)(CLEF_QTYPE_COUNT - 1); /* the last row: answered */
+    clef_err_clear(&err);
+    CHECK(clef_head_forward(o1, &m->head_cfg, &m->head, &m->text.lm_head, &inb, lp, &err) == 0);
     qb[0].type = 0;
     qb[0].q_start = 21;
     qb[0].q_end = 20;
