@@ -107,11 +107,11 @@ class Server:
             if m:
                 self.port = int(m.group(1))
             elif self.p.poll() is not None:
-                raise RuntimeError("server exited: " + self.logtext())
+                self.fail("server exited: " + self.logtext())
             else:
                 time.sleep(0.02)
         if self.port is None:
-            raise RuntimeError("no listening line: " + self.logtext()[-2000:])
+            self.fail("no listening line: " + self.logtext()[-2000:])
         if wait == "health":
             self.wait_healthy(t_end)
         elif wait == "ready":
@@ -125,18 +125,23 @@ class Server:
             except OSError:
                 pass
             if self.p.poll() is not None:
-                raise RuntimeError("server exited: " + self.logtext())
+                self.fail("server exited: " + self.logtext())
             time.sleep(0.05)
-        raise RuntimeError("not healthy: " + self.logtext()[-2000:])
+        self.fail("not healthy: " + self.logtext()[-2000:])
 
     def wait_ready(self, t_end):
         while time.time() < t_end:
             if b'"event":"ready"' in self.logbytes():
                 return
             if self.p.poll() is not None:
-                raise RuntimeError("server exited: " + self.logtext())
+                self.fail("server exited: " + self.logtext())
             time.sleep(0.02)
-        raise RuntimeError("not ready: " + self.logtext()[-2000:])
+        self.fail("not ready: " + self.logtext()[-2000:])
+
+    def fail(self, why):
+        """A start that did not come up: the process killed (no stray server), then RuntimeError."""
+        self.kill()
+        raise RuntimeError(why)
 
     # ---- the log
 
