@@ -118,25 +118,25 @@ class Server:
             self.wait_ready(t_end)
 
     def wait_healthy(self, t_end):
-        while time.time() < t_end:
-            try:
-                if request(self.port, "GET", "/health", timeout=30)[0] == 200:
-                    return
-            except OSError:
-                pass
-            if self.p.poll() is not None:
-                self.fail("server exited: " + self.logtext())
-            time.sleep(0.05)
-        self.fail("not healthy: " + self.logtext()[-2000:])
+        self.wait_until(t_end, self.healthy, "healthy")
 
     def wait_ready(self, t_end):
+        self.wait_until(t_end, lambda: b'"event":"ready"' in self.logbytes(), "ready")
+
+    def healthy(self):
+        try:
+            return request(self.port, "GET", "/health", timeout=30)[0] == 200
+        except OSError:
+            return False
+
+    def wait_until(self, t_end, done, what):
         while time.time() < t_end:
-            if b'"event":"ready"' in self.logbytes():
+            if done():
                 return
             if self.p.poll() is not None:
                 self.fail("server exited: " + self.logtext())
             time.sleep(0.02)
-        self.fail("not ready: " + self.logtext()[-2000:])
+        self.fail("not %s: %s" % (what, self.logtext()[-2000:]))
 
     def fail(self, why):
         """A start that did not come up: the process killed (no stray server), then RuntimeError."""
