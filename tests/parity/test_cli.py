@@ -15,22 +15,14 @@ import re
 import subprocess
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BUILD = os.environ.get("CLEF_BUILD", os.path.join(ROOT, "build")).rstrip("/")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import clef_server  # noqa: E402
+from clef_server import BUILD, ROOT, TALLY, check  # noqa: E402
+
 CLEF = os.environ.get("CLEF_BIN", os.path.join(BUILD, "clef"))
 DOC = os.path.join(ROOT, "docs", "cli.md")
 VERBS = ["decide", "serve", "batch", "bench", "tokenize", "encode", "state-key", "respond", "preprocess",
          "version"]
-failures = []
-checks = 0
-
-
-def check(cond, what):
-    global checks
-    checks += 1
-    if not cond:
-        failures.append(what)
-        print("FAIL:", what, flush=True)
 
 
 def doc_tables():
@@ -88,9 +80,7 @@ def bad_values(arg):
 
 
 def main():
-    if not os.access(CLEF, os.X_OK):
-        print("skip: no %s (build first)" % CLEF)
-        sys.exit(77)
+    clef_server.need_clef(CLEF, model=False)
     tables, env = doc_tables()
     check(set(tables) == set(VERBS), "docs/cli.md has a table for each verb: %s" % sorted(tables))
     check(env == {"CLEF_DEVICE": "--device", "CLEF_PRECISION": "--precision", "CLEF_MODEL": "--model",
@@ -141,8 +131,8 @@ def main():
               and "cpu features:" in q.stdout, "clef %s: %r" % (cmd[0], q.stdout))
     q = subprocess.run([CLEF, "--help"], capture_output=True, text=True, timeout=30)
     check(q.returncode == 0 and all(v in q.stdout for v in VERBS), "clef --help lists every verb")
-    print("%d checks, %d failed" % (checks, len(failures)))
-    sys.exit(1 if failures else 0)
+    print("%d checks, %d failed" % (TALLY.checks, len(TALLY.failures)))
+    sys.exit(1 if TALLY.failures else 0)
 
 
 if __name__ == "__main__":

@@ -21,22 +21,13 @@ import subprocess
 import sys
 import tempfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BUILD = os.environ.get("CLEF_BUILD", os.path.join(ROOT, "build")).rstrip("/")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import clef_server  # noqa: E402
+from clef_server import BUILD, MODEL, ROOT, TALLY, check  # noqa: E402
+
 CLEF = os.environ.get("CLEF_BIN", os.path.join(BUILD, "clef"))
-MODEL = os.path.join(ROOT, "models", "tiny")
 TMP = tempfile.mkdtemp(prefix="clef-cli-safety-")
 IMAGE = os.path.join(ROOT, "tests", "corpus", "images", "gray_200x150.png")
-failures = []
-checks = 0
-
-
-def check(cond, what):
-    global checks
-    checks += 1
-    if not cond:
-        failures.append(what)
-        print("FAIL:", what, flush=True)
 
 
 def req(state, q="hot"):
@@ -60,12 +51,7 @@ def read(path):
 
 
 def main():
-    if not os.access(CLEF, os.X_OK):
-        print("skip: no %s (build first)" % CLEF)
-        sys.exit(77)
-    if not os.path.exists(os.path.join(MODEL, "config.json")):
-        print("skip: no models/tiny (make tiny)")
-        sys.exit(77)
+    clef_server.need_clef(CLEF)
     lines = [req("line %d is warm" % i) for i in range(6)]
     data = b"\n".join(lines) + b"\n"
     inp = os.path.join(TMP, "in.jsonl")
@@ -197,8 +183,8 @@ def main():
         check(p.returncode == 0 and b'"error"' not in p.stdout,
               "%s --allow-image-paths reads the file (rc %d %r %r)" % (verb, p.returncode, p.stdout[:200], p.stderr[-200:]))
 
-    print("%d checks, %d failed" % (checks, len(failures)))
-    sys.exit(1 if failures else 0)
+    print("%d checks, %d failed" % (TALLY.checks, len(TALLY.failures)))
+    sys.exit(1 if TALLY.failures else 0)
 
 
 if __name__ == "__main__":

@@ -19,16 +19,13 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
-import time
 import urllib.request
 
 import yaml
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BUILD = os.environ.get("CLEF_BUILD", os.path.join(ROOT, "build")).rstrip("/")
-CLEF = os.path.join(BUILD, "clef")
-MODEL = os.path.join(ROOT, "models", "tiny")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from clef_server import CLEF, MODEL, ROOT, Server  # noqa: E402
+
 DEPLOY = os.path.join(ROOT, "deploy")
 # what the lifecycle work adds to clef serve (issue #33 item 2); until it is merged the checks that
 # need it are reported as pending and the test skips instead of passing
@@ -84,30 +81,6 @@ def flag_value(args, name):
     return None
 
 
-def server():
-    """clef serve on models/tiny: (process, port)."""
-    log = tempfile.NamedTemporaryFile(prefix="clef-deploy-", delete=False)
-    p = subprocess.Popen([CLEF, "serve", "--model", MODEL, "--port", "0", "--threads", "1"],
-                         stdout=subprocess.DEVNULL, stderr=log)
-    t_end = time.time() + 120
-    while time.time() < t_end:
-        m = re.search(rb'"event":"listening".*?"port":(\d+)', open(log.name, "rb").read())
-        if m:
-            port = int(m.group(1))
-            while time.time() < t_end:
-                try:
-                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as r:
-                        if r.status == 200:
-                            return p, port
-                except OSError:
-                    time.sleep(0.1)
-        if p.poll() is not None:
-            break
-        time.sleep(0.05)
-    p.kill()
-    raise RuntimeError("clef serve did not start: " + open(log.name).read()[-500:])
-
-
 def get(port, path):
     with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=30) as r:
         return r.read().decode()
@@ -119,13 +92,12 @@ def main():
         sys.exit(77)
     help_text = subprocess.run([CLEF, "serve", "--help"], capture_output=True, text=True).stdout
     known_flags = set(re.findall(r"^\s+(?:-[a-zA-Z], )?(--[a-z0-9-]+)", help_text, re.M))  # "  -m, --model DIR"
-    p, port = server()
+    srv = Server(threads=1, start_s=120)
     try:
-        openapi = json.loads(get(port, "/openapi.json"))
-        metrics = get(port, "/metrics")
+        openapi = json.loads(get(srv.port, "/openapi.json"))
+        metrics = get(srv.port, "/metrics")
     finally:
-        p.terminate()
-        p.wait(timeout=60)
+        srv.stop()
     routes = set(openapi.get("paths", {}))
     series = set(re.findall(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{| )", metrics, re.M))
 

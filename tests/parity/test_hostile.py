@@ -21,6 +21,7 @@ server items), on the tiny checkpoint over loopback. Short timeouts keep it quic
    (401 + JSON, /health open unless --auth-all); --cors-origin preflights, the CORS headers on the guard's own answers, a bad origin refused at start; gzip when asked.
 """
 import base64
+import functools
 import gzip
 import http.client
 import json
@@ -38,131 +39,14 @@ import threading
 import time
 import zlib
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BUILD = os.environ.get("CLEF_BUILD", os.path.join(ROOT, "build")).rstrip("/")
-CLEF = os.path.join(BUILD, "clef")
-MODEL = os.path.join(ROOT, "models", "tiny")
-ASAN = BUILD.endswith("build-asan")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import clef_server  # noqa: E402
+from clef_server import ASAN, CLEF, MODEL, TALLY, check, raw, recv_timed, status_of  # noqa: E402
+from hostile_clients import BODY, HEAD, alive_then_stopped, log_lines_valid, test_slowloris  # noqa: E402
+
 TMP = tempfile.mkdtemp(prefix="clef-hostile-test-")
-
-failures = []
-checks = 0
-
-
-def check(cond, what):
-    global checks
-    checks += 1
-    if not cond:
-        failures.append(what)
-        print("FAIL:", what, flush=True)
-
-
-def skip(why):
-    print(why)
-    sys.exit(77)
-
-
-class Server:
-    def __init__(self, *extra, wait=True, env=None):
-        self.log = os.path.join(TMP, "serve-%d.log" % time.monotonic_ns())
-        self.logf = open(self.log, "wb")
-        self.p = subprocess.Popen([CLEF, "serve", "--model", MODEL, "--port", "0", "--threads", "2"] + list(extra),
-                                  stdout=subprocess.DEVNULL, stderr=self.logf,
-                                  env=None if env is None else dict(os.environ, **env))
-        self.port = None
-        t_end = time.time() + (240 if ASAN else 90)
-        while time.time() < t_end and self.port is None:
-            m = re.search(rb'"event":"listening".*?"port":(\d+)', open(self.log, "rb").read())
-            if m:
-                self.port = int(m.group(1))
-            elif self.p.poll() is not None:
-                raise RuntimeError("server exited: " + open(self.log).read())
-            else:
-                time.sleep(0.02)
-        if self.port is None:
-            raise RuntimeError("no listening line")
-        if wait:
-            while time.time() < t_end:
-                try:
-                    st, _, _ = request(self.port, "GET", "/health")
-                    if st == 200:
-                        return
-                except OSError:
-                    pass
-                time.sleep(0.05)
-            raise RuntimeError("not healthy")
-
-    def logtext(self):
-        return open(self.log, "rb").read().decode("utf-8", "replace")
-
-    def hwm_kb(self):
-        for line in open("/proc/%d/status" % self.p.pid):
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1])
-        return -1
-
-    def stop(self, sig=signal.SIGTERM, timeout=60):
-        if self.p.poll() is None:
-            self.p.send_signal(sig)
-        try:
-            rc = self.p.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.p.kill()
-            rc = self.p.wait()
-        self.logf.close()
-        return rc
-
-
-def request(port, method, path, body=None, headers=None, timeout=30):
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
-    conn.request(method, path, body=body, headers={} if headers is None else dict(headers))
-    r = conn.getresponse()
-    data = r.read()
-    hd = {k.lower(): v for k, v in r.getheaders()}
-    conn.close()
-    return r.status, hd, data
-
-
-def raw(port, data, read_timeout=10):
-    s = socket.create_connection(("127.0.0.1", port), timeout=read_timeout)
-    out = b""
-    try:
-        s.sendall(data)
-        t_end = time.time() + read_timeout
-        while time.time() < t_end:
-            try:
-                chunk = s.recv(65536)
-            except (socket.timeout, ConnectionResetError):
-                break
-            if not chunk:
-                break
-            out += chunk
-    finally:
-        s.close()
-    return out
-
-
-def status_of(resp):
-    m = re.match(rb"HTTP/1\.[01] (\d+)", resp)
-    return int(m.group(1)) if m else None
-
-
-BODY = b'{"model":"clef-flash","state":"x","questions":{"q":{"type":"noul"}}}'
-HEAD = b"POST /v1/systemone HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
-
-
-def log_lines_valid(srv, what):
-    bad = []
-    for line in srv.logtext().splitlines():
-        if not line.startswith("{"):
-            continue  # the progress bar and sanitizer reports are not log lines
-        try:
-            o = json.loads(line)
-            if o.get("event") == "forged" or "forged" in o:
-                bad.append(line)
-        except ValueError:
-            bad.append(line)
-    check(not bad, "%s: every log line is valid JSON, none forged: %r" % (what, bad[:2]))
+Server = functools.partial(clef_server.Server, log_dir=TMP)
+request = functools.partial(clef_server.request, timeout=30)
 
 
 # ---------------------------------------------------------------- item 10
@@ -183,7 +67,7 @@ def test_bad_model_folder():
 # ---------------------------------------------------------------- item 3
 
 def test_signal_while_loading():
-    srv = Server(wait=False, env={"CLEF_SERVE_TEST_LOAD_DELAY_MS": "20000"})
+    srv = Server(wait=None, env={"CLEF_SERVE_TEST_LOAD_DELAY_MS": "20000"})
     time.sleep(0.3)
     t0 = time.time()
     rc = srv.stop(signal.SIGTERM, timeout=30)
@@ -296,44 +180,6 @@ def test_closed_within_body(srv):
 
 # ---------------------------------------------------------------- item 1
 
-def test_slowloris(srv, n=256):
-    socks = []
-    for _ in range(n):
-        try:
-            s = socket.create_connection(("127.0.0.1", srv.port), timeout=5)
-            s.sendall(b"P")
-            socks.append(s)
-        except OSError:
-            break
-    stop = threading.Event()
-
-    def dribble():
-        while not stop.is_set():
-            for s in socks:
-                try:
-                    s.sendall(b"O")
-                except OSError:
-                    pass
-            stop.wait(0.5)
-    th = threading.Thread(target=dribble, daemon=True)
-    th.start()
-    try:
-        time.sleep(1.0)
-        t0 = time.time()
-        st, _, _ = request(srv.port, "GET", "/health", timeout=10)
-        t_health = time.time() - t0
-        t0 = time.time()
-        st2, _, data = request(srv.port, "POST", "/v1/systemone", BODY, {"Content-Type": "application/json"}, timeout=10)
-        t_post = time.time() - t0
-        check(st == 200 and st2 == 200 and t_health < 1.0 and t_post < 1.0,
-              "with %d slowloris sockets: /health %s in %.2fs, POST %s in %.2fs (bar: 1 s)" % (len(socks), st, t_health, st2, t_post))
-    finally:
-        stop.set()
-        th.join()
-        for s in socks:
-            s.close()
-
-
 def test_header_deadline(srv, header_timeout):
     # bytes keep coming, the head never completes: closed at the header timeout, not held
     s = socket.create_connection(("127.0.0.1", srv.port), timeout=header_timeout + 10)
@@ -361,13 +207,7 @@ def test_header_deadline(srv, header_timeout):
     # a TLS ClientHello: closed at once
     s = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
     s.sendall(b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + os.urandom(32))
-    t0 = time.time()
-    try:
-        got = s.recv(100)
-    except (ConnectionResetError, socket.timeout):
-        got = b""
-    dt = time.time() - t0
-    s.close()
+    got, dt = recv_timed(s, 100)
     check(got == b"" and dt < 2, "TLS ClientHello closed at once (%.1fs, %r)" % (dt, got[:20]))
 
 
@@ -532,7 +372,7 @@ def test_handoff_after_answer():
         rc = srv.stop(signal.SIGTERM)
         stopped = [json.loads(l) for l in srv.logtext().splitlines() if '"event":"shutdown"' in l]
         check(rc == 0, "exit 0 after the hand-offs (%s)" % rc)
-        check("Sanitizer" not in srv.logtext(), "no sanitizer report after the hand-offs")
+        check(not srv.sanitizer_report(), "no sanitizer report after the hand-offs")
         check(stopped and stopped[0].get("receiving") == 0, "the receiving count back to 0, not below: %s" % stopped)
     finally:
         if srv.p.poll() is None:
@@ -572,7 +412,7 @@ def test_api_key():
         check(st == 401, "--api-key: /v1/models needs the key (%s)" % st)
     finally:
         srv.stop(signal.SIGKILL)
-    srv = Server("--api-key", "s3cret", "--auth-all", wait=False)
+    srv = Server("--api-key", "s3cret", "--auth-all", wait=None)
     try:
         time.sleep(1.5)
         st, _, _ = request(srv.port, "GET", "/metrics")
@@ -808,10 +648,7 @@ def test_allowed_hosts():
 
 
 def main():
-    if not os.access(CLEF, os.X_OK):
-        skip("skip: no %s (build first)" % CLEF)
-    if not os.path.exists(os.path.join(MODEL, "config.json")):
-        skip("skip: no models/tiny (make tiny)")
+    clef_server.need_clef()
     t_start = time.time()
     test_bad_model_folder()
     test_signal_while_loading()
@@ -829,12 +666,8 @@ def main():
         test_ids_and_log(srv)
         test_content_encoding(srv)
         test_bytes_out(srv)
-        st, _, _ = request(srv.port, "GET", "/health")
-        check(st == 200 and srv.p.poll() is None, "alive after the hostile clients")
-        log_lines_valid(srv, "after everything")
-        rc = srv.stop(signal.SIGTERM)
-        check(rc == 0, "exit 0 after SIGTERM (%s)" % rc)
-        check("Sanitizer" not in srv.logtext(), "no sanitizer report")
+        alive_then_stopped(srv, "hostile clients", "after everything")
+        check(not srv.sanitizer_report(), "no sanitizer report")
     finally:
         if srv.p.poll() is None:
             srv.stop(signal.SIGKILL)
@@ -850,8 +683,8 @@ def main():
     finally:
         srv.stop(signal.SIGKILL)
     test_lingering_bounded()
-    print("%d checks, %d failed (%.1fs)" % (checks, len(failures), time.time() - t_start))
-    sys.exit(1 if failures else 0)
+    print("%d checks, %d failed (%.1fs)" % (TALLY.checks, len(TALLY.failures), time.time() - t_start))
+    sys.exit(1 if TALLY.failures else 0)
 
 
 if __name__ == "__main__":

@@ -18,11 +18,8 @@ checkpoint, through `clef decide` and `clef serve` (loopback):
    with the default, refused 413 RequestTooLong at max_images=2.
 """
 import base64
-import http.client
 import json
 import os
-import re
-import signal
 import struct
 import subprocess
 import sys
@@ -31,11 +28,10 @@ import threading
 import time
 import zlib
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BUILD = os.environ.get("CLEF_BUILD", os.path.join(ROOT, "build")).rstrip("/")
-CLEF = os.path.join(BUILD, "clef")
-MODEL = os.path.join(ROOT, "models", "tiny")
-ASAN = BUILD.endswith("build-asan")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import clef_server  # noqa: E402
+from clef_server import BUILD, CLEF, MODEL, ROOT, Server  # noqa: E402
+
 TMP = tempfile.mkdtemp(prefix="clef-image-budget-test-")
 RSS_BAR_KB = 64 * 1024
 TIME_BAR_S = 1.0
@@ -86,56 +82,9 @@ def decide(path):
     return p.returncode, out, time.monotonic() - t0, ru.ru_maxrss
 
 
-class Server:
-    def __init__(self, *extra):
-        self.log = os.path.join(TMP, "serve-%d.log" % time.monotonic_ns())
-        self.logf = open(self.log, "wb")
-        self.p = subprocess.Popen([CLEF, "serve", "--model", MODEL, "--port", "0", "--threads", "1"] + list(extra),
-                                  stdout=subprocess.DEVNULL, stderr=self.logf)
-        self.port = None
-        t_end = time.time() + (240 if ASAN else 90)
-        while time.time() < t_end and self.port is None:
-            m = re.search(rb'"event":"listening".*?"port":(\d+)', open(self.log, "rb").read())
-            if m:
-                self.port = int(m.group(1))
-            elif self.p.poll() is not None:
-                raise RuntimeError("server exited: " + open(self.log).read())
-            else:
-                time.sleep(0.02)
-        while time.time() < t_end:
-            try:
-                if post(self.port, "/health", None, method="GET")[0] == 200:
-                    return
-            except OSError:
-                pass
-            time.sleep(0.05)
-        raise RuntimeError("not healthy")
-
-    def hwm_kb(self):
-        for line in open("/proc/%d/status" % self.p.pid):
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1])
-        return -1
-
-    def stop(self, timeout=60):
-        if self.p.poll() is None:
-            self.p.send_signal(signal.SIGTERM)
-        try:
-            rc = self.p.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.p.kill()
-            rc = self.p.wait()
-        self.logf.close()
-        return rc
-
-
-def post(port, path, body, method="POST", timeout=120):
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
-    conn.request(method, path, body=body, headers={"Content-Type": "application/json"} if body else {})
-    r = conn.getresponse()
-    data = r.read()
-    conn.close()
-    return r.status, data
+def post(port, body):
+    st, _, data = clef_server.post(port, body)
+    return st, data
 
 
 def error_type(out):
@@ -176,16 +125,16 @@ def main():
     check(rc == 0 and b'"usage"' in out, "decide answers three small images (exit %d: %r)" % (rc, out[:200]))
 
     # ---- clef serve: VmHWM before and after, each answer's time ----
-    s = Server()
+    s = Server(threads=1, log_dir=TMP)
     try:
-        st, data = post(s.port, "/v1/systemone", request_body([]))
+        st, data = post(s.port, request_body([]))
         check(st == 200, "serve answers a text request (%d)" % st)
-        st, data = post(s.port, "/v1/systemone", small)
+        st, data = post(s.port, small)
         check(st == 200, "serve answers three small images (%d %r)" % (st, data[:160]))
         hwm0 = s.hwm_kb()
         for name, body in cases:
             t = time.monotonic()
-            st, data = post(s.port, "/v1/systemone", body)
+            st, data = post(s.port, body)
             t = time.monotonic() - t
             check(st == 413 and error_type(data) in OVER, "serve, %s: 413 (%d %r)" % (name, st, data[:160]))
             check(t < TIME_BAR_S, "serve, %s: answered in %.3f s (bar: 1 s)" % (name, t))
@@ -197,12 +146,12 @@ def main():
     # ---- SIGTERM during a long preparation: it stops at the next image once --timeout is spent ----
     big = request_body([png(1000, 1000, (i % 256, 7, 9)) for i in range(250)],
                        media_kwargs={"min_pixels": 1024, "max_pixels": 1024})
-    s = Server("--timeout", "1")
+    s = Server("--timeout", "1", threads=1, log_dir=TMP)
     result = {}
 
     def client():
         try:
-            result["answer"] = post(s.port, "/v1/systemone", big)
+            result["answer"] = post(s.port, big)
         except OSError as e:
             result["answer"] = (None, repr(e).encode())
     th = threading.Thread(target=client)

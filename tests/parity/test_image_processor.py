@@ -12,29 +12,20 @@ native.request and "requests" -- is compared by tests/parity/test_image_requests
 
 Known divergences (ours is a clear refusal where the reference does something we do not reproduce)
 would be listed in KNOWN with the reason; each must still answer exactly that refusal. None today."""
-import base64
 import json
 import os
 import subprocess
 import sys
 import tempfile
 
+from image_entries import FIX, entry_for
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-FIX = os.path.join(ROOT, "tests", "fixtures", "images")
 BUILD = os.environ.get("CLEF_BUILD", os.path.join(ROOT, "build"))
 CLEF = os.path.join(BUILD, "clef")
-MIME = {"png": "png", "jpg": "jpeg", "webp": "webp", "gif": "gif", "bin": "png", "txt": "png"}
 
 # (file, arm) -> why we refuse where the reference answers
 KNOWN = {}
-
-
-def entry_for(rec):
-    data = open(os.path.join(FIX, rec["file"]), "rb").read()
-    b64 = base64.b64encode(data).decode()
-    if rec["entry"] == "base64":
-        return b64
-    return f"data:image/{MIME[rec['file'].rsplit('.', 1)[1]]};base64,{b64}"
 
 
 def run(model, entry_path, tile=0, kw=None):

@@ -21,7 +21,7 @@ import os
 import subprocess
 import sys
 
-from test_image_processor import FIX, entry_for  # the same image entries (base64 / data URL) as there
+from image_entries import FIX, entry_for  # the same image entries (base64 / data URL) as test_image_processor.py
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUILD = os.environ.get("CLEF_BUILD", os.path.join(ROOT, "build"))

@@ -17,20 +17,22 @@ tiny checkpoint over loopback, with short timeouts.
 9. 256 slowloris sockets, and 64 keep-alive connections dribbling their second head: /health and a
    POST still answered within 1 s (an idle keep-alive connection holds no --max-connections).
 """
+import functools
 import os
 import re
 import signal
 import socket
 import sys
-import threading
+import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import test_hostile as h  # noqa: E402  (Server, request, the checks' counters)
+import clef_server  # noqa: E402
+from clef_server import TALLY, check, raw, request, status_of  # noqa: E402
+from hostile_clients import BODY, HEAD, alive_then_stopped, answered_beside, test_slowloris  # noqa: E402
 
-check = h.check
-BODY = h.BODY
-HEAD = h.HEAD
+Server = functools.partial(clef_server.Server, log_dir=tempfile.mkdtemp(prefix="clef-keepalive-test-"))
+request = functools.partial(request, timeout=30)
 
 
 def post(rid=None, body=BODY, extra=b""):
@@ -130,7 +132,7 @@ def accepted_in(metrics_answer):
 def test_sequential(srv, n=20):
     want_post = norm(fresh(srv.port, post("ka-post")))
     want_health = norm(fresh(srv.port, get("/health", "ka-health")))
-    check(h.status_of(want_post) == 200 and h.status_of(want_health) == 200,
+    check(status_of(want_post) == 200 and status_of(want_health) == 200,
           "fresh-connection answers are 200 (%r, %r)" % (want_post[:40], want_health[:40]))
     check(header(want_post, "Connection") is None and header(want_health, "Connection") is None,
           "keep-alive answers do not say Connection: close (%r)" % header(want_post, "Connection"))
@@ -161,7 +163,7 @@ def test_pipelining(srv):
     ids = []
     for _ in reqs:
         a = c.answer(30)
-        ids.append((h.status_of(a), header(a, "X-Request-Id")))
+        ids.append((status_of(a), header(a, "X-Request-Id")))
     check(ids == [(200, "p%d" % k) for k in range(1, 6)], "5 pipelined requests: 5 answers in order (%s)" % ids)
     c.send(get("/health", "p6"))
     a = c.answer()
@@ -223,10 +225,10 @@ def test_bad_later_head(srv):
             second = c.answer(10) if want else None
             closed = c.closed(5)
             c.close()
-            ok1 = h.status_of(first) == 200 and header(first, "X-Request-Id") == "good" and \
+            ok1 = status_of(first) == 200 and header(first, "X-Request-Id") == "good" and \
                 first.count(b"HTTP/1.") == 1 and header(first, "Connection") is None
             if want:
-                ok2 = h.status_of(second) == want and (header(second, "Connection") or "").lower() == "close"
+                ok2 = status_of(second) == want and (header(second, "Connection") or "").lower() == "close"
             else:
                 ok2 = True  # garbage: closed without an answer
             check(ok1 and ok2 and closed,
@@ -257,7 +259,7 @@ def test_later_slowloris(srv, header_timeout):
                 closed_at = time.time() - t0
                 break
             got += d
-            if h.status_of(got) == 408:
+            if status_of(got) == 408:
                 closed_at = time.time() - t0
                 break
         except socket.timeout:
@@ -293,8 +295,8 @@ def test_later_chunk(srv):
     for size in (5000, 100000):
         ext = b";" + b"a" * size
         body = b"%x\r\n%s\r\n" % (10, BODY[:10]) + b"%x%s\r\n%s\r\n0\r\n\r\n" % (len(BODY) - 10, ext, BODY[10:])
-        resp = h.raw(srv.port, HEAD + b"Transfer-Encoding: chunked\r\n\r\n" + body, 8)
-        check(h.status_of(resp) == 400 and resp.count(b"HTTP/1.") == 1,
+        resp = raw(srv.port, HEAD + b"Transfer-Encoding: chunked\r\n\r\n" + body, 8)
+        check(status_of(resp) == 400 and resp.count(b"HTTP/1.") == 1,
               "a %d-byte extension in a later chunk: 400 (got %r)" % (size, resp[:60]))
     ext = b";" + b"a" * 5000
     first = b"%x%s\r\n%s\r\n0\r\n\r\n" % (len(BODY), ext, BODY)
@@ -305,7 +307,7 @@ def test_later_chunk(srv):
     a2 = c.answer()
     closed = c.closed(5)
     c.close()
-    check(h.status_of(a1) == 200 and h.status_of(a2) == 400 and closed,
+    check(status_of(a1) == 200 and status_of(a2) == 400 and closed,
           "a 5,000-byte extension in the first chunk of a second request: 400 + close (got %r, %r)" %
           ((a1 or b"")[:20], (a2 or b"")[:60]))
     # a valid chunked POST on a kept-alive connection is answered like one with a length
@@ -314,14 +316,14 @@ def test_later_chunk(srv):
     c.send(HEAD + b"Transfer-Encoding: chunked\r\n\r\n" + ok + get("/health", "after-chunked"))
     a1, a2 = c.answer(30), c.answer()
     c.close()
-    check(h.status_of(a1) == 200 and header(a2, "X-Request-Id") == "after-chunked",
+    check(status_of(a1) == 200 and header(a2, "X-Request-Id") == "after-chunked",
           "a valid chunked POST, then a GET, on one connection: both answered (%r, %r)" % ((a1 or b"")[:20], (a2 or b"")[:60]))
 
 
 # ---------------------------------------------------------------- 6, 8
 
 def test_max_requests(n):
-    srv = h.Server("--keepalive-requests", str(n), "--header-timeout", "3")
+    srv = Server("--keepalive-requests", str(n), "--header-timeout", "3")
     try:
         c = Conn(srv.port)
         conn_hdr = []
@@ -350,7 +352,7 @@ def test_max_requests(n):
 
 
 def test_keepalive_off():
-    srv = h.Server("--keepalive-timeout", "0")
+    srv = Server("--keepalive-timeout", "0")
     try:
         for data in (get("/health"), post(), get("/v1/models")):
             c = Conn(srv.port)
@@ -358,7 +360,7 @@ def test_keepalive_off():
             a = c.answer(30)
             rest = c.answer(5)
             c.close()
-            check(h.status_of(a) == 200 and (header(a, "Connection") or "").lower() == "close" and rest is None,
+            check(status_of(a) == 200 and (header(a, "Connection") or "").lower() == "close" and rest is None,
                   "--keepalive-timeout 0: Connection: close and one answer per connection (%r, then %r)" %
                   ((a or b"")[:80], (rest or b"")[:40]))
     finally:
@@ -368,7 +370,7 @@ def test_keepalive_off():
 # ---------------------------------------------------------------- shutdown
 
 def test_shutdown():
-    srv = h.Server("--timeout", "6")
+    srv = Server("--timeout", "6")
     idle = Conn(srv.port)
     idle.send(get("/health"))
     idle.answer()
@@ -390,7 +392,7 @@ def test_shutdown():
     busy.close()
     check(idle_closed and t_idle < 1.5, "shutdown: an idle keep-alive connection is closed promptly (%s after %.1fs)" %
           (idle_closed, t_idle))
-    check(h.status_of(a) == 200 and header(a, "X-Request-Id") == "inflight" and
+    check(status_of(a) == 200 and header(a, "X-Request-Id") == "inflight" and
           (header(a, "Connection") or "").lower() == "close" and busy_closed,
           "shutdown: the in-flight request is answered with Connection: close, then closed (%r, closed %s)" %
           ((a or b"")[:120], busy_closed))
@@ -412,44 +414,19 @@ def test_slowloris_second_heads(srv, n=64):
             conns.append(c)
         except OSError:
             break
-    stop = threading.Event()
-
-    def dribble():
-        while not stop.is_set():
-            for c in conns:
-                try:
-                    c.s.sendall(b"E")
-                except OSError:
-                    pass
-            stop.wait(0.5)
-    th = threading.Thread(target=dribble, daemon=True)
-    th.start()
     try:
-        time.sleep(1.0)
-        t0 = time.time()
-        st, _, _ = h.request(srv.port, "GET", "/health", timeout=10)
-        t_health = time.time() - t0
-        t0 = time.time()
-        st2, _, _ = h.request(srv.port, "POST", "/v1/systemone", BODY, {"Content-Type": "application/json"}, timeout=10)
-        t_post = time.time() - t0
-        check(st == 200 and st2 == 200 and t_health < 1.0 and t_post < 1.0,
-              "with %d keep-alive connections dribbling their second head (--max-connections %d): /health %s in "
-              "%.2fs, POST %s in %.2fs (bar: 1 s)" % (len(conns), n, st, t_health, st2, t_post))
+        answered_beside(srv.port, [c.s for c in conns], b"E", "%d keep-alive connections dribbling their second head "
+                        "(--max-connections %d)" % (len(conns), n))
     finally:
-        stop.set()
-        th.join()
         for c in conns:
             c.close()
 
 
 def main():
-    if not os.access(h.CLEF, os.X_OK):
-        h.skip("skip: no %s (build first)" % h.CLEF)
-    if not os.path.exists(os.path.join(h.MODEL, "config.json")):
-        h.skip("skip: no models/tiny (make tiny)")
+    clef_server.need_clef()
     t_start = time.time()
     header_timeout, keepalive_timeout = 3, 3
-    srv = h.Server("--header-timeout", str(header_timeout), "--keepalive-timeout", str(keepalive_timeout),
+    srv = Server("--header-timeout", str(header_timeout), "--keepalive-timeout", str(keepalive_timeout),
                    "--max-body", "256K")
     try:
         test_sequential(srv)
@@ -459,21 +436,17 @@ def main():
         test_later_slowloris(srv, header_timeout)
         test_idle(srv, keepalive_timeout)
         test_later_chunk(srv)
-        h.test_slowloris(srv)
-        st, _, _ = h.request(srv.port, "GET", "/health")
-        check(st == 200 and srv.p.poll() is None, "alive after the keep-alive clients")
-        h.log_lines_valid(srv, "keep-alive")
-        rc = srv.stop(signal.SIGTERM)
-        check(rc == 0, "exit 0 after SIGTERM (%s)" % rc)
+        test_slowloris(srv)
+        alive_then_stopped(srv, "keep-alive clients", "keep-alive")
         stopped = [l for l in srv.logtext().splitlines() if '"event":"stopped"' in l]
         check(stopped and '"unanswered":0' in stopped[0] and '"dropped":0' in stopped[0],
               "the stopped line: nothing unanswered or dropped (%s)" % stopped)
-        check("Sanitizer" not in srv.logtext(), "no sanitizer report")
+        check(not srv.sanitizer_report(), "no sanitizer report")
     finally:
         if srv.p.poll() is None:
             srv.stop(signal.SIGKILL)
     # an idle keep-alive connection holds none of --max-connections
-    srv = h.Server("--max-connections", "64", "--header-timeout", "5")
+    srv = Server("--max-connections", "64", "--header-timeout", "5")
     try:
         test_slowloris_second_heads(srv, 64)
     finally:
@@ -481,8 +454,8 @@ def main():
     test_max_requests(3)
     test_keepalive_off()
     test_shutdown()
-    print("%d checks, %d failed (%.1fs)" % (h.checks, len(h.failures), time.time() - t_start))
-    sys.exit(1 if h.failures else 0)
+    print("%d checks, %d failed (%.1fs)" % (TALLY.checks, len(TALLY.failures), time.time() - t_start))
+    sys.exit(1 if TALLY.failures else 0)
 
 
 if __name__ == "__main__":

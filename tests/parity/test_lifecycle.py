@@ -16,108 +16,28 @@
    one started in its place: no failed request, every answer byte-equal, `stopped` 0 unanswered.
 CLEF_BUILD ending in build-asan waits longer. CLEF_TEST_DRAIN_DELAY sets the rolling restart's
 --drain-delay (default 3; 0 shows the failures a stop without a drain causes)."""
-import http.client
+import functools
 import json
 import os
 import random
 import re
 import signal
 import socket
-import subprocess
 import sys
 import tempfile
 import threading
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BUILD = os.environ.get("CLEF_BUILD", os.path.join(ROOT, "build")).rstrip("/")
-CLEF = os.path.join(BUILD, "clef")
-MODEL = os.path.join(ROOT, "models", "tiny")
-ASAN = BUILD.endswith("build-asan")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import clef_server  # noqa: E402
+from clef_server import ROOT, START_S, TALLY, check, decide, metric  # noqa: E402
+
 TMP = tempfile.mkdtemp(prefix="clef-lifecycle-test-")
+Server = functools.partial(clef_server.Server, threads=1, wait="ready", log_dir=TMP)
+request = functools.partial(clef_server.request, timeout=30)
 BODY = b'{"model":"clef-flash","state":"lifecycle","questions":{"q":{"type":"noul"}}}'
 JSON = {"Content-Type": "application/json"}
 POLL_S = 0.5  # the router's /readyz period (Kubernetes probes: periodSeconds >= 1; HAProxy's inter: 2 s)
-
-failures = []
-checks = 0
-
-
-def check(cond, what):
-    global checks
-    checks += 1
-    if not cond:
-        failures.append(what)
-        print("FAIL:", what, flush=True)
-
-
-def skip(why):
-    print(why)
-    sys.exit(77)
-
-
-class Server:
-    def __init__(self, *extra, wait=True, env=None):
-        self.log = os.path.join(TMP, "serve-%d.log" % time.monotonic_ns())
-        self.logf = open(self.log, "wb")
-        self.p = subprocess.Popen([CLEF, "serve", "--model", MODEL, "--port", "0", "--threads", "1"] + list(extra),
-                                  stdout=subprocess.DEVNULL, stderr=self.logf,
-                                  env=None if env is None else dict(os.environ, **env))
-        self.port = None
-        t_end = time.time() + (240 if ASAN else 90)
-        while time.time() < t_end and self.port is None:
-            m = re.search(rb'"event":"listening".*?"port":(\d+)', open(self.log, "rb").read())
-            if m:
-                self.port = int(m.group(1))
-            elif self.p.poll() is not None:
-                raise RuntimeError("server exited: " + open(self.log).read())
-            else:
-                time.sleep(0.02)
-        if self.port is None:
-            raise RuntimeError("no listening line")
-        if wait:
-            self.wait_ready(t_end)
-
-    def wait_ready(self, t_end):
-        while time.time() < t_end:
-            if b'"event":"ready"' in open(self.log, "rb").read():
-                return
-            if self.p.poll() is not None:
-                raise RuntimeError("server exited: " + open(self.log).read())
-            time.sleep(0.02)
-        raise RuntimeError("not ready")
-
-    def wait(self, timeout=60):
-        try:
-            rc = self.p.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.p.kill()
-            rc = self.p.wait()
-        self.logf.close()
-        return rc
-
-    def kill(self):
-        if self.p.poll() is None:
-            self.p.kill()
-        return self.wait()
-
-    def events(self, name):
-        out = []
-        for line in open(self.log, "rb").read().decode("utf-8", "replace").splitlines():
-            if line.startswith("{") and '"event":"%s"' % name in line:
-                out.append(json.loads(line))
-        return out
-
-
-def request(port, method, path, body=None, headers=None, timeout=30):
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
-    try:
-        conn.request(method, path, body=body, headers={} if headers is None else dict(headers))
-        r = conn.getresponse()
-        return r.status, {k.lower(): v for k, v in r.getheaders()}, r.read()
-    finally:
-        conn.close()
-
 
 def refused(port):
     try:
@@ -127,22 +47,6 @@ def refused(port):
         return True
     except OSError:
         return False
-
-
-def metric(text, name):
-    for ln in text.splitlines():
-        if ln.startswith(name + " "):
-            return float(ln.split()[-1])
-    return None
-
-
-def decide(body):
-    path = os.path.join(TMP, "req.json")
-    with open(path, "wb") as f:
-        f.write(body)
-    out = subprocess.run([CLEF, "decide", "--model", MODEL, "--threads", "1", "--request", path],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=300).stdout
-    return out[:-1] if out.endswith(b"\n") else out
 
 
 def documented_metric(name):
@@ -166,7 +70,7 @@ def documented_metric(name):
 # ---------------------------------------------------------------- 1. loading, routes, metrics
 
 def test_loading(expected):
-    srv = Server(wait=False, env={"CLEF_SERVE_TEST_LOAD_DELAY_MS": "3000"})
+    srv = Server(wait=None, env={"CLEF_SERVE_TEST_LOAD_DELAY_MS": "3000"})
     try:
         st, _, data = request(srv.port, "GET", "/livez")
         check(st == 200 and json.loads(data) == {"status": "alive"}, "/livez 200 while loading (%s %r)" % (st, data))
@@ -176,7 +80,7 @@ def test_loading(expected):
               "/readyz 503 loading, saying why (%s %r)" % (st, data))
         st, _, _ = request(srv.port, "GET", "/health")
         check(st == 503, "/health 503 while loading (%s)" % st)
-        srv.wait_ready(time.time() + (240 if ASAN else 90))
+        srv.wait_ready(time.time() + START_S)
         st, _, data = request(srv.port, "GET", "/readyz")
         check(st == 200 and json.loads(data).get("status") == "ready", "/readyz 200 once loaded (%s %r)" % (st, data))
         st, _, _ = request(srv.port, "GET", "/livez")
@@ -423,18 +327,15 @@ def test_rolling_restart(expected, drain_delay=3.0):
 
 
 def main():
-    if not os.access(CLEF, os.X_OK):
-        skip("skip: no %s (build first)" % CLEF)
-    if not os.path.exists(os.path.join(MODEL, "config.json")):
-        skip("skip: no models/tiny (make tiny)")
+    clef_server.need_clef()
     t_start = time.time()
     expected = decide(BODY)
     check(expected.startswith(b'{"model"'), "decide answers the body")
     test_loading(expected)
     test_drain(expected)
     test_rolling_restart(expected, float(os.environ.get("CLEF_TEST_DRAIN_DELAY", "3")))
-    print("%d checks, %d failed (%.1fs)" % (checks, len(failures), time.time() - t_start))
-    sys.exit(1 if failures else 0)
+    print("%d checks, %d failed (%.1fs)" % (TALLY.checks, len(TALLY.failures), time.time() - t_start))
+    sys.exit(1 if TALLY.failures else 0)
 
 
 if __name__ == "__main__":

@@ -10,24 +10,15 @@ import json
 import os
 import pty
 import re
-import signal
 import subprocess
 import sys
 import time
 import urllib.request
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BUILD = os.environ.get("CLEF_BUILD", os.path.join(ROOT, "build")).rstrip("/")
-CLEF = os.path.join(BUILD, "clef")
-MODEL = os.path.join(ROOT, "models", "tiny")
-failures = []
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from clef_server import CLEF, MODEL, TALLY, check, stop_process  # noqa: E402
+
 LISTEN = re.compile(r"^\d\d:\d\d:\d\d info  listening on http://127\.0\.0\.1:(\d+)$")
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("FAIL:", what, flush=True)
 
 
 def serve(extra, stderr):
@@ -48,15 +39,6 @@ def read_until(read, pattern, limit=120):
     return text
 
 
-def stop(p):
-    p.send_signal(signal.SIGTERM)
-    try:
-        p.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        p.kill()
-        p.wait()
-
-
 def main():
     if not os.access(CLEF, os.X_OK) or not os.path.isdir(MODEL):
         print("skip: no %s or no %s (make, make tiny)" % (CLEF, MODEL))
@@ -69,7 +51,7 @@ def main():
             b = p.stderr.read()
             return None if b is None else b.decode("utf-8", "replace")
         text = read_until(read, r"ready")
-        stop(p)
+        stop_process(p)
         lines = [ln for ln in text.splitlines() if ln.strip()]
         if fmt == "text":
             m = [LISTEN.match(ln) for ln in lines]
@@ -110,11 +92,11 @@ def main():
             except OSError:
                 time.sleep(0.1)
         check(st == 200, "the port of the text line answers /health")
-    stop(p)
+    stop_process(p)
     os.close(master)
     check(port is not None, "auto on a terminal: the text format (%r)" % text[-500:])
-    print("%d failed" % len(failures))
-    sys.exit(1 if failures else 0)
+    print("%d failed" % len(TALLY.failures))
+    sys.exit(1 if TALLY.failures else 0)
 
 
 if __name__ == "__main__":

@@ -12,12 +12,11 @@ or nginx's next write meets a reset and the client gets 502 instead of the real 
 Each of the four refusals with a 10 MB body, 10 times: the real status every time, the answer's
 own JSON error body. Before and after, a valid request through the same nginx is answered 200 and
 byte-equal to `clef decide`. Skipped where nginx is not installed (tools/setup.sh installs it)."""
+import functools
 import grp
-import http.client
 import json
 import os
 import pwd
-import re
 import shutil
 import signal
 import socket
@@ -26,74 +25,17 @@ import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BUILD = os.environ.get("CLEF_BUILD", os.path.join(ROOT, "build")).rstrip("/")
-CLEF = os.path.join(BUILD, "clef")
-MODEL = os.path.join(ROOT, "models", "tiny")
-ASAN = BUILD.endswith("build-asan")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import clef_server  # noqa: E402
+from clef_server import TALLY, check, decide, free_port, request, skip  # noqa: E402
+
 TMP = tempfile.mkdtemp(prefix="clef-nginx-test-")
+Clef = functools.partial(clef_server.Server, threads=1, wait="ready", log_dir=TMP)
 NGINX = shutil.which("nginx") or ("/usr/sbin/nginx" if os.access("/usr/sbin/nginx", os.X_OK) else None)
 KEY = "nginx-test-key"
 BODY = b'{"model":"clef-flash","state":"x","questions":{"q":{"type":"noul"}}}'
 BIG = 10 << 20  # bytes of each refused body
 TRIES = 10
-
-failures = []
-checks = 0
-
-
-def check(cond, what):
-    global checks
-    checks += 1
-    if not cond:
-        failures.append(what)
-        print("FAIL:", what, flush=True)
-
-
-def skip(why):
-    print(why)
-    sys.exit(77)
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
-class Clef:
-    def __init__(self, *extra):
-        self.log = os.path.join(TMP, "clef-%d.log" % time.monotonic_ns())
-        self.logf = open(self.log, "wb")
-        self.p = subprocess.Popen([CLEF, "serve", "--model", MODEL, "--port", "0", "--threads", "1"] + list(extra),
-                                  stdout=subprocess.DEVNULL, stderr=self.logf)
-        self.port = None
-        t_end = time.time() + (240 if ASAN else 90)
-        while time.time() < t_end:
-            text = open(self.log, "rb").read()
-            m = re.search(rb'"event":"listening".*?"port":(\d+)', text)
-            if m:
-                self.port = int(m.group(1))
-            if b'"event":"ready"' in text:
-                return
-            if self.p.poll() is not None:
-                raise RuntimeError("clef serve exited: " + text.decode("utf-8", "replace"))
-            time.sleep(0.05)
-        raise RuntimeError("clef serve not ready")
-
-    def stop(self):
-        if self.p.poll() is None:
-            self.p.send_signal(signal.SIGTERM)
-        try:
-            rc = self.p.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            self.p.kill()
-            rc = self.p.wait()
-        self.logf.close()
-        return rc
-
 
 class Nginx:
     """nginx with its own prefix, config, pid, logs and temp folders under TMP, in the foreground."""
@@ -182,30 +124,8 @@ http {
 """
 
 
-def request(port, method, path, body=None, headers=None, timeout=120):
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
-    try:
-        conn.request(method, path, body=body, headers={} if headers is None else dict(headers))
-        r = conn.getresponse()
-        return r.status, {k.lower(): v for k, v in r.getheaders()}, r.read()
-    finally:
-        conn.close()
-
-
-def decide(body):
-    path = os.path.join(TMP, "req.json")
-    with open(path, "wb") as f:
-        f.write(body)
-    out = subprocess.run([CLEF, "decide", "--model", MODEL, "--threads", "1", "--request", path],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=300).stdout
-    return out[:-1] if out.endswith(b"\n") else out
-
-
 def main():
-    if not os.access(CLEF, os.X_OK):
-        skip("skip: no %s (build first)" % CLEF)
-    if not os.path.exists(os.path.join(MODEL, "config.json")):
-        skip("skip: no models/tiny (make tiny)")
+    clef_server.need_clef()
     if not NGINX:
         skip("skip: no nginx (Debian's nginx package; tools/setup.sh installs it)")
     t_start = time.time()
@@ -257,12 +177,11 @@ def main():
         for c in (clef, clef_small):
             rc = c.stop()
             check(rc == 0, "clef exits 0 after SIGTERM (%s)" % rc)
-            log = open(c.log, "rb").read().decode("utf-8", "replace")
-            check("Sanitizer" not in log, "no sanitizer report")
-    print("%d checks, %d failed (%.1fs)" % (checks, len(failures), time.time() - t_start))
-    if not failures:
+            check(not c.sanitizer_report(), "no sanitizer report")
+    print("%d checks, %d failed (%.1fs)" % (TALLY.checks, len(TALLY.failures), time.time() - t_start))
+    if not TALLY.failures:
         shutil.rmtree(TMP, ignore_errors=True)
-    sys.exit(1 if failures else 0)
+    sys.exit(1 if TALLY.failures else 0)
 
 
 if __name__ == "__main__":

@@ -32,48 +32,27 @@ chromium-driver, Selenium from .venv-test) against `clef serve --model models/ti
 Screenshots go to $CLEF_SCREENSHOTS, or to a temporary folder (printed at the end).
 Skips (77) only when chromium or chromedriver is not installed (tools/setup.sh installs both)."""
 import base64
-import http.client
 import json
 import os
 import re
 import shlex
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
-import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BUILD = os.environ.get("CLEF_BUILD", os.path.join(ROOT, "build")).rstrip("/")
-CLEF = os.path.join(BUILD, "clef")
-MODEL = os.path.join(ROOT, "models", "tiny")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import clef_server  # noqa: E402
+from clef_server import ASAN, CLEF, MODEL, ROOT, TALLY, check, free_port, request, skip  # noqa: E402
+
 WEB = os.path.join(ROOT, "web")
 IMAGES = os.path.join(ROOT, "tests", "fixtures", "images")
 PNG = os.path.join(IMAGES, "png_base64_bare.png")
 BAD_PNG = os.path.join(IMAGES, "bad_truncated.png")
 VIDEO = os.path.join(ROOT, "tests", "fixtures", "video", "h264_64x48_10fps_15.mp4")
 API_KEY = "playground-test-key"
-ASAN = BUILD.endswith("build-asan")
 WAIT = 240 if ASAN else 60
 TMP = tempfile.mkdtemp(prefix="clef-playground-test-")
-
-failures = []
-checks = 0
-
-
-def check(cond, what):
-    global checks
-    checks += 1
-    if not cond:
-        failures.append(what)
-        print("FAIL:", what, flush=True)
-
-
-def skip(why):
-    print(why)
-    sys.exit(77)
-
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 DRIVER = shutil.which("chromedriver")
@@ -94,48 +73,20 @@ os.environ["SE_OFFLINE"] = "true"  # Selenium Manager must not try to download a
 
 # ---------------------------------------------------------------- the server
 
-class Server:
-    def __init__(self, *extra):
-        self.log = os.path.join(TMP, "serve-%d.log" % len(os.listdir(TMP)))
-        self.logf = open(self.log, "wb")
-        self.p = subprocess.Popen([CLEF, "serve", "--model", MODEL, "--port", "0", "--threads", "2"] + list(extra),
-                                  stdout=subprocess.DEVNULL, stderr=self.logf)
-        self.port = None
-        t_end = time.time() + WAIT
-        while time.time() < t_end:
-            if self.port is None:
-                m = re.search(rb'"event":"listening".*?"port":(\d+)', open(self.log, "rb").read())
-                if m:
-                    self.port = int(m.group(1))
-            elif get(self.port, "/health")[0] == 200:
-                return
-            if self.p.poll() is not None:
-                raise RuntimeError("server exited: " + open(self.log).read())
-            time.sleep(0.05)
-        raise RuntimeError("server not ready: " + open(self.log).read())
+def Server(*extra):
+    return clef_server.Server(*extra, start_s=WAIT, log_dir=TMP)
 
-    def stop(self):
-        self.p.terminate()
-        try:
-            self.p.wait(timeout=WAIT)
-        except subprocess.TimeoutExpired:
-            self.p.kill()
-            self.p.wait()
-        self.logf.close()
-        check(self.p.returncode == 0, "the server exits 0 on SIGTERM (ASan quiet): %s %s"
-              % (self.p.returncode, open(self.log, errors="replace").read()[-2000:]))
+
+def stop(srv):
+    rc = srv.stop(timeout=WAIT)
+    check(rc == 0, "the server exits 0 on SIGTERM (ASan quiet): %s %s" % (rc, srv.logtext()[-2000:]))
 
 
 def get(port, path, method="GET", body=None, headers=None):
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     try:
-        c.request(method, path, body=body, headers=headers or {})
-        r = c.getresponse()
-        return r.status, {k.lower(): v for k, v in r.getheaders()}, r.read()
+        return request(port, method, path, body, headers, timeout=30)
     except OSError:
         return 0, {}, b""
-    finally:
-        c.close()
 
 
 def decide(req):
@@ -149,14 +100,6 @@ def decide(req):
 def ordered(text):
     """JSON with every object as its list of (key, value) pairs: equality is order-sensitive."""
     return json.loads(text, object_pairs_hook=lambda pairs: [list(p) for p in pairs])
-
-
-def closed_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 # ---------------------------------------------------------------- HTTP checks
@@ -201,7 +144,7 @@ def browser():
               "--disable-component-update", "--disable-sync", "--disable-default-apps", "--disable-extensions",
               "--metrics-recording-only", "--safebrowsing-disable-auto-update", "--hide-scrollbars",
               # everything that is not loopback goes to a proxy on a closed port: it cannot leave
-              "--proxy-server=http://127.0.0.1:%d" % closed_port()]:
+              "--proxy-server=http://127.0.0.1:%d" % free_port()]:
         o.add_argument(a)
     o.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
     return webdriver.Chrome(service=Service(DRIVER, log_output=os.path.join(TMP, "chromedriver.log")), options=o)
@@ -652,8 +595,8 @@ def main():
         check(st == 200 and json.loads(data).get("openapi"), "/openapi.json (the page links to it): %s" % st)
         browser_checks(srv, key_srv)
     finally:
-        srv.stop()
-        key_srv.stop()
+        stop(srv)
+        stop(key_srv)
     srv = Server("--no-ui")
     try:
         for path in ("/", "/playground.js", "/playground.css"):
@@ -661,11 +604,11 @@ def main():
             check(st == 404 and json.loads(data)["error"]["type"] == "NotFound", "--no-ui: %s is 404: %s" % (path, st))
         check(get(srv.port, "/health")[0] == 200, "--no-ui: the API is still there")
     finally:
-        srv.stop()
-    if failures:
-        print("%d of %d checks failed" % (len(failures), checks))
+        stop(srv)
+    if TALLY.failures:
+        print("%d of %d checks failed" % (len(TALLY.failures), TALLY.checks))
         sys.exit(1)
-    print("playground: %d checks passed in headless %s" % (checks, os.path.basename(CHROMIUM)))
+    print("playground: %d checks passed in headless %s" % (TALLY.checks, os.path.basename(CHROMIUM)))
 
 
 if __name__ == "__main__":

@@ -17,9 +17,9 @@ import sys
 import threading
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BUILD = os.environ.get("CLEF_BUILD", os.path.join(ROOT, "build")).rstrip("/")
-MODEL = os.path.join(ROOT, "models", "tiny")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from clef_server import BUILD, MODEL, ROOT, TALLY, check  # noqa: E402
+
 LIB = os.path.join(BUILD, "dist", "libclef.so")
 TIMEOUT = int(os.environ.get("CLEF_FORK_TEST_TIMEOUT", "240"))  # s for a pool's answers; a hang never ends
 sys.path.insert(0, os.path.join(ROOT, "python", "src"))
@@ -28,17 +28,6 @@ os.environ.setdefault("CLEF_LIBRARY", LIB)
 import clef  # noqa: E402
 
 ENGINE = None  # the parent's (inherited by fork children); spawn/forkserver children open their own
-
-failures = []
-checks = 0
-
-
-def check(cond, what):
-    global checks
-    checks += 1
-    if not cond:
-        failures.append(what)
-        print("FAIL:", what, flush=True)
 
 
 def answer(body):
@@ -158,8 +147,8 @@ def main():
             run_pool(method, reqs, want, "%s pool of 4" % method)
             ENGINE = ENGINE_saved
     ENGINE.close()
-    print("%d checks, %d failed" % (checks, len(failures)))
-    sys.exit(1 if failures else 0)
+    print("%d checks, %d failed" % (TALLY.checks, len(TALLY.failures)))
+    sys.exit(1 if TALLY.failures else 0)
 
 
 if __name__ == "__main__":

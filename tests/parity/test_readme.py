@@ -17,13 +17,13 @@ that is neither run here nor listed fails the test, so a new command cannot go u
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BUILD = os.environ.get("CLEF_BUILD", os.path.join(ROOT, "build")).rstrip("/")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from clef_server import BUILD, ROOT, free_port  # noqa: E402
+
 README = os.environ.get("CLEF_README", os.path.join(ROOT, "README.md"))  # override: to see the test red on an old README
 RUN_BY_CI = {  # exact command lines (comments stripped) -> why this test does not run them
     "tools/setup.sh": "CI runs it first (.ci/run); it builds what this test uses",
@@ -56,14 +56,6 @@ def commands(block):
         if line and not line.startswith("#"):
             out.append(line)
     return out
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def main():

@@ -16,6 +16,7 @@
 Expected bytes come from `clef decide` once per distinct body. CLEF_BUILD ending in build-asan
 runs fewer iterations."""
 import concurrent.futures as cf
+import functools
 import glob
 import http.client
 import json
@@ -30,31 +31,17 @@ import tempfile
 import threading
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BUILD = os.environ.get("CLEF_BUILD", os.path.join(ROOT, "build")).rstrip("/")
-CLEF = os.path.join(BUILD, "clef")
-MODEL = os.path.join(ROOT, "models", "tiny")
-ASAN = BUILD.endswith("build-asan")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import clef_server  # noqa: E402
+from clef_server import (ASAN, CLEF, MODEL, ROOT, START_S, TALLY, check, metric, post, recv_timed, request,  # noqa: E402
+                         skip, status_of)
+
 TMP = tempfile.mkdtemp(prefix="clef-serve-test-")
+Server = functools.partial(clef_server.Server, log_dir=TMP, stop_timeout=120)
+raw = functools.partial(clef_server.raw, one_answer=True)  # a request's answer, without waiting for the close
 
 STATUS_OF = {"InvalidUtf8": 400, "BadJson": 400, "RequestTooLong": 413, "SchemaTooLong": 413,
              "OutOfMemory": 500, "IoError": 500, "InternalError": 500, "BadModel": 503}
-
-failures = []
-checks = 0
-
-
-def check(cond, what):
-    global checks
-    checks += 1
-    if not cond:
-        failures.append(what)
-        print("FAIL:", what, flush=True)
-
-
-def skip(why):
-    print(why)
-    sys.exit(77)
 
 
 # ---------------------------------------------------------------- expected bytes
@@ -97,111 +84,6 @@ def pick_bodies():
     bodies["x_not_json"] = b"{\"model\": "
     bodies["x_bad_utf8"] = b"{\"model\":\"clef-flash\",\"state\":\"caf\xe9\",\"questions\":{}}"
     return bodies
-
-
-# ---------------------------------------------------------------- server helpers
-
-class Server:
-    def __init__(self, *extra, wait=True, env=None):
-        self.log = os.path.join(TMP, "serve-%d.log" % time.monotonic_ns())
-        self.logf = open(self.log, "wb")
-        self.p = subprocess.Popen([CLEF, "serve", "--model", MODEL, "--port", "0", "--threads", "2"] + list(extra),
-                                  stdout=subprocess.DEVNULL, stderr=self.logf,
-                                  env=None if env is None else dict(os.environ, **env))
-        self.port = None
-        t_end = time.time() + (240 if ASAN else 90)
-        while time.time() < t_end and self.port is None:
-            m = re.search(rb'"event":"listening".*?"port":(\d+)', open(self.log, "rb").read())
-            if m:
-                self.port = int(m.group(1))
-            elif self.p.poll() is not None:
-                raise RuntimeError("server exited: " + open(self.log).read())
-            else:
-                time.sleep(0.02)
-        if self.port is None:
-            raise RuntimeError("no listening line")
-        if wait:
-            while time.time() < t_end:
-                try:
-                    st, _, _ = request(self.port, "GET", "/health")
-                    if st == 200:
-                        return
-                except OSError:
-                    pass
-                time.sleep(0.05)
-            raise RuntimeError("not healthy")
-
-    def rss_kb(self):
-        for line in open("/proc/%d/status" % self.p.pid):
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-        return -1
-
-    def stop(self, sig=signal.SIGTERM, timeout=120):
-        if self.p.poll() is None:
-            self.p.send_signal(sig)
-        try:
-            rc = self.p.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.p.kill()
-            rc = self.p.wait()
-        self.logf.close()
-        return rc
-
-    def logtext(self):
-        return open(self.log, "rb").read().decode("utf-8", "replace")
-
-
-def request(port, method, path, body=None, headers=None, conn=None, timeout=120):
-    own = conn is None
-    if own:
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
-    h = {} if headers is None else dict(headers)
-    conn.request(method, path, body=body, headers=h)
-    r = conn.getresponse()
-    data = r.read()
-    hd = {k.lower(): v for k, v in r.getheaders()}
-    if own:
-        conn.close()
-    return r.status, hd, data
-
-
-def post(port, body, ctype="application/json", conn=None):
-    return request(port, "POST", "/v1/systemone", body, {"Content-Type": ctype}, conn=conn)
-
-
-def raw(port, data, read_timeout=10, shut_write=False):
-    """Sends raw bytes; returns whatever comes back until the server closes or the timeout."""
-    s = socket.create_connection(("127.0.0.1", port), timeout=read_timeout)
-    try:
-        s.sendall(data)
-        if shut_write:
-            s.shutdown(socket.SHUT_WR)
-        out = b""
-        t_end = time.time() + read_timeout
-        while time.time() < t_end:
-            try:
-                chunk = s.recv(65536)
-            except socket.timeout:
-                break
-            except ConnectionResetError:
-                break
-            if not chunk:
-                break
-            out += chunk
-            m = re.match(rb"HTTP/1\.[01] \d+.*?\r\n\r\n", out, re.S)
-            if m:
-                cl = re.search(rb"(?i)content-length: *(\d+)", m.group(0))
-                if cl and len(out) >= m.end() + int(cl.group(1)):
-                    break
-        return out
-    finally:
-        s.close()
-
-
-def status_of(resp):
-    m = re.match(rb"HTTP/1\.[01] (\d+)", resp)
-    return int(m.group(1)) if m else None
 
 
 # ---------------------------------------------------------------- the checks
@@ -348,13 +230,7 @@ def test_malformed(srv, timeout_s):
     # slow client: half a body, then silence past the timeout -> the server closes the connection
     s = socket.create_connection(("127.0.0.1", srv.port), timeout=timeout_s + 20)
     s.sendall(b"POST /v1/systemone HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"mod")
-    t0 = time.time()
-    try:
-        got = s.recv(1000)
-    except (ConnectionResetError, socket.timeout):
-        got = b""
-    dt = time.time() - t0
-    s.close()
+    got, dt = recv_timed(s, 1000)
     check(dt < timeout_s + 15 and (got == b"" or status_of(got) in (400, 408)), "slow client closed after the timeout (%.1fs, %r)" % (dt, got[:30]))
     # early closes: half a body then close; a full request then close before reading
     s = socket.create_connection(("127.0.0.1", srv.port))
@@ -403,16 +279,8 @@ def run_load(srv, items, clients, per_client, seed):
     return bad
 
 
-def metric(text, name):
-    m = re.search(r"^%s (\S+)$" % re.escape(name), text, re.M)
-    return float(m.group(1)) if m else None
-
-
 def main():
-    if not os.access(CLEF, os.X_OK):
-        skip("skip: no %s (build first)" % CLEF)
-    if not os.path.exists(os.path.join(MODEL, "config.json")):
-        skip("skip: no models/tiny (make tiny)")
+    clef_server.need_clef()
     t_start = time.time()
     test_startup_errors()
 
@@ -489,7 +357,7 @@ def main():
 
         rc = srv.stop(signal.SIGTERM)
         check(rc == 0, "exit 0 after SIGTERM (got %s)" % rc)
-        check("Sanitizer" not in srv.logtext(), "no sanitizer report in the first server's log")
+        check(not srv.sanitizer_report(), "no sanitizer report in the first server's log")
     finally:
         if srv.p.poll() is None:
             srv.stop(signal.SIGKILL)
@@ -549,13 +417,13 @@ def main():
         check(okc == nq, "all requests in flight at SIGTERM answered (%d of %d): %s" % (okc, nq, [r for r in results if r[0] != 200][:2]))
         check(m is not None and int(m.group(1)) > 0, "requests were queued when SIGTERM came")
         check('"event":"stopped","unanswered":0' in log, "stopped with nothing unanswered")
-        check("Sanitizer" not in log, "no sanitizer report in the server log: %s" % log[log.find("Sanitizer") - 200:][:600])
+        check(not srv.sanitizer_report(), "no sanitizer report in the server log: %s" % srv.sanitizer_report())
     finally:
         if srv.p.poll() is None:
             srv.stop(signal.SIGKILL)
 
     # While loading: listening at once, 503 NotReady with Retry-After, then ready without a restart
-    srv = Server(wait=False, env={"CLEF_SERVE_TEST_LOAD_DELAY_MS": "3000"})
+    srv = Server(wait=None, env={"CLEF_SERVE_TEST_LOAD_DELAY_MS": "3000"})
     try:
         st, hd, data = request(srv.port, "GET", "/health")
         check(st == 503 and json.loads(data).get("status") == "loading", "health is 503 loading while loading: %s %r" % (st, data[:80]))
@@ -564,7 +432,7 @@ def main():
         st, hd, data = post(srv.port, small_b)
         check(st == 503 and json.loads(data)["error"]["type"] == "NotReady" and hd.get("retry-after") == "1",
               "decide while loading is 503 NotReady with Retry-After: %s %r" % (st, data[:120]))
-        t_end = time.time() + (240 if ASAN else 90)
+        t_end = time.time() + START_S
         while time.time() < t_end and request(srv.port, "GET", "/health")[0] != 200:
             time.sleep(0.05)
         st, hd, data = post(srv.port, small_b)
@@ -620,15 +488,15 @@ def main():
         rc = srv.stop(signal.SIGINT)
         check(rc == 0, "exit 0 after SIGINT")
         log = srv.logtext()
-        check("Sanitizer" not in log, "no sanitizer report in the second server's log")
+        check(not srv.sanitizer_report(), "no sanitizer report in the second server's log")
     finally:
         if srv.p.poll() is None:
             srv.stop(signal.SIGKILL)
 
     test_pixel_budget()
 
-    print("%d checks, %d failed (%.1fs)" % (checks, len(failures), time.time() - t_start))
-    sys.exit(1 if failures else 0)
+    print("%d checks, %d failed (%.1fs)" % (TALLY.checks, len(TALLY.failures), time.time() - t_start))
+    sys.exit(1 if TALLY.failures else 0)
 
 
 def budget_counts(port):
@@ -679,7 +547,7 @@ def test_pixel_budget():
         text = request(srv.port, "GET", "/metrics")[2].decode()
         check(metric(text, "clef_pixel_budget_bytes") == 1, "clef_pixel_budget_bytes is the flag")
         check(srv.stop(signal.SIGTERM) == 0, "exit 0 after SIGTERM (pixel budget server)")
-        check("Sanitizer" not in srv.logtext(), "no sanitizer report (pixel budget server)")
+        check(not srv.sanitizer_report(), "no sanitizer report (pixel budget server)")
     finally:
         if srv.p.poll() is None:
             srv.stop(signal.SIGKILL)

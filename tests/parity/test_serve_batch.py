@@ -17,22 +17,11 @@ import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BUILD = os.environ.get("CLEF_BUILD", os.path.join(ROOT, "build")).rstrip("/")
-CLEF = os.path.join(BUILD, "clef")
-MODEL = os.path.join(ROOT, "models", "tiny")
-ASAN = BUILD.endswith("build-asan")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import clef_server  # noqa: E402
+from clef_server import ASAN, CLEF, MODEL, ROOT, TALLY, check  # noqa: E402
+
 TMP = tempfile.mkdtemp(prefix="clef-batch-test-")
-failures = []
-checks = 0
-
-
-def check(cond, what):
-    global checks
-    checks += 1
-    if not cond:
-        failures.append(what)
-        print("FAIL:", what, flush=True)
 
 
 def lines_of(path):
@@ -64,12 +53,7 @@ def wait_lines(path, n, proc, limit=600):
 
 
 def main():
-    if not os.access(CLEF, os.X_OK):
-        print("skip: no %s (build first)" % CLEF)
-        sys.exit(77)
-    if not os.path.exists(os.path.join(MODEL, "config.json")):
-        print("skip: no models/tiny (make tiny)")
-        sys.exit(77)
+    clef_server.need_clef()
     t0 = time.time()
     files = sorted(glob.glob(os.path.join(ROOT, "tests", "corpus", "requests", "*.json")))
     reqs = []
@@ -158,8 +142,8 @@ def main():
     rc, s, err = run_batch(inp, out)
     check(rc == 2 and b"--restart" in err, "OUT with more lines than IN refused")
 
-    print("%d requests; %d checks, %d failed (%.1fs)" % (n, checks, len(failures), time.time() - t0))
-    sys.exit(1 if failures else 0)
+    print("%d requests; %d checks, %d failed (%.1fs)" % (n, TALLY.checks, len(TALLY.failures), time.time() - t0))
+    sys.exit(1 if TALLY.failures else 0)
 
 
 if __name__ == "__main__":

@@ -30,26 +30,15 @@ import tempfile
 import time
 import zlib
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BUILD = os.environ.get("CLEF_BUILD", os.path.join(ROOT, "build")).rstrip("/")
-CLEF = os.path.join(BUILD, "clef")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import clef_server  # noqa: E402
+from clef_server import BUILD, CLEF, MODEL, ROOT, TALLY, Server, check  # noqa: E402
+
 LIB = os.path.join(BUILD, "dist", "libclef.so")
-MODEL = os.path.join(ROOT, "models", "tiny")
 TMP = tempfile.mkdtemp(prefix="clef-state-key-")
 CHUNK = 64  # the delta rule's chunk: the cache's boundary is the state's last multiple of it
 BIG = 60000  # bodies over this (the 16k-token truncation) are keyed, not answered: a forward takes minutes
 SMALL = 20000  # the cache check answers the bodies up to this size, one at a time
-
-failures = []
-checks = 0
-
-
-def check(cond, what):
-    global checks
-    checks += 1
-    if not cond:
-        failures.append(what)
-        print("FAIL:", what, flush=True)
 
 
 def png(width, height, seed, level):
@@ -167,21 +156,15 @@ def documented_key(body):
 
 def server_keys(named):
     """{name: (status, X-Clef-State-Key or None)} from one `clef serve`."""
-    log = open(os.path.join(TMP, "serve.log"), "wb")
-    p = subprocess.Popen([CLEF, "serve", "--model", MODEL, "--port", "0", "--threads", "2", "--quiet"],
-                         stdout=subprocess.DEVNULL, stderr=log)
+    try:
+        srv = Server("--quiet", wait=None, start_s=120, log_dir=TMP)
+    except RuntimeError as e:
+        check(False, "clef serve did not start: %s" % str(e)[-500:])
+        return {}
     out = {}
     try:
-        port, t_end = None, time.time() + 120
-        while port is None and time.time() < t_end and p.poll() is None:
-            m = re.search(rb'"event":"listening".*?"port":(\d+)', open(log.name, "rb").read())
-            port = int(m.group(1)) if m else None
-            time.sleep(0.05)
-        if port is None:
-            check(False, "clef serve did not start: %s" % open(log.name).read()[-500:])
-            return out
         def one(body):
-            c = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
+            c = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=300)
             for _ in range(600):  # 503 NotReady while loading
                 c.request("POST", "/v1/systemone", body=body, headers={"Content-Type": "application/json"})
                 r = c.getresponse()
@@ -194,9 +177,7 @@ def server_keys(named):
         with cf.ThreadPoolExecutor(8) as ex:  # the server batches them
             out = dict(zip((n for n, _ in named), ex.map(one, (b for _, b in named))))
     finally:
-        p.kill()
-        p.wait(timeout=60)
-        log.close()
+        srv.kill()
     return out
 
 
@@ -249,12 +230,7 @@ def cache_check(clef, names, bodies, keys):
 
 
 def main():
-    if not os.access(CLEF, os.X_OK):
-        print("skip: no %s (build first)" % CLEF)
-        sys.exit(77)
-    if not os.path.exists(os.path.join(MODEL, "config.json")):
-        print("skip: no models/tiny (make tiny)")
-        sys.exit(77)
+    clef_server.need_clef()
     clef = None
     if os.path.exists(LIB):  # the sanitizer build ships no library: the CLI's parts only
         sys.path.insert(0, os.path.join(ROOT, "python", "src"))
@@ -322,8 +298,8 @@ def main():
     tiled = verb_keys([bodies["img1_fast_QA"], bodies["long_a_QA"]], "--tile", "256")
     check(tiled[0] != keys["img1_fast_QA"] and tiled[1] == keys["long_a_QA"],
           "--tile 256 changes an image request's key, not a text one's")
-    print("%d checks, %d failed" % (checks, len(failures)))
-    sys.exit(1 if failures else 0)
+    print("%d checks, %d failed" % (TALLY.checks, len(TALLY.failures)))
+    sys.exit(1 if TALLY.failures else 0)
 
 
 if __name__ == "__main__":

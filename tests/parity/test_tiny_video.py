@@ -23,7 +23,7 @@ import tempfile
 
 import numpy as np
 
-from test_tiny_vision import near_tie
+from near_tie import near_tie
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUILD = os.environ.get("CLEF_BUILD", os.path.join(ROOT, "build"))

@@ -37,6 +37,8 @@ import tempfile
 
 import numpy as np
 
+from near_tie import near_tie
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUILD = os.environ.get("CLEF_BUILD", os.path.join(ROOT, "build"))
 MODEL = os.environ.get("CLEF_TINY", os.path.join(ROOT, "models", "tiny"))
@@ -54,31 +56,6 @@ TOL_P_FAST = 1e-4
 TOL_P = 1e-6         # probabilities: |p - p32| <= TOL_P + |p32 - p64|
 TOL_FN = 1e-5        # final-norm rows: relL2(ours, ref32) <= TOL_FN + relL2(ref32, ref64)
 FIX64 = os.path.join(ROOT, "tests", "fixtures", "tiny64")
-
-
-def near_tie(got_text, ref_text, ref_probs):
-    """True when the two responses differ only by one unit of the 4th decimal in numbers, and some
-    reference probability lies within TOL_P of a 4-decimal rounding midpoint."""
-    try:
-        g, r = json.loads(got_text), json.loads(ref_text)
-    except ValueError:
-        return False
-    diffs = []
-
-    def walk(a, b):
-        if isinstance(a, dict) and isinstance(b, dict):
-            if list(a) != list(b):
-                return False
-            return all(walk(a[k], b[k]) for k in a)
-        if isinstance(a, list) and isinstance(b, list):
-            return len(a) == len(b) and all(walk(x, y) for x, y in zip(a, b))
-        if isinstance(a, float) and isinstance(b, float) and a != b:
-            diffs.append(abs(a - b))
-            return True
-        return a == b and type(a) is type(b)
-    if not walk(g, r) or not diffs or max(diffs) > 1.0001e-4:
-        return False
-    return any(abs(p * 1e4 - (np.floor(p * 1e4) + 0.5)) * 1e-4 <= TOL_P for p in ref_probs)
 
 
 def skip(msg):

@@ -14,23 +14,17 @@ import tempfile
 import warnings
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import test_serve as ts  # noqa: E402  (Server, request helpers, CLEF, MODEL)
+import clef_server as cs  # noqa: E402
+from clef_server import TALLY, check  # noqa: E402
 
 TMP = tempfile.mkdtemp(prefix="clef-warn-test-")
-failures = []
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("FAIL:", what, flush=True)
 
 
 def decide(req, *extra):
     path = os.path.join(TMP, "req.json")
     with open(path, "w") as f:
         json.dump(req, f)
-    p = subprocess.run([ts.CLEF, "decide", "--model", ts.MODEL, "--threads", "1", "--request", path] + list(extra),
+    p = subprocess.run([cs.CLEF, "decide", "--model", cs.MODEL, "--threads", "1", "--request", path] + list(extra),
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=300)
     return p.returncode, p.stdout.rstrip(b"\n"), p.stderr.decode("utf-8", "replace")
 
@@ -96,7 +90,7 @@ def batch(lines_text, name):
     with open(src, "w") as f:
         f.write(lines_text)
     out = os.path.join(TMP, name + ".out.jsonl")
-    p = subprocess.run([ts.CLEF, "batch", "--model", ts.MODEL, "--threads", "1", src, out],
+    p = subprocess.run([cs.CLEF, "batch", "--model", cs.MODEL, "--threads", "1", src, out],
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=300)
     body = open(out, "rb").read() if os.path.exists(out) else b""
     return p.returncode, body, p.stderr.decode("utf-8", "replace")
@@ -139,7 +133,7 @@ def test_errors_teach():
     empty = os.path.join(TMP, "empty-model")
     os.makedirs(empty, exist_ok=True)
     for d, what in ((empty, "an empty model folder"), (os.path.join(TMP, "no-model"), "a missing model folder")):
-        p = subprocess.run([ts.CLEF, "decide", "--model", d, "--request", "-"], input=json.dumps(CLEAN).encode(),
+        p = subprocess.run([cs.CLEF, "decide", "--model", d, "--request", "-"], input=json.dumps(CLEAN).encode(),
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120)
         err = p.stderr.decode()
         check(p.returncode == 3 and "clef pull --dir " + d in err and "make tiny" in err,
@@ -153,7 +147,7 @@ def test_errors_teach():
     check(json.loads(out)["error"] == {"type": "UnsupportedMedia", "message": "'video_fps'"},
           "a corrupt video keeps the reference's bytes: %r" % out)
     check("could not be opened as a video" in err, "a corrupt video: the warning says what is wrong: %r" % err)
-    p = subprocess.run([ts.CLEF, "gate", "--model", ts.MODEL], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    p = subprocess.run([cs.CLEF, "gate", "--model", cs.MODEL], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                        timeout=300)
     err = p.stderr.decode()
     check(p.returncode == 2 and "needs the release weights" in err and
@@ -162,21 +156,21 @@ def test_errors_teach():
 
 
 def test_server():
-    srv = ts.Server()
+    srv = cs.Server(log_dir=TMP, stop_timeout=120)
     try:
-        st, hd, data = ts.post(srv.port, json.dumps(TYPO).encode())
-        st0, _, data0 = ts.post(srv.port, json.dumps(CLEAN).encode())
+        st, hd, data = cs.post(srv.port, json.dumps(TYPO).encode())
+        st0, _, data0 = cs.post(srv.port, json.dumps(CLEAN).encode())
         check(st == 200 and data == data0, "serve: the answer bytes do not change")
         check(hd.get("clef-warning") == TYPO_LINE, "serve: Clef-Warning header: %r" % hd.get("clef-warning"))
-        check("clef-warning" not in {k.lower() for k in ts.request(srv.port, "POST", "/v1/systemone",
+        check("clef-warning" not in {k.lower() for k in cs.request(srv.port, "POST", "/v1/systemone",
               json.dumps(CLEAN).encode(), {"Content-Type": "application/json"})[1]},
               "serve: no Clef-Warning on a clean request")
         qid = "\u00e9" * 40  # each key byte is written \xHH: 8 such lines pass the log line's 4 KiB
         long_keys = {"model": "m", "state": "x", "questions": {qid: dict(
             {"type": "noul"}, **{("k%02d" % i) + "\u00e9" * 40: i for i in range(20)})}}
-        st, _, _ = ts.post(srv.port, json.dumps(long_keys).encode())
+        st, _, _ = cs.post(srv.port, json.dumps(long_keys).encode())
         check(st == 200, "serve: a request with 20 long unknown keys is answered")
-        st, hd, data = ts.post(srv.port, b'{"model":"m","state":"x","questions":[1]}')
+        st, hd, data = cs.post(srv.port, b'{"model":"m","state":"x","questions":[1]}')
         check(st == 422 and json.loads(data)["error"]["type"] == "NoQuestions" and hd.get("clef-warning") == LIST_LINE,
               "serve: the reference's refusal with our explanation beside it: %r %r" % (data, hd))
     finally:
@@ -185,9 +179,9 @@ def test_server():
     check(TYPO_LINE in log and '"warnings":' in log, "serve: the log line carries the warning")
     check("line too long" not in log and log.count('"event":"request"') >= 4 and "unknown key /questions/\\\\xc3\\\\xa9" in log,
           "serve: many long warnings still leave a whole request log line")
-    srv = ts.Server("--strict")
+    srv = cs.Server("--strict", log_dir=TMP, stop_timeout=120)
     try:
-        st, hd, data = ts.post(srv.port, json.dumps(TYPO).encode())
+        st, hd, data = cs.post(srv.port, json.dumps(TYPO).encode())
         check(st == 422 and json.loads(data)["error"]["type"] == "StrictRefused" and TYPO_LINE in data.decode(),
               "serve --strict: 422 naming the key: %r" % data)
     finally:
@@ -195,14 +189,14 @@ def test_server():
 
 
 def test_python():
-    lib = os.path.join(ts.BUILD, "dist", "libclef.so")
+    lib = os.path.join(cs.BUILD, "dist", "libclef.so")
     if not os.path.exists(lib):  # the sanitizer build ships no shared library: the optimized suite runs it
         print(f"python: skipped (no {lib})")
         return
     os.environ["CLEF_LIBRARY"] = lib
-    sys.path.insert(0, os.path.join(ts.ROOT, "python", "src"))
+    sys.path.insert(0, os.path.join(cs.ROOT, "python", "src"))
     import clef
-    with clef.Engine(ts.MODEL, threads=1) as eng:
+    with clef.Engine(cs.MODEL, threads=1) as eng:
         with warnings.catch_warnings(record=True) as got:
             warnings.simplefilter("always")
             raw = eng.decide_raw(TYPO)
@@ -217,7 +211,7 @@ def test_python():
         except clef.Error as e:
             check("--allow-image-paths" not in e.message and "pathlib.Path" in e.message,
                   "python: the path error names no CLI flag: %r" % e.message)
-    with clef.Engine(ts.MODEL, threads=1, strict=True) as eng:
+    with clef.Engine(cs.MODEL, threads=1, strict=True) as eng:
         try:
             eng.decide(TYPO)
             check(False, "python strict=True refuses the misspelt key")
@@ -226,7 +220,7 @@ def test_python():
 
 
 def main():
-    if not os.path.exists(os.path.join(ts.MODEL, "config.json")):
+    if not os.path.exists(os.path.join(cs.MODEL, "config.json")):
         print("skip: no models/tiny")
         return 77
     test_decide()
@@ -235,8 +229,8 @@ def main():
     test_errors_teach()
     test_server()
     test_python()
-    if failures:
-        print("%d failure(s)" % len(failures))
+    if TALLY.failures:
+        print("%d failure(s)" % len(TALLY.failures))
         return 1
     print("ok")
     return 0
