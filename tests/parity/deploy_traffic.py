@@ -181,59 +181,8 @@ def cache_hits(port):
     return sum(int(float(v)) for v in re.findall(r"^clef_state_cache_hits_total(?:\{[^}]*\})? (\S+)$", text, re.M))
 
 
-class Serve:
-    """One `clef serve --threads 1 --quiet` on a free loopback port (or `port`), stderr to a file
-    in `tmp`; up when /health answers 200."""
-
-    def __init__(self, clef, model, tmp, port=0, extra=()):
-        import re
-        import subprocess
-        import time
-        import urllib.request
-
-        self.log = os.path.join(tmp, f"serve-{time.monotonic_ns()}.log")
-        self.logf = open(self.log, "wb")
-        self.p = subprocess.Popen([clef, "serve", "--model", model, "--port", str(port), "--threads", "1", "--quiet"]
-                                  + list(extra), stdout=subprocess.DEVNULL, stderr=self.logf)
-        self.port = None
-        t_end = time.time() + 120
-        while time.time() < t_end and self.port is None:
-            m = re.search(rb'"event":"listening".*?"port":(\d+)', open(self.log, "rb").read())
-            if m:
-                self.port = int(m.group(1))
-            elif self.p.poll() is not None:
-                raise RuntimeError("clef serve exited: " + open(self.log).read()[-500:])
-            else:
-                time.sleep(0.05)
-        while time.time() < t_end:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=5) as r:
-                    if r.status == 200:
-                        return
-            except OSError:
-                time.sleep(0.05)
-        self.stop()
-        raise RuntimeError("clef serve not healthy")
-
-    def stop(self, sig=None, timeout=120):
-        import signal
-        import subprocess
-
-        if self.p.poll() is None:
-            self.p.send_signal(sig or signal.SIGTERM)
-        try:
-            self.p.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.p.kill()
-            self.p.wait()
-        self.logf.close()
-        return self.p.returncode
-
-    def text(self):
-        return open(self.log, "rb").read().decode("utf-8", "replace")
-
-
 def one_engine(clef, model, bodies, clients=8):
+    # clef: the binary clef_server.Server starts (CLEF_BUILD's), named here for the cache's key
     """One engine's answers to `bodies` ([(status, body bytes)]) and its state-cache hits: the
     baseline the locality tests (HAProxy, Ray Serve) compare with. Computed once per binary, model
     and traffic (a file in the temp folder named by their SHA-256, made under a lock): the tests
@@ -258,8 +207,10 @@ def one_engine(clef, model, bodies, clients=8):
             return [(st, body.encode("latin-1")) for st, body in got["answers"]], got["hits"]
         except (OSError, ValueError, KeyError):
             pass
+        import clef_server
+
         tmp = tempfile.mkdtemp(prefix="clef-one-engine-")
-        srv = Serve(clef, model, tmp)
+        srv = clef_server.Server("--quiet", threads=1, model=model, start_s=120, log_dir=tmp, stop_timeout=120)
         try:
             res = send_all(srv.port, bodies, clients=clients)
             hits = cache_hits(srv.port)

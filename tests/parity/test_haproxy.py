@@ -25,6 +25,7 @@ import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import clef_server  # noqa: E402
 import deploy_traffic  # noqa: E402
 
 ROOT = deploy_traffic.ROOT
@@ -43,21 +44,14 @@ def check(cond, what):
         failures.append(what)
 
 
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
 def Backend(port=0, extra=()):
-    return deploy_traffic.Serve(CLEF, MODEL, TMP, port=port, extra=extra)
+    """One `clef serve --threads 1 --quiet` (up when /health answers)."""
+    return clef_server.Server("--quiet", *extra, threads=1, port=port, start_s=120, log_dir=TMP, stop_timeout=120)
 
 
 class HAProxy:
     def __init__(self, backends, balance=None, check_path="/readyz"):
-        self.port = free_port()
+        self.port = clef_server.free_port()
         cfg = open(CFG).read()
         cfg = re.sub(r"^(\s*bind\s+)\S+", rf"\g<1>127.0.0.1:{self.port}", cfg, flags=re.M)
         cfg = re.sub(r"^\s*server\s+.*\n", "", cfg, flags=re.M)
@@ -198,7 +192,7 @@ def rolling_restart(bodies, keys, ref, check_path):
         victim = backends[1]
         port = victim.port
         victim.stop(signal.SIGTERM)
-        stopped = re.findall(r'\{[^\n]*"event":"stopped"[^\n]*\}', victim.text())
+        stopped = re.findall(r'\{[^\n]*"event":"stopped"[^\n]*\}', victim.logtext())
         check(bool(stopped) and '"unanswered":0' in stopped[-1], f"the restarted backend's stopped line: {stopped[-1:]} ")
         backends[1] = Backend(port=port, extra=drain)
         t.join(timeout=600)

@@ -17,6 +17,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import clef_server  # noqa: E402
 import deploy_traffic  # noqa: E402
 import ray_cluster  # noqa: E402
 
@@ -105,7 +106,7 @@ def main():
     bodies = [b for _, b in deploy_traffic.states_traffic()]
     one, one_hits = deploy_traffic.one_engine(CLEF, MODEL, bodies)
     ref = [(st, body.decode()) for st, body in one]
-    srv = deploy_traffic.Serve(CLEF, MODEL, tmp)
+    srv = clef_server.Server("--quiet", threads=1, start_s=120, log_dir=tmp, stop_timeout=120)
     try:
         ref_cases = serve_answers(srv.port, CASES)
     finally:

@@ -102,7 +102,7 @@ def test_encode():
         path = os.path.join(TMP, "enc.json")
         with open(path, "w") as f:
             json.dump(req, f)
-        p = subprocess.run([ts.CLEF, "encode", "--model", ts.MODEL, "--request", path] + list(extra),
+        p = subprocess.run([cs.CLEF, "encode", "--model", cs.MODEL, "--request", path] + list(extra),
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=300)
         return p.returncode, p.stdout.rstrip(b"\n"), p.stderr.decode("utf-8", "replace")
 
