@@ -234,7 +234,8 @@ static void read_file(const char *path, clef_buf *b) {
     close(fd);
 }
 
-/* The oracle, apart from batch_is_answer: a JSON object with "model" and "answers", or "error". */
+/* The oracle, apart from batch_is_answer: 1 for a JSON object with "model" and "answers", 2 for one
+ * with "error" (an error line), else 0. */
 static int oracle_answer(const char *s, size_t len) {
     clef_err e;
     clef_err_clear(&e);
@@ -245,7 +246,7 @@ static int oracle_answer(const char *s, size_t len) {
     if (v && v->kind == JSON_OBJECT) {
         int model = clef_json_object_getn(v, "model", 5) != NULL, answers = clef_json_object_getn(v, "answers", 7) != NULL,
             error = clef_json_object_getn(v, "error", 5) != NULL;
-        ok = (model && answers) || error;
+        ok = error ? 2 : model && answers;
     }
     clef_json_doc_free(d);
     return ok;
@@ -513,18 +514,6 @@ static int run_batch(const char *out, const char *max_line, const char *max_batc
     return run_batch_as(out, max_line, max_batch, restart, 0);
 }
 
-/* 1 when an answer line is an error line ({"error": ...}). */
-static int is_error_line(const char *s, size_t len) {
-    clef_err e;
-    clef_err_clear(&e);
-    json_doc *d = clef_json_parse(s, len, NULL, &e);
-    if (!d) return 0;
-    const json_value *v = clef_json_doc_root(d);
-    int error = v && v->kind == JSON_OBJECT && clef_json_object_getn(v, "error", 5) != NULL;
-    clef_json_doc_free(d);
-    return error;
-}
-
 static int run_one(const uint8_t *data, size_t size) {
     cursor c = {data, size, 0};
     unsigned s = next(&c);
@@ -576,8 +565,9 @@ static int run_one(const uint8_t *data, size_t size) {
         const char *nl = memchr(first.data + a, '\n', first.len - a);
         CHECK(nl); /* OUT ends with '\n' */
         size_t l = (size_t)(nl - (first.data + a));
-        CHECK(oracle_answer(first.data + a, l));
-        errors += is_error_line(first.data + a, l);
+        int kind = oracle_answer(first.data + a, l);
+        CHECK(kind);
+        errors += kind == 2;
         lines++;
         a += l + 1;
     }
