@@ -1,12 +1,11 @@
 /* An `images` entry to RGB pixels, as transformers' load_image does it: a data:image/...;base64, URL
  * (the part after the comma) or bare base64 (or a local path when allowed), PIL open, EXIF
  * transpose, convert("RGB"). http(s) URLs are refused (we fetch nothing). */
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "image/image_internal.h"
+#include "image/media_entry.h"
 
 clef_img_format clef_image_sniff(const uint8_t *p, size_t n) {
     if (n >= 8 && !memcmp(p, "\x89PNG\r\n\x1a\n", 8)) return CLEF_FMT_PNG;
@@ -16,110 +15,59 @@ clef_img_format clef_image_sniff(const uint8_t *p, size_t n) {
     return CLEF_FMT_UNKNOWN;
 }
 
-static int starts(const char *s, size_t n, const char *pre) {
-    size_t k = strlen(pre);
-    return n >= k && !memcmp(s, pre, k);
-}
-
-static int read_path(const char *path, const clef_image_opts *o, uint8_t **bytes, size_t *n, clef_err *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA, "cannot open image file '%.200s'", path);
-    struct stat st;
-    if (fstat(fileno(f), &st) || !S_ISREG(st.st_mode)) {
-        fclose(f);
-        return clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA, "'%.200s' is not a regular file", path);
-    }
-    if ((uint64_t)st.st_size > (uint64_t)o->max_bytes) {
-        fclose(f);
+/* The image processor's words for a refused entry (media_entry.h). */
+static int image_refuse(clef_err *err, clef_media_fault fault, const clef_media_fault_at *at) {
+    int shown = (int)(at->len < 200 ? at->len : 200);
+    switch (fault) {
+    case CLEF_MEDIA_EMPTY:
+        return clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA, "empty image entry");
+    case CLEF_MEDIA_URL:
+        return clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA, "image URLs are not fetched; send a data: URL or base64");
+    case CLEF_MEDIA_PATH_MISSING:
+        return clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA, "image file '%.*s' does not exist", shown, at->entry);
+    case CLEF_MEDIA_PATH_IRREGULAR:
+        return clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA, "image file '%.*s' is not a regular file", shown,
+                            at->entry);
+    case CLEF_MEDIA_PATH_NOT_BASE64:
+        return clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA,
+                            "'%.*s' looks like a file path, not base64: send the image as a data: URL or bare "
+                            "base64 (clef decide and clef batch read local files with --allow-image-paths; "
+                            "clef serve never does)", (int)(at->len < 120 ? at->len : 120), at->entry);
+    case CLEF_MEDIA_FILE_OPEN:
+        return clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA, "cannot open image file '%.200s'", at->path);
+    case CLEF_MEDIA_FILE_STAT:
+        return clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA, "'%.200s' is not a regular file", at->path);
+    case CLEF_MEDIA_FILE_LIMIT:
         return clef_err_set(err, CLEF_E_LIMIT, "image file of %lld bytes is over this server's limit of %zu bytes",
-                            (long long)st.st_size, o->max_bytes);
-    }
-    size_t sz = (size_t)st.st_size;
-    uint8_t *b = malloc(sz ? sz : 1);
-    if (!b) {
-        fclose(f);
+                            at->size, at->limit);
+    case CLEF_MEDIA_FILE_OOM:
         return clef_err_set(err, CLEF_E_OOM, "out of memory reading an image");
+    case CLEF_MEDIA_FILE_SHORT:
+        return clef_err_set(err, CLEF_E_IO, "short read on '%.200s'", at->path);
+    case CLEF_MEDIA_DATA_TYPE:
+        return clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA, "data: URL is not an image (expected data:image/...)");
+    case CLEF_MEDIA_BASE64:
+    case CLEF_MEDIA_BASE64_LIMIT:
+        return -1; /* base64's own words ("invalid base64: ...", "image data over this server's limit ...") */
+    case CLEF_MEDIA_DECODES_EMPTY:
+        return clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA, "image entry decodes to no bytes");
     }
-    size_t got = fread(b, 1, sz, f);
-    fclose(f);
-    if (got != sz) {
-        free(b);
-        return clef_err_set(err, CLEF_E_IO, "short read on '%.200s'", path);
-    }
-    *bytes = b;
-    *n = sz;
-    return 0;
+    return clef_err_set(err, CLEF_E_INTERNAL, "image entry: fault %d", (int)fault);
 }
 
-/* An entry that is not base64 and reads like a path: no whitespace, and a '.' (never in base64: a
- * leading '/' alone is not enough, JPEG's base64 starts with "/9j/") or a leading '~'. Only used to
- * word the refusal. */
-static int looks_like_path(const char *s, size_t len) {
-    if (len == 0 || len >= 4096) return 0;
-    int dot = 0;
-    for (size_t i = 0; i < len; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c <= ' ' || c == 0x7f) return 0;
-        if (c == '.') dot = 1;
-    }
-    return dot || s[0] == '~';
-}
+static const char *const image_data_types[] = {"data:image/", NULL};
+
+/* transformers' load_image takes the text between the first and a possible second comma of a data URL */
+static const clef_media_kind image_kind = {
+    .data_types = image_data_types,
+    .path_words = 1,
+    .data_stops_at_second_comma = 1,
+    .refuse = image_refuse,
+};
 
 int clef_image_entry_bytes(const char *entry, size_t len, const clef_image_opts *o, uint8_t **bytes, size_t *n,
                            clef_err *err) {
-    *bytes = NULL;
-    *n = 0;
-    if (!entry || len == 0) return clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA, "empty image entry");
-    if (starts(entry, len, "http://") || starts(entry, len, "https://"))
-        return clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA, "image URLs are not fetched; send a data: URL or base64");
-    if (o->allow_paths && len < 4096 && !memchr(entry, 0, len)) {
-        char path[4096];
-        memcpy(path, entry, len);
-        path[len] = 0;
-        struct stat st;
-        int found = stat(path, &st) == 0;
-        if (found && S_ISREG(st.st_mode)) return read_path(path, o, bytes, n, err);
-        /* paths are allowed and this one reads as a path: say what is wrong with the file, rather than
-         * that it is not base64 */
-        if (!starts(entry, len, "data:") && looks_like_path(entry, len))
-            return clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA, found ? "image file '%.*s' is not a regular file"
-                                                                     : "image file '%.*s' does not exist",
-                                (int)(len < 200 ? len : 200), entry);
-    }
-    const char *b64 = entry;
-    size_t blen = len;
-    if (starts(entry, len, "data:")) {
-        if (!starts(entry, len, "data:image/"))
-            return clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA, "data: URL is not an image (expected data:image/...)");
-        const char *comma = memchr(entry, ',', len);
-        if (!comma) return clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA, "data: URL without a comma");
-        /* the reference takes the text between the first and a possible second comma */
-        b64 = comma + 1;
-        blen = len - (size_t)(b64 - entry);
-        const char *c2 = memchr(b64, ',', blen);
-        if (c2) blen = (size_t)(c2 - b64);
-    }
-    size_t cap = clef_base64_max_decoded(blen);
-    if (cap > o->max_bytes) cap = o->max_bytes;
-    uint8_t *out = malloc(cap ? cap : 1);
-    if (!out) return clef_err_set(err, CLEF_E_OOM, "out of memory decoding base64");
-    long got = clef_base64_decode(b64, blen, out, cap, err);
-    if (got < 0) {
-        free(out);
-        if (b64 == entry && looks_like_path(entry, len)) /* a clearer word than "invalid base64" */
-            return clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA,
-                                "'%.*s' looks like a file path, not base64: send the image as a data: URL or bare "
-                                "base64 (clef decide and clef batch read local files with --allow-image-paths; "
-                                "clef serve never does)", (int)(len < 120 ? len : 120), entry);
-        return -1;
-    }
-    if (got == 0) {
-        free(out);
-        return clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA, "image entry decodes to no bytes");
-    }
-    *bytes = out;
-    *n = (size_t)got;
-    return 0;
+    return clef_media_entry_bytes(entry, len, &image_kind, o->allow_paths, o->max_bytes, bytes, n, err);
 }
 
 /* ---- EXIF ---- */

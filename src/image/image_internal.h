@@ -94,10 +94,32 @@ int clef_resize_pillow(const clef_rgb *in, int ow, int oh, clef_rgb *out, clef_e
  * ValueError) or a degenerate size. */
 int clef_smart_resize(int64_t h, int64_t w, int64_t factor, int64_t min_pixels, int64_t max_pixels, int64_t *oh,
                       int64_t *ow, clef_err *err);
+/* The rule of one smart_resize: the image's is one frame, temporal 1, no upscale (clef_smart_resize);
+ * the video processor's is the clip's frame count and temporal patch, with sides under `factor` scaled
+ * up first (clef_video_smart_resize). */
+typedef struct {
+    const char *noun;         /* "image" / "video": "%s has zero size" */
+    int64_t frames, temporal; /* t (refused under temporal) and the temporal factor */
+    int upscale_small;        /* scale h and w up so that both reach factor, before the aspect check */
+    int64_t factor, min_pixels, max_pixels;
+} clef_resize_rule;
+/* The one smart_resize both processors call: model.md §7.1 over t x h x w. */
+int clef_smart_resize_clip(const clef_resize_rule *r, int64_t h, int64_t w, int64_t *oh, int64_t *ow, clef_err *err);
 /* (x - 127.5) / 127.5 in fp32 and the merge-block patch layout (model.md §7.4). im must be the
  * resized image (h, w multiples of patch*merge); 8- or 16-bit (16-bit values are normalised the same
  * way, as the reference does: 0..65535 gives about -1..513). */
 int clef_patchify(const clef_rgb *im, const clef_image_opts *o, clef_image *out, clef_err *err);
+/* Where clef_patchify_frames writes: the fields of a clef_image or a clef_video. */
+typedef struct {
+    int *grid_t, *grid_h, *grid_w; /* temporal groups, patch rows, patch columns */
+    size_t *n_patches, *patch_dim; /* rows (t*h*w) and their width (3*T*P*P) */
+    float **pixel_values;          /* the rows, from the process bufpool */
+} clef_patch_out;
+/* The patchify both processors share: frames[0..nf) of one size, a multiple of P*M (the caller checks),
+ * taken T at a time (the last frame repeated to fill the last group; one image fills both slots), each
+ * normalised as clef_patchify says. -1 with OutOfMemory ("out of memory for N <noun> patches"). */
+int clef_patchify_frames(const clef_rgb *frames, int nf, int P, int M, int T, const char *noun, clef_patch_out out,
+                         clef_err *err);
 /* The processor on decoded pixels (tile, smart_resize, resize, patchify): one image. */
 int clef_image_prepare_rgb(const clef_rgb *src, const clef_image_opts *o, clef_image *out, clef_err *err);
 

@@ -8,7 +8,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #ifndef CLEF_NO_VIDEO
 #include <libavcodec/avcodec.h>
@@ -19,8 +18,8 @@
 #endif
 
 #include "base/bufpool.h"
-#include "base/pyfmt.h"
 #include "image/image_internal.h"
+#include "image/media_entry.h"
 #ifndef CLEF_NO_VIDEO
 #include "video/rgb24.h"
 #endif
@@ -52,84 +51,49 @@ void clef_video_free(clef_video *v) {
 
 /* ---- the entry's bytes ---- */
 
-static int starts(const char *s, size_t n, const char *p) {
-    size_t m = strlen(p);
-    return n >= m && memcmp(s, p, m) == 0;
-}
-
-static int read_path(const char *path, const clef_video_opts *o, uint8_t **bytes, size_t *n, clef_err *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA, "cannot open video file: %s", strerror(errno));
-    struct stat st;
-    if (fstat(fileno(f), &st) != 0 || st.st_size < 0) {
-        fclose(f);
-        return clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA, "cannot stat video file");
-    }
-    if ((uint64_t)st.st_size > o->max_bytes) {
-        fclose(f);
-        return clef_err_set(err, CLEF_E_LIMIT, "video file is %lld bytes; the limit is %zu", (long long)st.st_size,
-                            o->max_bytes);
-    }
-    size_t sz = (size_t)st.st_size;
-    uint8_t *b = malloc(sz ? sz : 1);
-    if (!b) {
-        fclose(f);
-        return clef_err_set(err, CLEF_E_OOM, "out of memory reading a video file");
-    }
-    size_t got = fread(b, 1, sz, f);
-    fclose(f);
-    if (got != sz) {
-        free(b);
-        return clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA, "short read on video file");
-    }
-    *bytes = b;
-    *n = sz;
-    return 0;
-}
-
-int clef_video_entry_bytes(const char *entry, size_t len, const clef_video_opts *o, uint8_t **bytes, size_t *n,
-                           clef_err *err) {
-    *bytes = NULL;
-    *n = 0;
-    if (!entry || len == 0) return clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA, CLEF_VIDEO_BAD_ENTRY_MSG);
-    if (starts(entry, len, "http://") || starts(entry, len, "https://"))
+/* The video processor's words for a refused entry (image/media_entry.h). */
+static int video_refuse(clef_err *err, clef_media_fault fault, const clef_media_fault_at *at) {
+    switch (fault) {
+    case CLEF_MEDIA_URL:
         return clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA, "video URLs are not fetched; send a data: URL or base64");
-    if (o->allow_paths && len < 4096 && !memchr(entry, 0, len)) {
-        char path[4096];
-        memcpy(path, entry, len);
-        path[len] = 0;
-        struct stat st;
-        if (stat(path, &st) == 0 && S_ISREG(st.st_mode)) return read_path(path, o, bytes, n, err);
-    }
-    const char *b64 = entry;
-    size_t blen = len;
-    if (starts(entry, len, "data:")) {
-        if (!starts(entry, len, "data:video/") && !starts(entry, len, "data:application/octet-stream"))
-            return clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA, "data: URL is not a video (expected data:video/...)");
-        const char *comma = memchr(entry, ',', len);
-        if (!comma) return clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA, "data: URL without a comma");
-        b64 = comma + 1;
-        blen = len - (size_t)(b64 - entry);
-    }
-    size_t cap = clef_base64_max_decoded(blen);
-    if (cap > o->max_bytes) cap = o->max_bytes;
-    uint8_t *out = malloc(cap ? cap : 1);
-    if (!out) return clef_err_set(err, CLEF_E_OOM, "out of memory decoding base64");
-    long got = clef_base64_decode(b64, blen, out, cap, err);
-    if (got < 0) {
-        free(out);
-        if (!strcmp(err->type, CLEF_E_LIMIT))
-            return clef_err_set(err, CLEF_E_LIMIT, "video entry is over %zu bytes", o->max_bytes);
+    case CLEF_MEDIA_FILE_OPEN:
+        return clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA, "cannot open video file: %s", strerror(at->errnum));
+    case CLEF_MEDIA_FILE_STAT:
+        return clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA, "cannot stat video file");
+    case CLEF_MEDIA_FILE_LIMIT:
+        return clef_err_set(err, CLEF_E_LIMIT, "video file is %lld bytes; the limit is %zu", at->size, at->limit);
+    case CLEF_MEDIA_FILE_OOM:
+        return clef_err_set(err, CLEF_E_OOM, "out of memory reading a video file");
+    case CLEF_MEDIA_FILE_SHORT:
+        return clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA, "short read on video file");
+    case CLEF_MEDIA_DATA_TYPE:
+        return clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA, "data: URL is not a video (expected data:video/...)");
+    case CLEF_MEDIA_BASE64_LIMIT:
+        return clef_err_set(err, CLEF_E_LIMIT, "video entry is over %zu bytes", at->limit);
+    case CLEF_MEDIA_EMPTY:
+    case CLEF_MEDIA_BASE64:
+    case CLEF_MEDIA_DECODES_EMPTY:
+    case CLEF_MEDIA_PATH_MISSING: /* not reached: path_words is off */
+    case CLEF_MEDIA_PATH_IRREGULAR:
+    case CLEF_MEDIA_PATH_NOT_BASE64:
         /* neither base64 nor (when allowed) a file: what the reference says of a string that names no file */
         return clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA, CLEF_VIDEO_BAD_ENTRY_MSG);
     }
-    if (got == 0) {
-        free(out);
-        return clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA, CLEF_VIDEO_BAD_ENTRY_MSG);
-    }
-    *bytes = out;
-    *n = (size_t)got;
-    return 0;
+    return clef_err_set(err, CLEF_E_INTERNAL, "video entry: fault %d", (int)fault);
+}
+
+static const char *const video_data_types[] = {"data:video/", "data:application/octet-stream", NULL};
+
+static const clef_media_kind video_kind = {
+    .data_types = video_data_types,
+    .path_words = 0,
+    .data_stops_at_second_comma = 0,
+    .refuse = video_refuse,
+};
+
+int clef_video_entry_bytes(const char *entry, size_t len, const clef_video_opts *o, uint8_t **bytes, size_t *n,
+                           clef_err *err) {
+    return clef_media_entry_bytes(entry, len, &video_kind, o->allow_paths, o->max_bytes, bytes, n, err);
 }
 
 /* ---- sampling, timestamps, smart_resize (the processor's Python, in doubles) ---- */
@@ -160,46 +124,9 @@ int clef_video_timestamp_text(double seconds, char *buf, size_t cap) {
 
 int clef_video_smart_resize(int64_t num_frames, int64_t h, int64_t w, int64_t factor, int64_t temporal,
                             int64_t min_pixels, int64_t max_pixels, int64_t *oh, int64_t *ow, clef_err *err) {
-    if (num_frames < temporal)
-        return clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA, "t:%lld must be larger than temporal_factor:%lld",
-                            (long long)num_frames, (long long)temporal);
-    if (h <= 0 || w <= 0)
-        return clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA, "video has zero size (%lldx%lld)", (long long)w,
-                            (long long)h);
-    if (h < factor || w < factor) {
-        double fh = (double)factor / (double)h, fw = (double)factor / (double)w;
-        double scale = fh > fw ? fh : fw;
-        h = (int64_t)((double)h * scale);
-        w = (int64_t)((double)w * scale);
-    }
-    int64_t mx = h > w ? h : w, mn = h > w ? w : h;
-    double ratio = (double)mx / (double)mn;
-    if (ratio > 200.0) {
-        char r[40];
-        clef_py_repr_double(ratio, r);
-        return clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA, "absolute aspect ratio must be smaller than 200, got %s",
-                            r);
-    }
-    double f = (double)factor;
-    int64_t hb = (int64_t)nearbyint((double)h / f) * factor;
-    int64_t wb = (int64_t)nearbyint((double)w / f) * factor;
-    int64_t tb = (int64_t)nearbyint((double)num_frames / (double)temporal) * temporal;
-    /* Python integers: t_bar * h_bar * w_bar does not overflow there; here the factors are bounded by
-     * our limits (frames <= max_frames, pixels <= max_frame_pixels) */
-    if ((double)tb * (double)hb * (double)wb > (double)max_pixels && tb * hb * wb > max_pixels) {
-        double beta = sqrt((double)(num_frames * h * w) / (double)max_pixels);
-        hb = (int64_t)floor((double)h / beta / f) * factor;
-        wb = (int64_t)floor((double)w / beta / f) * factor;
-        if (hb < factor) hb = factor;
-        if (wb < factor) wb = factor;
-    } else if (tb * hb * wb < min_pixels) {
-        double beta = sqrt((double)min_pixels / (double)(num_frames * h * w));
-        hb = (int64_t)ceil((double)h * beta / f) * factor;
-        wb = (int64_t)ceil((double)w * beta / f) * factor;
-    }
-    *oh = hb;
-    *ow = wb;
-    return 0;
+    const clef_resize_rule r = {.noun = "video", .frames = num_frames, .temporal = temporal, .upscale_small = 1,
+                                .factor = factor, .min_pixels = min_pixels, .max_pixels = max_pixels};
+    return clef_smart_resize_clip(&r, h, w, oh, ow, err);
 }
 
 #ifndef CLEF_NO_VIDEO
@@ -472,39 +399,9 @@ static int patchify_video(const clef_rgb *frames, int nf, const clef_video_opts 
     const int P = o->patch_size, M = o->merge_size, T = o->temporal_patch_size;
     const int w = frames[0].w, h = frames[0].h;
     if (w % (P * M) || h % (P * M)) return clef_err_set(err, CLEF_E_INTERNAL, "video patchify: %dx%d", w, h);
-    const int gt = (nf + T - 1) / T, gh = h / P, gw = w / P;
-    const size_t dim = (size_t)3 * T * P * P, n = (size_t)gt * gh * gw;
-    float *pv = clef_bufpool_alloc(clef_bufpool_process(), sizeof(float) * n * dim);
-    if (!pv) return clef_err_set(err, CLEF_E_OOM, "out of memory for %zu video patches", n);
-    float lut[256];
-    for (int v = 0; v < 256; v++) lut[v] = ((float)v - 127.5f) / 127.5f;
-    size_t row = 0;
-    for (int t = 0; t < gt; t++)
-        for (int br = 0; br < gh / M; br++)
-            for (int bc = 0; bc < gw / M; bc++)
-                for (int mr = 0; mr < M; mr++)
-                    for (int mc = 0; mc < M; mc++, row++) {
-                        const int py = br * M + mr, px = bc * M + mc;
-                        float *dst = pv + row * dim;
-                        for (int c = 0; c < 3; c++)
-                            for (int dt = 0; dt < T; dt++) {
-                                int fi = t * T + dt;
-                                if (fi >= nf) fi = nf - 1; /* odd count: the last frame repeated */
-                                const clef_rgb *im = &frames[fi];
-                                for (int y = 0; y < P; y++) {
-                                    const uint8_t *src = im->px + ((size_t)(py * P + y) * w + (size_t)px * P) * 3 + c;
-                                    float *d = dst + ((size_t)(c * T + dt) * P + y) * P;
-                                    for (int x = 0; x < P; x++) d[x] = lut[src[3 * x]];
-                                }
-                            }
-                    }
-    out->grid_t = gt;
-    out->grid_h = gh;
-    out->grid_w = gw;
-    out->n_patches = n;
-    out->patch_dim = dim;
-    out->pixel_values = pv;
-    return 0;
+    const clef_patch_out to = {&out->grid_t, &out->grid_h, &out->grid_w, &out->n_patches, &out->patch_dim,
+                               &out->pixel_values};
+    return clef_patchify_frames(frames, nf, P, M, T, "video", to, err);
 }
 
 int clef_video_prepare_bytes(const uint8_t *data, size_t n, const clef_video_opts *o, clef_video *out,

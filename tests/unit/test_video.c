@@ -8,7 +8,9 @@
  *     decoded-frame limit is reached, after max_decoded_frames frames, not 100,000);
  *   - bytes over max_bytes, frames over max_frame_pixels, video tokens over max_tokens;
  *   - entry forms: data: URL and bare base64 decode to the same clip; "" and garbage get the reference's
- *     TypeError text; paths only when allowed;
+ *     TypeError text; paths only when allowed; the video's words and steps through the entry reader it
+ *     shares with images (data: types, no stop at a second comma, byte limits, no word for a path);
+ *   - the clip's smart_resize (the image's with the video's steps: small sides scaled up, t >= temporal);
  *   - the chroma filter of src/video/rgb24.c (libswscale's bilinear initFilter) on sizes whose taps were
  *     read off the model that matched PyAV 18.1's output (docs/spec-corrections.md "Video");
  *   - rgb24.c's full-chroma path (4:2:0 of odd width, 10-bit BT.709 full range and 8-bit odd height):
@@ -235,6 +237,38 @@ int main(void) {
     clef_video_free(&v);
     CHECK(clef_video_prepare("https://example.com/a.mp4", 25, &paths, &v, &e) == -1);
     CHECK_STR(e.type, CLEF_E_UNSUPPORTED_MEDIA);
+    CHECK_STR(e.msg, "video URLs are not fetched; send a data: URL or base64");
+    /* the video's words and steps through the reader shared with images (image/media_entry.c): */
+    CHECK(clef_video_prepare("data:image/png;base64,QUJD", 26, &o, &v, &e) == -1);
+    CHECK_STR(e.msg, "data: URL is not a video (expected data:video/...)");
+    memmove(txt + 37, txt + start, k - start + 1); /* the same clip under the other type it takes */
+    memcpy(txt, "data:application/octet-stream;base64,", 37);
+    CHECK(clef_video_prepare(txt, 37 + k - start, &o, &v, &e) == 0 && v.grid_t == 2);
+    clef_video_free(&v);
+    strcat(txt, ",QUJD"); /* a second comma is no end for a video (an image's data: URL stops there) */
+    CHECK(clef_video_prepare(txt, strlen(txt), &o, &v, &e) == -1);
+    CHECK_STR(e.msg, CLEF_VIDEO_BAD_ENTRY_MSG);
+    CHECK(clef_video_prepare("data:video/mp4;base64,", 22, &o, &v, &e) == -1); /* no bytes */
+    CHECK_STR(e.msg, CLEF_VIDEO_BAD_ENTRY_MSG);
+    clef_video_opts tiny = paths;
+    tiny.max_bytes = 10;
+    CHECK(clef_video_prepare(txt + 37, k - start, &tiny, &v, &e) == -1);
+    CHECK_STR(e.msg, "video entry is over 10 bytes");
+    CHECK(clef_video_prepare(p, strlen(p), &tiny, &v, &e) == -1);
+    char want[128];
+    snprintf(want, sizeof want, "video file is %zu bytes; the limit is 10", n);
+    CHECK_STR(e.msg, want);
+    CHECK(clef_video_prepare("/nonexistent/x.mp4", 18, &paths, &v, &e) == -1); /* no word for a path, unlike images */
+    CHECK_STR(e.msg, CLEF_VIDEO_BAD_ENTRY_MSG);
+
+    /* the clip's smart_resize: sides under factor scaled up first (an image's is not), t against temporal */
+    int64_t oh = 0, ow = 0;
+    CHECK(clef_video_smart_resize(2, 10, 20, 32, 2, 1024, 1 << 24, &oh, &ow, &e) == 0 && oh == 32 && ow == 64);
+    CHECK(clef_smart_resize(10, 20, 32, 4096, 1 << 24, &oh, &ow, &e) == 0 && oh == 64 && ow == 96);
+    CHECK(clef_video_smart_resize(1, 64, 64, 32, 2, 4096, 1 << 24, &oh, &ow, &e) == -1);
+    CHECK_STR(e.msg, "t:1 must be larger than temporal_factor:2");
+    CHECK(clef_video_smart_resize(2, 0, 64, 32, 2, 4096, 1 << 24, &oh, &ow, &e) == -1);
+    CHECK_STR(e.msg, "video has zero size (64x0)");
     free(txt);
     free(b);
 
