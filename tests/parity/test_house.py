@@ -21,10 +21,10 @@ MAX_FILE = 800
 MAX_FUNC = 120
 TOP = 10
 
-# Generated tables only: path (or "path:function") -> why it may be longer.
-ALLOW = {
-    "src/text/tok_unicode.inc": "Unicode tables written by tests/parity/gen_tokenizer_unicode.py",
-}
+# Generated tables only: path (or "path:function") -> why it may be longer (which generator wrote
+# it). None today: src/text/tok_unicode.inc, the one generated table, is 240 lines. An entry that is
+# no longer over its limit fails, as PENDING's do.
+ALLOW = {}
 
 # Files another change in flight owns: reported here, not failed, until that change lands. An entry
 # that is no longer over its limit fails, so the list cannot outlive its reason.
@@ -163,9 +163,10 @@ def main():
     over = [(rel, rel, f"{rel}: {n} lines (over {MAX_FILE})") for n, rel in files if n > MAX_FILE]
     over += [(rel, f"{rel}:{name}", f"{where}: {name} is {n} lines (over {MAX_FUNC})")
              for n, where, name, rel in funcs if n > MAX_FUNC]
-    pending_used = set()
+    pending_used, allow_used = set(), set()
     for rel, key, msg in over:
         if key in ALLOW or rel in ALLOW:
+            allow_used.add(key if key in ALLOW else rel)
             print(f"allowed: {msg}: {ALLOW.get(key) or ALLOW[rel]}")
         elif rel in PENDING:
             pending_used.add(rel)
@@ -174,10 +175,12 @@ def main():
             fails.append(msg)
     for rel in sorted(set(PENDING) - pending_used):
         fails.append(f"{rel} is within the limits now: drop it from PENDING")
+    for key in sorted(set(ALLOW) - allow_used):
+        fails.append(f"{key} is within the limits now: drop it from ALLOW")
     for f in fails:
         print("FAIL:", f)
     if fails:
-        print(f"{len(fails)} over the house's limits (files {MAX_FILE}, functions {MAX_FUNC} lines)")
+        print(f"{len(fails)} broken: the house's limits are {MAX_FILE} lines a file, {MAX_FUNC} a function")
         return 1
     print(f"ok: no C file of src/ over {MAX_FILE} lines, no function over {MAX_FUNC}")
     return 0
