@@ -85,11 +85,13 @@ struct clef_server {
     atomic_long receiving; /* requests past their headers, not yet queued or answered */
 };
 
+/* The connection's socket (MHD's end of the guard's socketpair), -1 when unknown. */
 static inline int conn_fd(struct MHD_Connection *c) {
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     return ci ? (int)ci->connect_fd : -1;
 }
 
+/* Off the guard's body-deadline list (clef_guard_watch), once. */
 static inline void unwatch(req *r) {
     if (r->watched) {
         r->watched = 0;
@@ -97,6 +99,7 @@ static inline void unwatch(req *r) {
     }
 }
 
+/* No longer counted in srv->receiving (shutdown waits for that count), once. */
 static inline void uncount(req *r) {
     if (r->receiving) {
         r->receiving = 0;
