@@ -30,7 +30,7 @@
 //
 //   clang -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -g -O1 -fsanitize=fuzzer,address,undefined \
 //     -fno-sanitize-recover=undefined -Iinclude -Isrc fuzz/fuzz_batch.c src/cli/batch_resume.c src/base/buf.c \
-//     src/base/err.c src/base/json.c src/base/sha256.c src/base/utf8.c src/base/pyfmt.c -lm -o build/fuzz_batch
+//     src/base/err.c src/base/json.c src/base/json_render.c src/base/sha256.c src/base/utf8.c src/base/pyfmt.c -lm -o build/fuzz_batch
 //   mkdir -p build/fuzz-batch && cp fuzz/corpus/batch/* build/fuzz-batch/
 //   build/fuzz_batch -max_len=16384 -max_total_time=600 -rss_limit_mb=2048 build/fuzz-batch
 //

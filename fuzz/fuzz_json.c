@@ -1,11 +1,11 @@
-/* libFuzzer target for src/base/json.c: any input must parse or fail cleanly (no crash, no leak, no
- * UB), and an accepted document must be a fixed point of render: parse -> render -> parse -> render
+/* libFuzzer target for src/base/json.c and json_render.c: any input must parse or fail cleanly (no
+ * crash, no leak, no UB), and an accepted document must be a fixed point of render: parse -> render -> parse -> render
  * gives the same bytes the second time (sorted and unsorted; a document with lone surrogates renders
  * to WTF-8, which is not UTF-8, so for those only determinism is checked). Not part of the default
  * build.
  *
  *   clang -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined -Isrc \
- *     fuzz/fuzz_json.c src/base/json.c src/base/pyfmt.c src/base/utf8.c src/base/buf.c src/base/err.c \
+ *     fuzz/fuzz_json.c src/base/json.c src/base/json_render.c src/base/pyfmt.c src/base/utf8.c src/base/buf.c src/base/err.c \
  *     -lm -o /tmp/fuzz_json
  *   mkdir -p /tmp/fuzz_json_corpus && /tmp/fuzz_json -max_total_time=120 -max_len=4096 /tmp/fuzz_json_corpus
  */

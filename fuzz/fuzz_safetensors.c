@@ -3,7 +3,7 @@
  *
  *   clang -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined -Isrc \
  *     fuzz/fuzz_safetensors.c src/model/safetensors.c src/base/mapfile.c src/base/err.c src/base/buf.c \
- *     src/base/json.c src/base/utf8.c src/base/pyfmt.c -lm -o build/fuzz_safetensors
+ *     src/base/json.c src/base/json_render.c src/base/utf8.c src/base/pyfmt.c -lm -o build/fuzz_safetensors
  *   mkdir -p build/fuzz-corpus && build/fuzz_safetensors -max_total_time=60 -max_len=4096 build/fuzz-corpus
  *
  * Besides the sanitizers, it checks the reader's promises on every accepted input: each tensor's

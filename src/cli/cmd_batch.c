@@ -422,6 +422,106 @@ static int check_out(batch_files *f, const clef_options *o, int restart, clef_bu
     return rc;
 }
 
+/* One forward over the window's pending jobs, chosen like the server chooses (clef_sched_pick);
+ * tok, idx, map and jobs are scratch of the window's size. */
+static void forward_pending(clef_engine *e, entry *win, size_t window, size_t head, size_t n, size_t *tok, size_t *idx,
+                            size_t *map, clef_job **jobs, size_t batch_tokens, size_t max_batch) {
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++) {
+        entry *en = &win[(head + i) % window];
+        if (!en->done) {
+            map[m] = (head + i) % window;
+            tok[m] = clef_job_tokens(en->job);
+            m++;
+        }
+    }
+    if (m == 0) return;
+    size_t k = clef_sched_pick(tok, m, batch_tokens, max_batch, idx);
+    for (size_t j = 0; j < k; j++) jobs[j] = win[map[idx[j]]].job;
+    clef_run_batch(e, jobs, k);
+    for (size_t j = 0; j < k; j++) {
+        entry *en = &win[map[idx[j]]];
+        clef_job_finish(en->job, &en->res);
+        en->job = NULL;
+        en->done = 1;
+    }
+}
+
+/* The progress line: answers written of all, rates, ETA, requests warned. */
+static void draw_progress(cli_progress *bar, const batch_files *f, uint64_t written, uint64_t have, uint64_t tokens,
+                          const warning_tally *warned, double t0) {
+    double dt = clef_now() - t0;
+    uint64_t run = written - have;
+    char extra[160], eta[32];
+    fmt_eta(eta, sizeof eta, run ? (double)(f->total - written) * dt / (double)run : -1);
+    int at = snprintf(extra, sizeof extra, "%llu/%llu  %.1f rec/s  %.0f tok/s  ETA %s",
+                      (unsigned long long)written, (unsigned long long)f->total, dt > 0 ? run / dt : 0,
+                      dt > 0 ? tokens / dt : 0, eta);
+    if (warned->requests && at > 0 && (size_t)at < sizeof extra)
+        snprintf(extra + at, sizeof extra - (size_t)at, "  %llu warned", (unsigned long long)warned->requests);
+    cli_progress_draw(bar, written, f->total, extra, written == f->total);
+}
+
+/* OUT at the end: synced (after a failure), or read back and vouched for. The exit status so far,
+ * 3 when OUT is not what the run wrote or its record cannot be written. */
+static int close_out(const batch_files *f, int out, int rc, uint64_t written) {
+    /* never an exit 0 with fewer answers in OUT than the event line reports */
+    if (f->to_stdout) {
+        /* a stream: nothing to sync or read back */
+    } else if (rc) {
+        fdatasync(out);
+    } else if (verify_out(f, written) != 0) {
+        rc = 3;
+    } else if (save_record(f, written) != 0) {
+        fprintf(stderr, "clef batch: cannot write %s: %s\n", f->rec_path, strerror(errno));
+        rc = 3;
+    }
+    return rc;
+}
+
+/* The warnings kept, then the closing event line. */
+static void print_summary(const batch_files *f, const warning_tally *warned, uint64_t written, uint64_t have,
+                          uint64_t errors, uint64_t tokens, double dt) {
+    for (size_t i = 0; i < warned->shown; i++) fprintf(stderr, "clef batch: warning: %s\n", warned->line[i]);
+    if (warned->requests > warned->shown)
+        fprintf(stderr, "clef batch: warning: ... %llu request(s) with warnings in all\n",
+                (unsigned long long)warned->requests);
+    fprintf(stderr,
+            "{\"event\":\"batch\",\"written\":%llu,\"skipped\":%llu,\"total\":%llu,\"errors\":%llu,\"tokens\":%llu,"
+            "\"warned\":%llu,\"seconds\":%.3f,\"interrupted\":%s}\n",
+            (unsigned long long)(written - have), (unsigned long long)have, (unsigned long long)f->total,
+            (unsigned long long)errors, (unsigned long long)tokens, (unsigned long long)warned->requests, dt,
+            stop_flag ? "true" : "false");
+}
+
+/* Writes the window's answered prefix to OUT, in order (counting errors, tokens and warnings).
+ * 0, or -1 when OUT cannot be written (said on stderr). */
+static int write_prefix(batch_files *f, entry *win, size_t window, size_t *head, size_t *n, warning_tally *warned,
+                        uint64_t *errors, uint64_t *tokens, uint64_t *written) {
+    while (*n && win[*head].done) {
+        entry *en = &win[*head];
+        if (en->res.warnings) tally_warnings(warned, en->lineno, en->res.warnings);
+        if (en->res.error_type) (*errors)++;
+        else *tokens += (uint64_t)(en->res.input_tokens > 0 ? en->res.input_tokens : 0);
+        int bad = !en->res.body || write_all(f->out, en->res.body, en->res.body_len) != 0 || write_all(f->out, "\n", 1) != 0;
+        if (!bad) {
+            clef_sha256_update(&f->out_sha, en->res.body, en->res.body_len);
+            clef_sha256_update(&f->out_sha, "\n", 1);
+            f->out_bytes += (uint64_t)en->res.body_len + 1;
+        }
+        clef_result_free(&en->res);
+        en->done = 0;
+        *head = (*head + 1) % window;
+        (*n)--;
+        if (bad) {
+            fprintf(stderr, "\nclef batch: cannot write %s: %s\n", f->out_path, strerror(errno));
+            return -1;
+        }
+        (*written)++;
+    }
+    return 0;
+}
+
 /* Step 3: the requests after the ones OUT holds, through a window of max_batch * 4 lines: read and
  * prepare, write the answered prefix in order (synced), run one forward over the pending jobs as the
  * server picks them; until IN ends or a signal. Prints the closing event line. Returns 0, 3 (a read,
@@ -495,69 +595,23 @@ static int run_requests(clef_engine *e, batch_files *f, size_t batch_tokens, siz
             n++;
         }
         /* write the answered prefix, in order */
-        int wrote = 0;
-        while (n && win[head].done) {
-            entry *en = &win[head];
-            if (en->res.warnings) tally_warnings(&warned, en->lineno, en->res.warnings);
-            if (en->res.error_type) errors++;
-            else tokens += (uint64_t)(en->res.input_tokens > 0 ? en->res.input_tokens : 0);
-            int bad = !en->res.body || write_all(out, en->res.body, en->res.body_len) != 0 || write_all(out, "\n", 1) != 0;
-            if (!bad) {
-                clef_sha256_update(&f->out_sha, en->res.body, en->res.body_len);
-                clef_sha256_update(&f->out_sha, "\n", 1);
-                f->out_bytes += (uint64_t)en->res.body_len + 1;
-            }
-            clef_result_free(&en->res);
-            en->done = 0;
-            head = (head + 1) % window;
-            n--;
-            if (bad) {
-                fprintf(stderr, "\nclef batch: cannot write %s: %s\n", out_path, strerror(errno));
-                rc = 3;
-                goto done;
-            }
-            written++;
-            wrote = 1;
+        uint64_t before = written;
+        if (write_prefix(f, win, window, &head, &n, &warned, &errors, &tokens, &written) != 0) {
+            rc = 3;
+            goto done;
         }
+        int wrote = written != before;
         if (wrote) {
             if (!f->to_stdout && (fdatasync(out) != 0 || save_record(f, written) != 0)) { /* the answers durable, then vouched for */
                 fprintf(stderr, "\nclef batch: cannot sync %s or write its record: %s\n", out_path, strerror(errno));
                 rc = 3;
                 goto done;
             }
-            double dt = clef_now() - t0;
-            uint64_t run = written - have;
-            char extra[160], eta[32];
-            fmt_eta(eta, sizeof eta, run ? (double)(f->total - written) * dt / (double)run : -1);
-            int at = snprintf(extra, sizeof extra, "%llu/%llu  %.1f rec/s  %.0f tok/s  ETA %s",
-                              (unsigned long long)written, (unsigned long long)f->total, dt > 0 ? run / dt : 0,
-                              dt > 0 ? tokens / dt : 0, eta);
-            if (warned.requests && at > 0 && (size_t)at < sizeof extra)
-                snprintf(extra + at, sizeof extra - (size_t)at, "  %llu warned", (unsigned long long)warned.requests);
-            cli_progress_draw(&bar, written, f->total, extra, written == f->total);
+            draw_progress(&bar, f, written, have, tokens, &warned, t0);
         }
         if (stop_flag) break;
         if (n == 0 && eof) break;
-        /* one forward over the pending jobs, chosen like the server chooses */
-        size_t m = 0;
-        for (size_t i = 0; i < n; i++) {
-            entry *en = &win[(head + i) % window];
-            if (!en->done) {
-                map[m] = (head + i) % window;
-                tok[m] = clef_job_tokens(en->job);
-                m++;
-            }
-        }
-        if (m == 0) continue;
-        size_t k = clef_sched_pick(tok, m, batch_tokens, max_batch, idx);
-        for (size_t j = 0; j < k; j++) jobs[j] = win[map[idx[j]]].job;
-        clef_run_batch(e, jobs, k);
-        for (size_t j = 0; j < k; j++) {
-            entry *en = &win[map[idx[j]]];
-            clef_job_finish(en->job, &en->res);
-            en->job = NULL;
-            en->done = 1;
-        }
+        forward_pending(e, win, window, head, n, tok, idx, map, jobs, batch_tokens, max_batch);
     }
 done:
     cli_progress_end(&bar);
@@ -566,28 +620,8 @@ done:
         if (en->job) clef_job_free(en->job);
         else if (en->done) clef_result_free(&en->res);
     }
-    /* never an exit 0 with fewer answers in OUT than the event line reports */
-    if (f->to_stdout) {
-        /* a stream: nothing to sync or read back */
-    } else if (rc) {
-        fdatasync(out);
-    } else if (verify_out(f, written) != 0) {
-        rc = 3;
-    } else if (save_record(f, written) != 0) {
-        fprintf(stderr, "clef batch: cannot write %s: %s\n", f->rec_path, strerror(errno));
-        rc = 3;
-    }
-    double dt = clef_now() - t0;
-    for (size_t i = 0; i < warned.shown; i++) fprintf(stderr, "clef batch: warning: %s\n", warned.line[i]);
-    if (warned.requests > warned.shown)
-        fprintf(stderr, "clef batch: warning: ... %llu request(s) with warnings in all\n",
-                (unsigned long long)warned.requests);
-    fprintf(stderr,
-            "{\"event\":\"batch\",\"written\":%llu,\"skipped\":%llu,\"total\":%llu,\"errors\":%llu,\"tokens\":%llu,"
-            "\"warned\":%llu,\"seconds\":%.3f,\"interrupted\":%s}\n",
-            (unsigned long long)(written - have), (unsigned long long)have, (unsigned long long)f->total,
-            (unsigned long long)errors, (unsigned long long)tokens, (unsigned long long)warned.requests, dt,
-            stop_flag ? "true" : "false");
+    rc = close_out(f, out, rc, written);
+    print_summary(f, &warned, written, have, errors, tokens, clef_now() - t0);
     if (!rc && stop_flag) rc = 130;
     if (!rc && errors && !allow_errors) {
         fprintf(stderr, "clef batch: %llu of the %llu answer lines in %s are errors (exit 1; --allow-errors: exit 0)\n",

@@ -223,27 +223,11 @@ static int image_path(const gate *g, const char *file, char *out, size_t cap, ch
     return 0;
 }
 
-/* One run: request with "raw": true (and its images), compare. */
-static void run_one(gate *g, clef_engine *e, const json_value *run, const char *arm, arm_stats *st) {
-    char tag[160];
-    const char *id = str_of(clef_json_object_get(run, "id"));
-    snprintf(tag, sizeof tag, "%s/%s", id ? id : "?", arm);
-    const json_value *rec = id ? find_record(g, id) : NULL;
-    const json_value *req = rec ? clef_json_object_get(rec, "request") : NULL;
-    const json_value *qs = clef_json_object_get(run, "questions"), *want = clef_json_object_get(run, "systemone_response");
-    if (!req || req->kind != JSON_OBJECT || !qs || qs->kind != JSON_ARRAY || !want) {
-        report(g, tag, "the fixture lacks its record, questions or response", NULL);
-        st->errors++;
-        st->failed = 1;
-        return;
-    }
-    /* a request of our own: {request's members..., "images"?, "raw": true} */
+/* The body of our own request for a run: {request's members..., "images"?, "raw": true}, into body.
+ * 0, 1 when an image is missing (reported, counted as skipped), -1 out of memory. */
+static int build_request(gate *g, const json_value *run, const json_value *req, const char *arm, const char *tag,
+                         arm_stats *st, clef_buf *body) {
     json_doc *d = clef_json_doc_new();
-    clef_buf body, a, b;
-    clef_buf_init(&body);
-    clef_buf_init(&a);
-    clef_buf_init(&b);
-    json_doc *resp = NULL;
     json_value *obj = d ? clef_json_new_object(d) : NULL;
     int oom = !obj;
     for (size_t i = 0; !oom && i < req->u.object.n; i++) {
@@ -260,7 +244,8 @@ static void run_one(gate *g, clef_engine *e, const json_value *run, const char *
             if (!file || image_path(g, file, path, sizeof path, why, sizeof why)) {
                 report(g, tag, "skipped: ", file ? why : "image_files is not a list of names");
                 st->runs_skipped++;
-                goto out;
+                clef_json_doc_free(d);
+                return 1;
             }
             json_value *s = clef_json_new_string(d, path, strlen(path));
             oom = !s || clef_json_array_push(d, arr, s);
@@ -268,34 +253,14 @@ static void run_one(gate *g, clef_engine *e, const json_value *run, const char *
         if (!oom) oom = clef_json_object_set(d, obj, "images", 6, arr);
     }
     json_value *t = oom ? NULL : clef_json_new_bool(d, 1);
-    if (!t || clef_json_object_set(d, obj, "raw", 3, t) || clef_json_render(&body, obj, 0)) oom = 1;
-    if (oom) {
-        report(g, tag, "out of memory", NULL);
-        st->errors++;
-        st->failed = 1;
-        goto out;
-    }
-    st->runs_run++;
-    clef_result r;
-    clef_decide(e, body.data, body.len, &r);
-    if (r.error_type || !r.body) {
-        report(g, tag, "the engine refused it: ", r.body ? r.body : "(no body)");
-        clef_result_free(&r);
-        st->errors++;
-        st->failed = 1;
-        goto out;
-    }
-    clef_err jerr = {0};
-    resp = clef_json_parse(r.body, r.body_len, NULL, &jerr);
-    clef_result_free(&r);
-    json_value *answers = resp ? clef_json_object_get(clef_json_doc_root(resp), "answers") : NULL;
-    if (!answers || answers->kind != JSON_OBJECT) {
-        report(g, tag, "our response has no answers", NULL);
-        st->errors++;
-        st->failed = 1;
-        goto out;
-    }
-    /* probabilities: each answer's "raw" against the fixture's probs, then drop "raw" */
+    if (!t || clef_json_object_set(d, obj, "raw", 3, t) || clef_json_render(body, obj, 0)) oom = 1;
+    clef_json_doc_free(d);
+    return oom ? -1 : 0;
+}
+
+/* The probabilities: each answer's "raw" against the fixture's probs (|dp|, argmax), then "raw"
+ * dropped from our response. */
+static void compare_probs(gate *g, const char *tag, const json_value *qs, json_value *answers, arm_stats *st) {
     for (size_t qi = 0; qi < qs->u.array.n; qi++) {
         const json_value *q = qs->u.array.items[qi];
         const char *qid = str_of(clef_json_object_get(q, "question_id"));
@@ -344,10 +309,19 @@ static void run_one(gate *g, clef_engine *e, const json_value *run, const char *
         else report(g, tag, "argmax differs in question ", qid);
         ans->u.object.n--; /* "raw" is the last member (clef.h); the rest is the reference's response */
     }
+}
+
+/* Our response (without "raw") against the fixture's, as bytes, then as values (rounding). */
+static void compare_bytes(gate *g, const char *tag, json_doc *resp, const json_value *want, arm_stats *st) {
+    clef_buf a, b;
+    clef_buf_init(&a);
+    clef_buf_init(&b);
     if (clef_json_render(&a, clef_json_doc_root(resp), 0) || clef_json_render(&b, want, 0)) {
         report(g, tag, "out of memory", NULL);
         st->failed = 1;
-        goto out;
+        clef_buf_free(&a);
+        clef_buf_free(&b);
+        return;
     }
     if (a.len == b.len && !memcmp(a.data, b.data, a.len)) {
         st->bytes_equal++;
@@ -364,12 +338,60 @@ static void run_one(gate *g, clef_engine *e, const json_value *run, const char *
             st->failed = 1;
         }
     }
-out:
-    clef_json_doc_free(resp);
-    clef_json_doc_free(d);
-    clef_buf_free(&body);
     clef_buf_free(&a);
     clef_buf_free(&b);
+}
+
+/* One run: request with "raw": true (and its images), compare. */
+static void run_one(gate *g, clef_engine *e, const json_value *run, const char *arm, arm_stats *st) {
+    char tag[160];
+    const char *id = str_of(clef_json_object_get(run, "id"));
+    snprintf(tag, sizeof tag, "%s/%s", id ? id : "?", arm);
+    const json_value *rec = id ? find_record(g, id) : NULL;
+    const json_value *req = rec ? clef_json_object_get(rec, "request") : NULL;
+    const json_value *qs = clef_json_object_get(run, "questions"), *want = clef_json_object_get(run, "systemone_response");
+    if (!req || req->kind != JSON_OBJECT || !qs || qs->kind != JSON_ARRAY || !want) {
+        report(g, tag, "the fixture lacks its record, questions or response", NULL);
+        st->errors++;
+        st->failed = 1;
+        return;
+    }
+    clef_buf body;
+    clef_buf_init(&body);
+    json_doc *resp = NULL;
+    int built = build_request(g, run, req, arm, tag, st, &body);
+    if (built == 1) goto out;
+    if (built < 0) {
+        report(g, tag, "out of memory", NULL);
+        st->errors++;
+        st->failed = 1;
+        goto out;
+    }
+    st->runs_run++;
+    clef_result r;
+    clef_decide(e, body.data, body.len, &r);
+    if (r.error_type || !r.body) {
+        report(g, tag, "the engine refused it: ", r.body ? r.body : "(no body)");
+        clef_result_free(&r);
+        st->errors++;
+        st->failed = 1;
+        goto out;
+    }
+    clef_err jerr = {0};
+    resp = clef_json_parse(r.body, r.body_len, NULL, &jerr);
+    clef_result_free(&r);
+    json_value *answers = resp ? clef_json_object_get(clef_json_doc_root(resp), "answers") : NULL;
+    if (!answers || answers->kind != JSON_OBJECT) {
+        report(g, tag, "our response has no answers", NULL);
+        st->errors++;
+        st->failed = 1;
+        goto out;
+    }
+    compare_probs(g, tag, qs, answers, st);
+    compare_bytes(g, tag, resp, want, st);
+out:
+    clef_json_doc_free(resp);
+    clef_buf_free(&body);
 }
 
 static int cmp_double(const void *a, const void *b) {
@@ -393,12 +415,8 @@ static int arm_pass(const gate *g, const arm_stats *s) {
            s->bytes_equal + s->bytes_rounding == s->runs_run && s->q_argmax_same + s->q_argmax_tie == s->q_total;
 }
 
-int cmd_gate(int argc, char **argv) {
-    gate g;
-    memset(&g, 0, sizeof g);
-    clef_options_default(&g.base);
-    const char *fixture = NULL;
-    int only_arm = -1;
+/* The flags into g, *fixture and *only_arm. -1 to go on, else the exit status. */
+static int gate_args(int argc, char **argv, gate *g, const char **fixture, int *only_arm) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -406,7 +424,7 @@ int cmd_gate(int argc, char **argv) {
             return 0;
         }
         if (!strcmp(a, "--verbose")) {
-            g.verbose = 1;
+            g->verbose = 1;
             continue;
         }
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -415,33 +433,33 @@ int cmd_gate(int argc, char **argv) {
             return 2;
         }
         i++;
-        if (!strcmp(a, "--model")) g.base.model_dir = v;
-        else if (!strcmp(a, "--fixture")) fixture = v;
-        else if (!strcmp(a, "--images")) g.images_dir = v;
+        if (!strcmp(a, "--model")) g->base.model_dir = v;
+        else if (!strcmp(a, "--fixture")) *fixture = v;
+        else if (!strcmp(a, "--images")) g->images_dir = v;
         else if (!strcmp(a, "--arm")) {
-            if ((only_arm = arm_index(v)) < 0) {
+            if ((*only_arm = arm_index(v)) < 0) {
                 fprintf(stderr, "clef gate: --arm must be text, g256, g448 or native\n");
                 return 2;
             }
         } else if (!strcmp(a, "--threads")) {
-            if (!cli_int(v, 0, 4096, &g.base.threads)) {
+            if (!cli_int(v, 0, 4096, &g->base.threads)) {
                 fprintf(stderr, "clef gate: --threads must be a whole number in [0, 4096]\n");
                 return 2;
             }
         } else if (!strcmp(a, "--precision")) {
-            if (!strcmp(v, "fp32")) g.base.precision = CLEF_PRECISION_FP32;
-            else if (!strcmp(v, "fast")) g.base.precision = CLEF_PRECISION_FAST;
-            else if (!strcmp(v, "bf16")) g.base.precision = CLEF_PRECISION_BF16;
-            else if (!strcmp(v, "int8")) g.base.precision = CLEF_PRECISION_INT8;
+            if (!strcmp(v, "fp32")) g->base.precision = CLEF_PRECISION_FP32;
+            else if (!strcmp(v, "fast")) g->base.precision = CLEF_PRECISION_FAST;
+            else if (!strcmp(v, "bf16")) g->base.precision = CLEF_PRECISION_BF16;
+            else if (!strcmp(v, "int8")) g->base.precision = CLEF_PRECISION_INT8;
             else {
                 fprintf(stderr, "clef gate: --precision must be fp32, fast, bf16 or int8\n");
                 return 2;
             }
-            g.reduced = g.base.precision == CLEF_PRECISION_BF16 || g.base.precision == CLEF_PRECISION_INT8;
+            g->reduced = g->base.precision == CLEF_PRECISION_BF16 || g->base.precision == CLEF_PRECISION_INT8;
         } else if (!strcmp(a, "--device")) {
-            if (!strcmp(v, "auto")) g.base.device = CLEF_DEVICE_AUTO;
-            else if (!strcmp(v, "cpu")) g.base.device = CLEF_DEVICE_CPU;
-            else if (!strcmp(v, "cuda")) g.base.device = CLEF_DEVICE_CUDA;
+            if (!strcmp(v, "auto")) g->base.device = CLEF_DEVICE_AUTO;
+            else if (!strcmp(v, "cpu")) g->base.device = CLEF_DEVICE_CPU;
+            else if (!strcmp(v, "cuda")) g->base.device = CLEF_DEVICE_CUDA;
             else {
                 fprintf(stderr, "clef gate: --device must be auto, cpu or cuda\n");
                 return 2;
@@ -451,12 +469,12 @@ int cmd_gate(int argc, char **argv) {
             return 2;
         }
     }
-    if (!g.base.model_dir) {
-        fprintf(stderr, "clef gate: --model DIR is required (clef gate --help)\n");
-        return 2;
-    }
-    g.base.allow_image_paths = 1;
+    return -1;
+}
 
+/* The fixture (the file, or the built-in one) parsed into g and checked: its schema, its records
+ * and runs, and that --model is its checkpoint. 0, or the exit status (2; g->doc freed). */
+static int gate_load(gate *g, const char *fixture) {
     char *owned = NULL;
     const char *text;
     size_t len;
@@ -471,28 +489,133 @@ int cmd_gate(int argc, char **argv) {
     }
     const char *fname = fixture ? fixture : "the author's fixture (built in)";
     clef_err jerr = {0};
-    g.doc = clef_json_parse(text, len, NULL, &jerr);
+    g->doc = clef_json_parse(text, len, NULL, &jerr);
     free(owned);
-    const json_value *root = g.doc ? clef_json_doc_root(g.doc) : NULL;
+    const json_value *root = g->doc ? clef_json_doc_root(g->doc) : NULL;
     const char *schema = root ? str_of(clef_json_object_get(root, "schema")) : NULL;
-    g.records = root ? clef_json_object_get(root, "records") : NULL;
-    g.runs = root ? clef_json_object_get(root, "runs") : NULL;
-    g.images = root ? clef_json_object_get(root, "images") : NULL;
-    if (g.images && g.images->kind != JSON_ARRAY) g.images = NULL;
-    if (!g.doc || !schema || strcmp(schema, GATE_FIXTURE_SCHEMA) || !g.records || g.records->kind != JSON_ARRAY ||
-        !g.runs || g.runs->kind != JSON_ARRAY) {
+    g->records = root ? clef_json_object_get(root, "records") : NULL;
+    g->runs = root ? clef_json_object_get(root, "runs") : NULL;
+    g->images = root ? clef_json_object_get(root, "images") : NULL;
+    if (g->images && g->images->kind != JSON_ARRAY) g->images = NULL;
+    if (!g->doc || !schema || strcmp(schema, GATE_FIXTURE_SCHEMA) || !g->records || g->records->kind != JSON_ARRAY ||
+        !g->runs || g->runs->kind != JSON_ARRAY) {
         fprintf(stderr, "clef gate: %s: %s\n", fname,
-                !g.doc ? jerr.msg : "not a fixture of schema " GATE_FIXTURE_SCHEMA " with records and runs");
-        clef_json_doc_free(g.doc);
+                !g->doc ? jerr.msg : "not a fixture of schema " GATE_FIXTURE_SCHEMA " with records and runs");
+        clef_json_doc_free(g->doc);
         return 2;
     }
-    fprintf(stderr, "gate: %s: %zu records, %zu runs; model %s\n", fname, g.records->u.array.n, g.runs->u.array.n,
-            g.base.model_dir);
+    fprintf(stderr, "gate: %s: %zu records, %zu runs; model %s\n", fname, g->records->u.array.n, g->runs->u.array.n,
+            g->base.model_dir);
+    if (wrong_checkpoint(root, g->base.model_dir, fname)) {
+        clef_json_doc_free(g->doc);
+        return 2;
+    }
+    return 0;
+}
 
-    if (wrong_checkpoint(root, g.base.model_dir, fname)) {
-        clef_json_doc_free(g.doc);
+/* Each arm asked for (and with its images, when it needs them) on its own engine, every run of it
+ * compared into st. 0, or 3 when an engine does not open. */
+static int gate_run_arms(gate *g, arm_stats *st, int only_arm) {
+    int printed_backend = 0;
+    for (int ai = 0; ai < N_ARMS; ai++) {
+        if (!st[ai].runs_total || (only_arm >= 0 && ai != only_arm)) continue;
+        if (ai > 0 && !g->images_dir) {
+            st[ai].runs_skipped = st[ai].runs_total;
+            continue;
+        }
+        clef_options o = g->base;
+        o.image_tile = ai == 1 ? 256 : ai == 2 ? 448 : 0;
+        o.text_only = ai == 0;
+        char err[1200];
+        clef_engine *e = clef_open(&o, err, sizeof err);
+        if (!e) {
+            fprintf(stderr, "clef gate: %s\n", err);
+            return 3;
+        }
+        char label[64];
+        snprintf(label, sizeof label, "gate %s", ARMS[ai]);
+        cli_progress bar;
+        cli_progress_init(&bar, label);
+        int done = 0;
+        for (size_t i = 0; i < g->runs->u.array.n; i++) {
+            const json_value *run = g->runs->u.array.items[i];
+            if (strcmp(str_of(clef_json_object_get(run, "arm")), ARMS[ai])) continue;
+            run_one(g, e, run, ARMS[ai], &st[ai]);
+            cli_progress_draw(&bar, (uint64_t)++done, (uint64_t)st[ai].runs_total, NULL, 0);
+            if (!bar.tty && st[ai].runs_total >= 20 && done % (st[ai].runs_total / 10) == 0 && done < st[ai].runs_total)
+                fprintf(stderr, "gate: %s: %d of %d runs\n", ARMS[ai], done, st[ai].runs_total);
+        }
+        cli_progress_end(&bar);
+        if (!printed_backend++) {
+            printf("backend: %s\n", clef_engine_backend(e));
+            if (clef_engine_note(e)) printf("note: %s\n", clef_engine_note(e));
+        }
+        clef_close(e);
+    }
+    return 0;
+}
+
+/* The table and the verdict line. The exit status: 0 when every arm run passed, else 1. */
+static int gate_report(const gate *g, arm_stats *st, int only_arm) {
+    printf("%-7s %9s %13s %10s %10s %11s  %s\n", "arm", "runs", "bytes-equal", "max|dp|", "p99|dp|", "argmax", "result");
+    int rc = 0, any = 0;
+    for (int ai = 0; ai < N_ARMS; ai++) {
+        const arm_stats *s = &st[ai];
+        if (!s->runs_total || (only_arm >= 0 && ai != only_arm)) continue;
+        if (s->runs_run == 0) {
+            printf("%-7s %4d/%-4d  skipped: %s\n", ARMS[ai], 0, s->runs_total,
+                   g->images_dir ? "none of its images found or verified in --images"
+                                : "image arm: give --images DIR holding the fixture's images");
+            continue;
+        }
+        any = 1;
+        int pass = arm_pass(g, s);
+        if (!pass) rc = 1;
+        char eq[32], am[32];
+        snprintf(eq, sizeof eq, "%d/%d", s->bytes_equal, s->runs_run);
+        snprintf(am, sizeof am, "%d/%d", s->q_argmax_same, s->q_total);
+        printf("%-7s %4d/%-4d %13s %10.3g %10.3g %11s  %s", ARMS[ai], s->runs_run, s->runs_total, eq, s->max_dp,
+               p99(&st[ai]), am, pass ? "pass" : "FAIL");
+        if (s->bytes_rounding) printf("; %d with 4th-decimal rounding differences", s->bytes_rounding);
+        if (s->q_argmax_tie) printf("; %d argmax flips on ties under %.0e", s->q_argmax_tie, 2 * GATE_MAX_DP);
+        if (s->runs_skipped) printf("; %d runs skipped (images)", s->runs_skipped);
+        if (s->errors) printf("; %d engine errors", s->errors);
+        double lim = g->reduced ? GATE_REDUCED_MAX_DP : GATE_MAX_DP;
+        if (s->max_dp > lim) printf("; max |dp| over %.0e at %s", lim, s->worst);
+        if (g->reduced && s->q_total && s->q_argmax_same < GATE_REDUCED_ARGMAX * s->q_total)
+            printf("; argmax agrees on %.1f%% of questions, under %.0f%%", 100.0 * s->q_argmax_same / s->q_total,
+                   100 * GATE_REDUCED_ARGMAX);
+        if (s->bytes_other) printf("; %d responses differ beyond a 4th-decimal unit (allowed in this precision)", s->bytes_other);
+        printf("\n");
+    }
+    if (!any) rc = 1;
+    if (g->reduced)
+        printf("gate: %s (precision %s; thresholds, docs/fidelity.md \"The gate\": max |dp| <= %.0e; argmax equal on "
+               ">= %.0f%% of questions; responses reported, not required equal)\n",
+               !any ? "FAIL: no run compared" : rc ? "FAIL" : "pass",
+               g->base.precision == CLEF_PRECISION_INT8 ? "int8" : "bf16", GATE_REDUCED_MAX_DP, 100 * GATE_REDUCED_ARGMAX);
+    else
+        printf("gate: %s (thresholds, docs/fidelity.md \"The gate\": max |dp| <= %.0e; every response byte-equal "
+               "or one 4th-decimal unit apart; argmax equal where the fixture's top-2 margin >= %.0e)\n",
+               !any ? "FAIL: no run compared" : rc ? "FAIL" : "pass", GATE_MAX_DP, 2 * GATE_MAX_DP);
+    return rc;
+}
+
+int cmd_gate(int argc, char **argv) {
+    gate g;
+    memset(&g, 0, sizeof g);
+    clef_options_default(&g.base);
+    const char *fixture = NULL;
+    int only_arm = -1;
+    int st_args = gate_args(argc, argv, &g, &fixture, &only_arm);
+    if (st_args >= 0) return st_args;
+    if (!g.base.model_dir) {
+        fprintf(stderr, "clef gate: --model DIR is required (clef gate --help)\n");
         return 2;
     }
+    g.base.allow_image_paths = 1;
+
+    if (gate_load(&g, fixture)) return 2;
 
     arm_stats st[N_ARMS];
     memset(st, 0, sizeof st);
@@ -506,86 +629,12 @@ int cmd_gate(int argc, char **argv) {
         }
         st[ai].runs_total++;
     }
-    int rc = 0, printed_backend = 0;
-    for (int ai = 0; ai < N_ARMS; ai++) {
-        if (!st[ai].runs_total || (only_arm >= 0 && ai != only_arm)) continue;
-        if (ai > 0 && !g.images_dir) {
-            st[ai].runs_skipped = st[ai].runs_total;
-            continue;
-        }
-        clef_options o = g.base;
-        o.image_tile = ai == 1 ? 256 : ai == 2 ? 448 : 0;
-        o.text_only = ai == 0;
-        char err[1200];
-        clef_engine *e = clef_open(&o, err, sizeof err);
-        if (!e) {
-            fprintf(stderr, "clef gate: %s\n", err);
-            clef_json_doc_free(g.doc);
-            for (int k = 0; k < N_ARMS; k++) free(st[k].dps);
-            return 3;
-        }
-        char label[64];
-        snprintf(label, sizeof label, "gate %s", ARMS[ai]);
-        cli_progress bar;
-        cli_progress_init(&bar, label);
-        int done = 0;
-        for (size_t i = 0; i < g.runs->u.array.n; i++) {
-            const json_value *run = g.runs->u.array.items[i];
-            if (strcmp(str_of(clef_json_object_get(run, "arm")), ARMS[ai])) continue;
-            run_one(&g, e, run, ARMS[ai], &st[ai]);
-            cli_progress_draw(&bar, (uint64_t)++done, (uint64_t)st[ai].runs_total, NULL, 0);
-            if (!bar.tty && st[ai].runs_total >= 20 && done % (st[ai].runs_total / 10) == 0 && done < st[ai].runs_total)
-                fprintf(stderr, "gate: %s: %d of %d runs\n", ARMS[ai], done, st[ai].runs_total);
-        }
-        cli_progress_end(&bar);
-        if (!printed_backend++) {
-            printf("backend: %s\n", clef_engine_backend(e));
-            if (clef_engine_note(e)) printf("note: %s\n", clef_engine_note(e));
-        }
-        clef_close(e);
+    if (gate_run_arms(&g, st, only_arm)) {
+        clef_json_doc_free(g.doc);
+        for (int k = 0; k < N_ARMS; k++) free(st[k].dps);
+        return 3;
     }
-
-    printf("%-7s %9s %13s %10s %10s %11s  %s\n", "arm", "runs", "bytes-equal", "max|dp|", "p99|dp|", "argmax", "result");
-    int any = 0;
-    for (int ai = 0; ai < N_ARMS; ai++) {
-        const arm_stats *s = &st[ai];
-        if (!s->runs_total || (only_arm >= 0 && ai != only_arm)) continue;
-        if (s->runs_run == 0) {
-            printf("%-7s %4d/%-4d  skipped: %s\n", ARMS[ai], 0, s->runs_total,
-                   g.images_dir ? "none of its images found or verified in --images"
-                                : "image arm: give --images DIR holding the fixture's images");
-            continue;
-        }
-        any = 1;
-        int pass = arm_pass(&g, s);
-        if (!pass) rc = 1;
-        char eq[32], am[32];
-        snprintf(eq, sizeof eq, "%d/%d", s->bytes_equal, s->runs_run);
-        snprintf(am, sizeof am, "%d/%d", s->q_argmax_same, s->q_total);
-        printf("%-7s %4d/%-4d %13s %10.3g %10.3g %11s  %s", ARMS[ai], s->runs_run, s->runs_total, eq, s->max_dp,
-               p99(&st[ai]), am, pass ? "pass" : "FAIL");
-        if (s->bytes_rounding) printf("; %d with 4th-decimal rounding differences", s->bytes_rounding);
-        if (s->q_argmax_tie) printf("; %d argmax flips on ties under %.0e", s->q_argmax_tie, 2 * GATE_MAX_DP);
-        if (s->runs_skipped) printf("; %d runs skipped (images)", s->runs_skipped);
-        if (s->errors) printf("; %d engine errors", s->errors);
-        double lim = g.reduced ? GATE_REDUCED_MAX_DP : GATE_MAX_DP;
-        if (s->max_dp > lim) printf("; max |dp| over %.0e at %s", lim, s->worst);
-        if (g.reduced && s->q_total && s->q_argmax_same < GATE_REDUCED_ARGMAX * s->q_total)
-            printf("; argmax agrees on %.1f%% of questions, under %.0f%%", 100.0 * s->q_argmax_same / s->q_total,
-                   100 * GATE_REDUCED_ARGMAX);
-        if (s->bytes_other) printf("; %d responses differ beyond a 4th-decimal unit (allowed in this precision)", s->bytes_other);
-        printf("\n");
-    }
-    if (!any) rc = 1;
-    if (g.reduced)
-        printf("gate: %s (precision %s; thresholds, docs/fidelity.md \"The gate\": max |dp| <= %.0e; argmax equal on "
-               ">= %.0f%% of questions; responses reported, not required equal)\n",
-               !any ? "FAIL: no run compared" : rc ? "FAIL" : "pass",
-               g.base.precision == CLEF_PRECISION_INT8 ? "int8" : "bf16", GATE_REDUCED_MAX_DP, 100 * GATE_REDUCED_ARGMAX);
-    else
-        printf("gate: %s (thresholds, docs/fidelity.md \"The gate\": max |dp| <= %.0e; every response byte-equal "
-               "or one 4th-decimal unit apart; argmax equal where the fixture's top-2 margin >= %.0e)\n",
-               !any ? "FAIL: no run compared" : rc ? "FAIL" : "pass", GATE_MAX_DP, 2 * GATE_MAX_DP);
+    int rc = gate_report(&g, st, only_arm);
     for (int ai = 0; ai < N_ARMS; ai++) free(st[ai].dps);
     clef_json_doc_free(g.doc);
     return rc;

@@ -377,6 +377,64 @@ static size_t on_body(char *p, size_t size, size_t nmemb, void *ctx) {
     return n;
 }
 
+/* What a transfer's end means: 0 when the whole file came; else the error (write, size, network,
+ * HTTP status), with *retry = 1 when another attempt may succeed. */
+static int transfer_outcome(const xfer *x, CURLcode cr, long status, const char *url, const char *host,
+                            const char *errtext, const char *bodytext, int *retry, clef_err *err) {
+    const pull_file *f = x->f;
+    if (x->write_errno) return io_error(err, x->write_errno, "writing", x->part);
+    if (x->too_long)
+        return clef_err_set(err, PULL_E_SIZE, "%s: the server sent more than the manifest's %" PRIu64 " bytes (%s)",
+                            f->name, f->bytes, url);
+    switch (cr) {
+    case CURLE_OK:
+        break;
+    case CURLE_COULDNT_RESOLVE_HOST:
+    case CURLE_COULDNT_RESOLVE_PROXY:
+    case CURLE_COULDNT_CONNECT:
+        /* retried only after this file already got bytes in this run (a network that came and went) */
+        *retry = x->have > 0;
+        return clef_err_set(err, PULL_E_NO_NETWORK, "cannot reach %s for %s: %s (no network? check HF_ENDPOINT)",
+                            host, f->name, errtext[0] ? errtext : curl_easy_strerror(cr));
+    case CURLE_PARTIAL_FILE:
+    case CURLE_RECV_ERROR:
+    case CURLE_SEND_ERROR:
+    case CURLE_GOT_NOTHING:
+    case CURLE_OPERATION_TIMEDOUT:
+    case CURLE_HTTP2:
+    case CURLE_HTTP2_STREAM:
+        *retry = 1;
+        return clef_err_set(err, PULL_E_DROPPED,
+                            "%s: the connection dropped at %" PRIu64 " of %" PRIu64 " bytes (%s); "
+                            "the partial file %s is kept: run clef pull again to resume",
+                            f->name, x->have, f->bytes, errtext[0] ? errtext : curl_easy_strerror(cr), x->part);
+    case CURLE_TOO_MANY_REDIRECTS:
+        return clef_err_set(err, PULL_E_HTTP, "%s: too many redirects from %s", f->name, url);
+    default:
+        return clef_err_set(err, PULL_E_NETWORK, "%s: %s (%s)", f->name, errtext[0] ? errtext : curl_easy_strerror(cr),
+                            url);
+    }
+    if (status == 404)
+        return clef_err_set(err, PULL_E_NOT_FOUND,
+                            "%s: not found (HTTP 404) at %s: is the repository, revision and file name right?", f->name,
+                            url);
+    if (status == 401 || status == 403)
+        return clef_err_set(err, PULL_E_UNAUTHORIZED,
+                            "%s: HTTP %ld at %s: the repository needs a token (set HF_TOKEN) or the token has no "
+                            "access",
+                            f->name, status, url);
+    if (status == 416) /* nothing at or after our offset: the server's file is not longer than the .part */
+        return clef_err_set(err, PULL_E_SIZE, "%s: the server has no bytes after %" PRIu64 " (HTTP 416), the manifest "
+                            "says %" PRIu64 " bytes (%s)", f->name, x->have, f->bytes, url);
+    if (status != 200 && status != 206)
+        return clef_err_set(err, PULL_E_HTTP, "%s: HTTP %ld at %s%s%s", f->name, status, url,
+                            x->body_len ? ": " : "", bodytext);
+    if (x->have != f->bytes)
+        return clef_err_set(err, PULL_E_SIZE, "%s: the server's file ended at %" PRIu64 " bytes, the manifest says %"
+                            PRIu64 " (%s)", f->name, x->have, f->bytes, url);
+    return 0;
+}
+
 /* Returns 0 when the .part holds f->bytes bytes (hashed into x->sha); else -1 with err, and *retry = 1
  * when another attempt may succeed (a dropped connection). */
 static int transfer(xfer *x, int *retry, clef_err *err) {
@@ -469,56 +527,67 @@ static int transfer(xfer *x, int *retry, clef_err *err) {
     if (fsync(x->fd) != 0 && !x->write_errno) x->write_errno = errno;
     show(x, 1);
 
-    if (x->write_errno) return io_error(err, x->write_errno, "writing", x->part);
-    if (x->too_long)
-        return clef_err_set(err, PULL_E_SIZE, "%s: the server sent more than the manifest's %" PRIu64 " bytes (%s)",
-                            f->name, f->bytes, url);
-    switch (cr) {
-    case CURLE_OK:
-        break;
-    case CURLE_COULDNT_RESOLVE_HOST:
-    case CURLE_COULDNT_RESOLVE_PROXY:
-    case CURLE_COULDNT_CONNECT:
-        /* retried only after this file already got bytes in this run (a network that came and went) */
-        *retry = x->have > 0;
-        return clef_err_set(err, PULL_E_NO_NETWORK, "cannot reach %s for %s: %s (no network? check HF_ENDPOINT)",
-                            host, f->name, errtext[0] ? errtext : curl_easy_strerror(cr));
-    case CURLE_PARTIAL_FILE:
-    case CURLE_RECV_ERROR:
-    case CURLE_SEND_ERROR:
-    case CURLE_GOT_NOTHING:
-    case CURLE_OPERATION_TIMEDOUT:
-    case CURLE_HTTP2:
-    case CURLE_HTTP2_STREAM:
-        *retry = 1;
-        return clef_err_set(err, PULL_E_DROPPED,
-                            "%s: the connection dropped at %" PRIu64 " of %" PRIu64 " bytes (%s); "
-                            "the partial file %s is kept: run clef pull again to resume",
-                            f->name, x->have, f->bytes, errtext[0] ? errtext : curl_easy_strerror(cr), x->part);
-    case CURLE_TOO_MANY_REDIRECTS:
-        return clef_err_set(err, PULL_E_HTTP, "%s: too many redirects from %s", f->name, url);
-    default:
-        return clef_err_set(err, PULL_E_NETWORK, "%s: %s (%s)", f->name, errtext[0] ? errtext : curl_easy_strerror(cr),
-                            url);
+    return transfer_outcome(x, cr, status, url, host, errtext, bodytext, retry, err);
+}
+
+/* The downloaded .part checked (the streamed hash, the bytes on disk read back, the size) and
+ * renamed to its final name, safely (a name that changed under us is not followed). Closes x->fd.
+ * 0, or -1 with err. */
+static int verify_and_publish(const pull_opts *o, const pull_file *f, xfer *x, const char *final, const char *part,
+                              clef_err *err) {
+    uint8_t d[32];
+    char hex[65], disk_hex[65];
+    clef_sha256_final(&x->sha, d);
+    clef_sha256_to_hex(d, hex);
+    /* the file as it lies on disk (synced by transfer), read back through the same descriptor: what
+     * the rename will publish, not the bytes as they streamed past */
+    struct stat ps;
+    clef_sha256 disk;
+    clef_sha256_init(&disk);
+    if (fstat(x->fd, &ps) != 0) {
+        int e = errno;
+        close(x->fd);
+        return io_error(err, e, "reading", part);
     }
-    if (status == 404)
-        return clef_err_set(err, PULL_E_NOT_FOUND,
-                            "%s: not found (HTTP 404) at %s: is the repository, revision and file name right?", f->name,
-                            url);
-    if (status == 401 || status == 403)
-        return clef_err_set(err, PULL_E_UNAUTHORIZED,
-                            "%s: HTTP %ld at %s: the repository needs a token (set HF_TOKEN) or the token has no "
-                            "access",
-                            f->name, status, url);
-    if (status == 416) /* nothing at or after our offset: the server's file is not longer than the .part */
-        return clef_err_set(err, PULL_E_SIZE, "%s: the server has no bytes after %" PRIu64 " (HTTP 416), the manifest "
-                            "says %" PRIu64 " bytes (%s)", f->name, x->have, f->bytes, url);
-    if (status != 200 && status != 206)
-        return clef_err_set(err, PULL_E_HTTP, "%s: HTTP %ld at %s%s%s", f->name, status, url,
-                            x->body_len ? ": " : "", bodytext);
-    if (x->have != f->bytes)
-        return clef_err_set(err, PULL_E_SIZE, "%s: the server's file ended at %" PRIu64 " bytes, the manifest says %"
-                            PRIu64 " (%s)", f->name, x->have, f->bytes, url);
+    if (hash_fd(x->fd, f->bytes, &disk, part, err) != 0) {
+        close(x->fd);
+        return -1;
+    }
+    clef_sha256_final(&disk, d);
+    clef_sha256_to_hex(d, disk_hex);
+    if (strcmp(hex, f->sha256) != 0 || strcmp(disk_hex, f->sha256) != 0 || (uint64_t)ps.st_size != f->bytes) {
+        int removed = names_fd(part, x->fd) && unlink(part) == 0;
+        close(x->fd);
+        return clef_err_set(err, PULL_E_HASH,
+                            "%s: sha256 %s (%s on disk, %" PRIu64 " bytes), the manifest says %s: the download is not "
+                            "the release's file; %s",
+                            f->name, hex, disk_hex, (uint64_t)ps.st_size, f->sha256,
+                            removed ? "it was removed (nothing written under the final name)"
+                                    : "remove the partial file by hand");
+    }
+    /* the name still the file checked, then renamed over whatever the final name was (a link there is
+     * replaced, not followed), and the final name checked to be that file */
+    if (!names_fd(part, x->fd)) {
+        close(x->fd);
+        return clef_err_set(err, PULL_E_UNSAFE, "%s was replaced while it was checked: nothing was renamed", part);
+    }
+    if (rename(part, final) != 0) {
+        int e = errno;
+        close(x->fd);
+        return io_error(err, e, "renaming to", final);
+    }
+    if (!names_fd(final, x->fd)) {
+        struct stat ls;
+        if (lstat(final, &ls) == 0 && !S_ISREG(ls.st_mode)) unlink(final); /* never a link left as a release file */
+        close(x->fd);
+        return clef_err_set(err, PULL_E_UNSAFE, "%s was replaced right after the rename: it was removed", final);
+    }
+    close(x->fd);
+    int dfd = open(o->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+        (void)fsync(dfd); /* the rename itself durable; best effort (not every file system allows it) */
+        close(dfd);
+    }
     return 0;
 }
 
@@ -584,59 +653,7 @@ int pull_file_get(const pull_opts *o, const pull_file *f, pull_stats *st, clef_e
         clef_err_clear(err);
     }
     cli_progress_end(&x.bar);
-    uint8_t d[32];
-    char hex[65], disk_hex[65];
-    clef_sha256_final(&x.sha, d);
-    clef_sha256_to_hex(d, hex);
-    /* the file as it lies on disk (synced by transfer), read back through the same descriptor: what
-     * the rename will publish, not the bytes as they streamed past */
-    struct stat ps;
-    clef_sha256 disk;
-    clef_sha256_init(&disk);
-    if (fstat(x.fd, &ps) != 0) {
-        int e = errno;
-        close(x.fd);
-        return io_error(err, e, "reading", part);
-    }
-    if (hash_fd(x.fd, f->bytes, &disk, part, err) != 0) {
-        close(x.fd);
-        return -1;
-    }
-    clef_sha256_final(&disk, d);
-    clef_sha256_to_hex(d, disk_hex);
-    if (strcmp(hex, f->sha256) != 0 || strcmp(disk_hex, f->sha256) != 0 || (uint64_t)ps.st_size != f->bytes) {
-        int removed = names_fd(part, x.fd) && unlink(part) == 0;
-        close(x.fd);
-        return clef_err_set(err, PULL_E_HASH,
-                            "%s: sha256 %s (%s on disk, %" PRIu64 " bytes), the manifest says %s: the download is not "
-                            "the release's file; %s",
-                            f->name, hex, disk_hex, (uint64_t)ps.st_size, f->sha256,
-                            removed ? "it was removed (nothing written under the final name)"
-                                    : "remove the partial file by hand");
-    }
-    /* the name still the file checked, then renamed over whatever the final name was (a link there is
-     * replaced, not followed), and the final name checked to be that file */
-    if (!names_fd(part, x.fd)) {
-        close(x.fd);
-        return clef_err_set(err, PULL_E_UNSAFE, "%s was replaced while it was checked: nothing was renamed", part);
-    }
-    if (rename(part, final) != 0) {
-        int e = errno;
-        close(x.fd);
-        return io_error(err, e, "renaming to", final);
-    }
-    if (!names_fd(final, x.fd)) {
-        struct stat ls;
-        if (lstat(final, &ls) == 0 && !S_ISREG(ls.st_mode)) unlink(final); /* never a link left as a release file */
-        close(x.fd);
-        return clef_err_set(err, PULL_E_UNSAFE, "%s was replaced right after the rename: it was removed", final);
-    }
-    close(x.fd);
-    int dfd = open(o->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd >= 0) {
-        (void)fsync(dfd); /* the rename itself durable; best effort (not every file system allows it) */
-        close(dfd);
-    }
+    if (verify_and_publish(o, f, &x, final, part, err) != 0) return -1;
     if (log) {
         fprintf(log, "pull: %s: %" PRIu64 " bytes, sha256 verified\n", f->name, f->bytes);
         fflush(log);

@@ -103,6 +103,103 @@ out:
     return rc;
 }
 
+/* Step 2: the vision tower over the images of the jobs that start at position 0, into *rows
+ * (*img_rows of them, their pad positions to come in *rpos). 0, or -1 with err set. */
+static int run_vision(clef_engine *e, plan *ps, size_t m, clef_vision_image *vi, size_t n_img, float **rows,
+                      int32_t **rpos, size_t *img_rows, clef_err *err) {
+    clef_ops *ops = e->ops;
+    const clef_config *cfg = &e->mf->cfg;
+    const size_t H = (size_t)cfg->text.hidden_size;
+    const clef_vision_config *vc = &cfg->vision;
+    if (!vc->present || !e->mf->vision.present) {
+        clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA, "this model has no vision tower; images are not accepted");
+        return -1;
+    }
+    if (vc->out_hidden_size != cfg->text.hidden_size) {
+        clef_err_set(err, CLEF_E_BAD_MODEL, "vision_config.out_hidden_size %d != text hidden_size %d",
+                     vc->out_hidden_size, cfg->text.hidden_size);
+        return -1;
+    }
+    size_t k = 0;
+    for (size_t i = 0; i < m; i++) {
+        const clef_record *r = &ps[i].j->rec;
+        if (ps[i].past) continue;
+        for (size_t q = 0; q < r->n_images; q++, k++) {
+            const clef_enc_image *ei = &r->images[q];
+            vi[k].pixel_values = ei->image.pixel_values;
+            vi[k].grid_t = ei->image.grid_t;
+            vi[k].grid_h = ei->image.grid_h;
+            vi[k].grid_w = ei->image.grid_w;
+            size_t nt = clef_vision_tokens(vc, &vi[k]);
+            if (!ei->image.pixel_values || nt != ei->n_pad) {
+                clef_err_set(err, CLEF_E_INTERNAL, "image %zu: %zu pad tokens for grid (%d, %d, %d)%s", q, ei->n_pad,
+                             ei->image.grid_t, ei->image.grid_h, ei->image.grid_w,
+                             ei->image.pixel_values ? "" : " without pixel values");
+                return -1;
+            }
+            *img_rows += nt;
+        }
+    }
+    *rows = ops->alloc(ops, *img_rows * H);
+    *rpos = malloc(*img_rows * sizeof **rpos);
+    if (!*rows || !*rpos) { clef_err_set(err, CLEF_E_OOM, "out of memory for %zu image tokens", *img_rows); return -1; }
+    if (clef_vision_forward(ops, vc, &e->mf->vision, vi, n_img, NULL, *rows, err)) return -1;
+    return 0;
+}
+
+/* Step 3's inputs: each job's ids, its segment (state to resume from, state to snapshot), and with
+ * images its three position planes and its image rows' places (rpos). 0, or -1 with err set. */
+static int pack_inputs(const clef_config *cfg, plan *ps, size_t m, int any_img, int32_t *ids, clef_forward_seg *segs,
+                       clef_pos_image *pi, int32_t *const pos[3], int32_t *const rec_pos[3], int32_t *rpos,
+                       clef_err *err) {
+    size_t ri = 0;
+    for (size_t i = 0; i < m; i++) {
+        const clef_record *r = &ps[i].j->rec;
+        const size_t past = ps[i].past, row0 = ps[i].row0;
+        memcpy(ids + row0, r->input_ids + past, ps[i].n * sizeof *ids);
+        segs[i].n = ps[i].n;
+        segs[i].resume = ps[i].hit ? &ps[i].hit->st : NULL;
+        segs[i].snap = ps[i].pending ? &ps[i].pending->st : NULL;
+        if (!any_img) continue;
+        if (r->n_images) {
+            for (size_t q = 0; q < r->n_images; q++) {
+                pi[q].pad_start = r->images[q].pad_start;
+                pi[q].n_pad = r->images[q].n_pad;
+                pi[q].grid_t = r->images[q].image.grid_t;
+                pi[q].grid_h = r->images[q].image.grid_h;
+                pi[q].grid_w = r->images[q].image.grid_w;
+            }
+            if (clef_mrope_positions(r->n_ids, pi, r->n_images, cfg->vision.spatial_merge_size, rec_pos[0], rec_pos[1],
+                                     rec_pos[2], err))
+                return -1;
+            for (int p = 0; p < 3; p++) memcpy(pos[p] + row0, rec_pos[p] + past, ps[i].n * sizeof(int32_t));
+            if (past == 0)
+                for (size_t q = 0; q < r->n_images; q++)
+                    for (size_t t = 0; t < r->images[q].n_pad; t++) rpos[ri++] = (int32_t)(row0 + r->images[q].pad_start + t);
+        } else {
+            for (size_t t = 0; t < ps[i].n; t++) pos[0][row0 + t] = pos[1][row0 + t] = pos[2][row0 + t] = (int32_t)(past + t);
+        }
+    }
+    return 0;
+}
+
+/* Step 4: the head over every job at once; when that fails, per job (one job's failure is its
+ * own). Then each job that succeeded counts its reused rows and publishes its snapshot. */
+static void finish_heads(clef_engine *e, plan *ps, size_t m, const float *hidden) {
+    if (run_heads(e, ps, m, hidden) != 0 && m > 1) {
+        for (size_t i = 0; i < m; i++) {
+            clef_err_clear(&ps[i].j->err);
+            run_heads(e, &ps[i], 1, hidden);
+        }
+    }
+    for (size_t i = 0; i < m; i++)
+        if (!ps[i].j->err.type) {
+            ps[i].j->cached_tokens = ps[i].past;
+            if (ps[i].past) clef_cache_add_reused(e->cache, ps[i].past);
+            if (ps[i].pending) clef_cache_publish(e->cache, ps[i].pending);
+        }
+}
+
 /* Steps 2-4 for plans[0 .. m). Returns 0, or -1 when the group as a whole failed (the error is in
  * every job; head failures are per job and do not fail the group). */
 static int run_group(clef_engine *e, plan *ps, size_t m) {
@@ -131,42 +228,7 @@ static int run_group(clef_engine *e, plan *ps, size_t m) {
     if (!ids || !segs || !vi) { clef_err_set(&err, CLEF_E_OOM, "out of memory"); goto fail; }
 
     /* 2: the vision tower over the images of the jobs that start at position 0 */
-    if (n_img) {
-        const clef_vision_config *vc = &cfg->vision;
-        if (!vc->present || !e->mf->vision.present) {
-            clef_err_set(&err, CLEF_E_UNSUPPORTED_MEDIA, "this model has no vision tower; images are not accepted");
-            goto fail;
-        }
-        if (vc->out_hidden_size != cfg->text.hidden_size) {
-            clef_err_set(&err, CLEF_E_BAD_MODEL, "vision_config.out_hidden_size %d != text hidden_size %d",
-                         vc->out_hidden_size, cfg->text.hidden_size);
-            goto fail;
-        }
-        size_t k = 0;
-        for (size_t i = 0; i < m; i++) {
-            const clef_record *r = &ps[i].j->rec;
-            if (ps[i].past) continue;
-            for (size_t q = 0; q < r->n_images; q++, k++) {
-                const clef_enc_image *ei = &r->images[q];
-                vi[k].pixel_values = ei->image.pixel_values;
-                vi[k].grid_t = ei->image.grid_t;
-                vi[k].grid_h = ei->image.grid_h;
-                vi[k].grid_w = ei->image.grid_w;
-                size_t nt = clef_vision_tokens(vc, &vi[k]);
-                if (!ei->image.pixel_values || nt != ei->n_pad) {
-                    clef_err_set(&err, CLEF_E_INTERNAL, "image %zu: %zu pad tokens for grid (%d, %d, %d)%s", q, ei->n_pad,
-                                 ei->image.grid_t, ei->image.grid_h, ei->image.grid_w,
-                                 ei->image.pixel_values ? "" : " without pixel values");
-                    goto fail;
-                }
-                img_rows += nt;
-            }
-        }
-        rows = ops->alloc(ops, img_rows * H);
-        rpos = malloc(img_rows * sizeof *rpos);
-        if (!rows || !rpos) { clef_err_set(&err, CLEF_E_OOM, "out of memory for %zu image tokens", img_rows); goto fail; }
-        if (clef_vision_forward(ops, vc, &e->mf->vision, vi, n_img, NULL, rows, &err)) goto fail;
-    }
+    if (n_img && run_vision(e, ps, m, vi, n_img, &rows, &rpos, &img_rows, &err)) goto fail;
 
     /* 3: the packed text forward: ids, positions (all three planes when any job has images),
      * image rows at their pads, one segment per job */
@@ -186,34 +248,7 @@ static int run_group(clef_engine *e, plan *ps, size_t m) {
             goto fail;
         }
     }
-    size_t ri = 0;
-    for (size_t i = 0; i < m; i++) {
-        const clef_record *r = &ps[i].j->rec;
-        const size_t past = ps[i].past, row0 = ps[i].row0;
-        memcpy(ids + row0, r->input_ids + past, ps[i].n * sizeof *ids);
-        segs[i].n = ps[i].n;
-        segs[i].resume = ps[i].hit ? &ps[i].hit->st : NULL;
-        segs[i].snap = ps[i].pending ? &ps[i].pending->st : NULL;
-        if (!any_img) continue;
-        if (r->n_images) {
-            for (size_t q = 0; q < r->n_images; q++) {
-                pi[q].pad_start = r->images[q].pad_start;
-                pi[q].n_pad = r->images[q].n_pad;
-                pi[q].grid_t = r->images[q].image.grid_t;
-                pi[q].grid_h = r->images[q].image.grid_h;
-                pi[q].grid_w = r->images[q].image.grid_w;
-            }
-            if (clef_mrope_positions(r->n_ids, pi, r->n_images, cfg->vision.spatial_merge_size, rec_pos[0], rec_pos[1],
-                                     rec_pos[2], &err))
-                goto fail;
-            for (int p = 0; p < 3; p++) memcpy(pos[p] + row0, rec_pos[p] + past, ps[i].n * sizeof(int32_t));
-            if (past == 0)
-                for (size_t q = 0; q < r->n_images; q++)
-                    for (size_t t = 0; t < r->images[q].n_pad; t++) rpos[ri++] = (int32_t)(row0 + r->images[q].pad_start + t);
-        } else {
-            for (size_t t = 0; t < ps[i].n; t++) pos[0][row0 + t] = pos[1][row0 + t] = pos[2][row0 + t] = (int32_t)(past + t);
-        }
-    }
+    if (pack_inputs(cfg, ps, m, any_img, ids, segs, pi, pos, rec_pos, rpos, &err)) goto fail;
     hidden = ops->alloc(ops, T * H);
     if (!hidden) { clef_err_set(&err, CLEF_E_OOM, "out of memory for %zu tokens", T); goto fail; }
     clef_layer_dump dump = {e->dump_dir, 0};
@@ -234,19 +269,8 @@ static int run_group(clef_engine *e, plan *ps, size_t m) {
     if (dump.failed) { clef_err_set(&err, CLEF_E_IO, "could not write layer dumps to %s", e->dump_dir); goto fail; }
     if (clef_ops_take(ops, "the text forward", &err)) goto fail;
 
-    /* 4: the head over every job at once; when that fails, per job (one job's failure is its own) */
-    if (run_heads(e, ps, m, hidden) != 0 && m > 1) {
-        for (size_t i = 0; i < m; i++) {
-            clef_err_clear(&ps[i].j->err);
-            run_heads(e, &ps[i], 1, hidden);
-        }
-    }
-    for (size_t i = 0; i < m; i++)
-        if (!ps[i].j->err.type) {
-            ps[i].j->cached_tokens = ps[i].past;
-            if (ps[i].past) clef_cache_add_reused(e->cache, ps[i].past);
-            if (ps[i].pending) clef_cache_publish(e->cache, ps[i].pending);
-        }
+    /* 4: the head, per job when the whole group's fails */
+    finish_heads(e, ps, m, hidden);
     rc = 0;
     goto done;
 fail:

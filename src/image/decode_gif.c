@@ -127,6 +127,24 @@ done:
     return rc;
 }
 
+/* One of torchvision's frames: the previous frame kept (prev: disposal 1) or the background, then
+ * the raster's pixels that are not transparent, at the frame's place on the canvas. */
+static void paint_frame(clef_rgb *cur, const clef_rgb *prev, const uint8_t bg[3], int64_t W, int64_t H,
+                        const GifImageDesc *d, const uint8_t *idx, const ColorMapObject *cm, int trans) {
+    if (prev) {
+        memcpy(cur->px, prev->px, (size_t)W * H * 3);
+    } else {
+        /* torchvision fills the screen area; a first frame larger than the screen covers the rest */
+        for (size_t i = 0, np = (size_t)W * H; i < np; i++) memcpy(cur->px + 3 * i, bg, 3);
+    }
+    for (int y = 0; y < d->Height; y++)
+        for (int x = 0; x < d->Width; x++) {
+            int v = idx[(size_t)y * d->Width + x];
+            if (v == trans) continue;
+            put(cur->px + ((size_t)(y + d->Top) * W + (x + d->Left)) * 3, cm, v);
+        }
+}
+
 /* torchvision's frames. */
 static int torchvision_frames(GifFileType *g, const clef_image_opts *o, clef_rgb **frames, int *n_frames,
                               clef_err *err) {
@@ -220,18 +238,7 @@ static int torchvision_frames(GifFileType *g, const clef_image_opts *o, clef_rgb
         clef_rgb *cur = &f[nf];
         if (clef_rgb_alloc(cur, (int)W, (int)H, err)) goto done;
         nf++;
-        if (nf > 1 && disposal == 1) {
-            memcpy(cur->px, f[nf - 2].px, (size_t)W * H * 3);
-        } else {
-            /* torchvision fills the screen area; a first frame larger than the screen covers the rest */
-            for (size_t i = 0, np = (size_t)W * H; i < np; i++) memcpy(cur->px + 3 * i, bg, 3);
-        }
-        for (int y = 0; y < d.Height; y++)
-            for (int x = 0; x < d.Width; x++) {
-                int v = idx[(size_t)y * d.Width + x];
-                if (v == trans) continue;
-                put(cur->px + ((size_t)(y + d.Top) * W + (x + d.Left)) * 3, cm, v);
-            }
+        paint_frame(cur, nf > 1 && disposal == 1 ? &f[nf - 2] : NULL, bg, W, H, &d, idx, cm, trans);
         have_gcb = 0, disposal = 0, trans = -1;
     }
     if (nf == 0) {

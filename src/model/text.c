@@ -75,6 +75,48 @@ static int check_config(const clef_text_config *tc, const clef_text_weights *w, 
     return 0;
 }
 
+/* Each record's rows: none empty, a state saved only at a chunk multiple inside a record that
+ * starts here, resumed only from one; together exactly the forward's T rows. */
+static int check_segments(const clef_forward_seg *fs, size_t nseg, size_t T, clef_err *err) {
+    size_t sum = 0;
+    for (size_t i = 0; i < nseg; i++) {
+        const clef_forward_seg *f = &fs[i];
+        if (f->n == 0) return clef_err_set(err, CLEF_E_INTERNAL, "segment %zu has no rows", i);
+        if (f->snap && (f->resume || f->snap->rows == 0 || f->snap->rows >= f->n || f->snap->rows % CLEF_DELTA_CHUNK))
+            return clef_err_set(err, CLEF_E_INTERNAL, "segment %zu: a state can be saved only at a multiple of %d "
+                                "inside a record that starts here", i, CLEF_DELTA_CHUNK);
+        if (f->resume && f->resume->rows % CLEF_DELTA_CHUNK)
+            return clef_err_set(err, CLEF_E_INTERNAL, "segment %zu resumes at %zu rows", i, f->resume->rows);
+        sum += f->n;
+    }
+    if (sum != T) return clef_err_set(err, CLEF_E_INTERNAL, "segments hold %zu rows, the forward %zu", sum, T);
+    return 0;
+}
+
+/* §5 cos / sin of the interleaved M-RoPE angles: theta_i = f32(pos_plane(i)) * w_i, computed in
+ * hc / hs and uploaded to cs / sn (T x half each). */
+static int rope_tables(clef_ops *ops, const clef_text_config *tc, const clef_forward_in *in, const clef_forward_seg *fs,
+                       size_t nseg, size_t T, size_t half, float *hc, float *hs, float *cs, float *sn, clef_err *err) {
+    float inv[512];
+    int plane[512];
+    if (half > 512) { clef_err_set(err, CLEF_E_BAD_MODEL, "rotary_dim %d is too large", tc->rotary_dim); return -1; }
+    if (in->inv_freq) memcpy(inv, in->inv_freq, half * sizeof(float));
+    else clef_text_inv_freq(tc, inv);
+    clef_text_mrope_planes(tc, plane);
+    for (size_t si = 0, t = 0; si < nseg; si++)
+        for (size_t j = 0; j < fs[si].n; j++, t++)
+        for (size_t i = 0; i < half; i++) {
+            size_t tpos = (fs[si].resume ? fs[si].resume->rows : 0) + j; /* text-only: its place in the record */
+            float p = in->pos[0] ? (float)in->pos[plane[i]][t] : (float)tpos;
+            float th = p * inv[i];
+            hc[t * half + i] = (float)cos((double)th);
+            hs[t * half + i] = (float)sin((double)th);
+        }
+    ops->upload(ops, cs, hc, T * half);
+    ops->upload(ops, sn, hs, T * half);
+    return 0;
+}
+
 int clef_text_forward(clef_ops *ops, const clef_config *cfg, const clef_text_weights *w,
                       const clef_forward_in *in, float *hidden_out, clef_err *err) {
     const clef_text_config *tc = &cfg->text;
@@ -97,20 +139,7 @@ int clef_text_forward(clef_ops *ops, const clef_config *cfg, const clef_text_wei
     const clef_forward_seg *fs = in->nseg ? in->segs : &one;
     const size_t nseg = in->nseg ? in->nseg : 1;
     if (in->nseg && !in->segs) return clef_err_set(err, CLEF_E_INTERNAL, "segments: count without a table");
-    {
-        size_t sum = 0;
-        for (size_t i = 0; i < nseg; i++) {
-            const clef_forward_seg *f = &fs[i];
-            if (f->n == 0) return clef_err_set(err, CLEF_E_INTERNAL, "segment %zu has no rows", i);
-            if (f->snap && (f->resume || f->snap->rows == 0 || f->snap->rows >= f->n || f->snap->rows % CLEF_DELTA_CHUNK))
-                return clef_err_set(err, CLEF_E_INTERNAL, "segment %zu: a state can be saved only at a multiple of %d "
-                                    "inside a record that starts here", i, CLEF_DELTA_CHUNK);
-            if (f->resume && f->resume->rows % CLEF_DELTA_CHUNK)
-                return clef_err_set(err, CLEF_E_INTERNAL, "segment %zu resumes at %zu rows", i, f->resume->rows);
-            sum += f->n;
-        }
-        if (sum != T) return clef_err_set(err, CLEF_E_INTERNAL, "segments hold %zu rows, the forward %zu", sum, T);
-    }
+    if (check_segments(fs, nseg, T, err) != 0) return -1;
 
     int rc = -1;
     clef_seg *rows = malloc(nseg * sizeof *rows);
@@ -131,26 +160,8 @@ int clef_text_forward(clef_ops *ops, const clef_config *cfg, const clef_text_wei
         goto done;
     }
 
-    /* §5 cos / sin of the interleaved M-RoPE angles: theta_i = f32(pos_plane(i)) * w_i */
-    if (half) {
-        float inv[512];
-        int plane[512];
-        if (half > 512) { clef_err_set(err, CLEF_E_BAD_MODEL, "rotary_dim %d is too large", tc->rotary_dim); goto done; }
-        if (in->inv_freq) memcpy(inv, in->inv_freq, half * sizeof(float));
-        else clef_text_inv_freq(tc, inv);
-        clef_text_mrope_planes(tc, plane);
-        for (size_t si = 0, t = 0; si < nseg; si++)
-            for (size_t j = 0; j < fs[si].n; j++, t++)
-            for (size_t i = 0; i < half; i++) {
-                size_t tpos = (fs[si].resume ? fs[si].resume->rows : 0) + j; /* text-only: its place in the record */
-                float p = in->pos[0] ? (float)in->pos[plane[i]][t] : (float)tpos;
-                float th = p * inv[i];
-                hc[t * half + i] = (float)cos((double)th);
-                hs[t * half + i] = (float)sin((double)th);
-            }
-        ops->upload(ops, cs, hc, T * half);
-        ops->upload(ops, sn, hs, T * half);
-    }
+    /* §5 the rotary tables */
+    if (half && rope_tables(ops, tc, in, fs, nseg, T, half, hc, hs, cs, sn, err) != 0) goto done;
     clef_rope_tab rope = {cs, sn};
 
     /* §4.0 embeddings, then replacement rows */

@@ -1,4 +1,7 @@
-/* The HTTP server (see server.h and docs/serving.md).
+/* The HTTP server (see server.h and docs/serving.md): its lifecycle (start, attach, drain,
+ * shutdown), the log, and routing (on_request -> route_request). Its other files:
+ * server_internal.h (the request and the server), server_answer.c, server_pages.c (the GETs),
+ * server_decide.c (the POST path).
  *
  * Threads: the guard (http_guard.c) accepts connections and holds each until its request head has
  * arrived and passed the strict checks, then hands it to MHD. MHD's polling threads (a pool of
@@ -8,8 +11,8 @@
  * its complete body until it has been prepared, queued and run (or refused), and resumed by
  * whichever thread finished with it; MHD then calls the handler again, which queues the answer.
  * Keep-alive: the guard keeps the client's socket and relays it to MHD over a socketpair, checking
- * every request head on the way (http_guard.h); an answer says Connection: close (must_close) when
- * keep-alive is off, on the connection's last allowed request, during shutdown, when the client
+ * every request head on the way (http_guard.h); an answer says Connection: close (clef_srv_must_close)
+ * when keep-alive is off, on the connection's last allowed request, during shutdown, when the client
  * asked for it (or is HTTP/1.0 without keep-alive), and when a body is left unread. */
 #include "serve/server.h"
 
@@ -41,69 +44,7 @@
 #include "serve/scheduler.h"
 #include "serve/workq.h"
 #include "base/json.h"
-
-#define ROUTE_DECIDE "/v1/systemone"
-
-enum { R_NEW, R_UPLOAD, R_PREPARING, R_PREP_FAILED, R_TOO_MANY, R_QUEUED, R_RAN, R_EXPIRED, R_REJECTED, R_ANSWERED };
-
-typedef struct req {
-    clef_sched_item item; /* first: the scheduler hands this back */
-    struct clef_server *srv;
-    struct MHD_Connection *conn;
-    char id[CLEF_REQUEST_ID_MAX + 1];
-    char client[64];
-    int gzip_ok, cors;  /* the client takes gzip; its Origin is the allowed one */
-    int watched;        /* on the guard's body-deadline list */
-    size_t bytes_out;
-    const char *route;
-    const char *method;
-    int decide; /* POST /v1/systemone with a body to read */
-    clef_buf body;
-    size_t body_bytes; /* bytes received (also past the cap) */
-    int too_big;
-    clef_job *job;
-    char state_key[CLEF_STATE_KEY_LEN + 1]; /* the routing key, once prepared ("" before) */
-    int tokens;
-    size_t cached_tokens; /* prompt tokens the state cache supplied */
-    atomic_int state;
-    int reject_status;
-    clef_result res;
-    int have_res;
-    int status;
-    char outcome[48];
-    double t0, t_queued, t_run, t_ran, compute_s;
-    int batch_n;
-    int receiving; /* counted in srv->receiving: accepted, not yet queued or answered */
-    int too_many_limit;
-    unsigned nth;      /* this request's number on its connection (1 = the first) */
-    int client_close;  /* the client said Connection: close, or HTTP/1.0 without keep-alive */
-    int body_pending;  /* a body was announced and has not been read whole */
-    int deferred;      /* no body: routed on the next call (on_request) */
-    int coded_body;    /* refused for its Content-Encoding: the answer says Accept-Encoding: identity */
-} req;
-
-struct clef_server {
-    clef_server_config cfg;
-    struct MHD_Daemon *d;
-    clef_guard *guard;
-    clef_workq *prep;
-    char backend[16];
-    atomic_long dropped; /* requests closed without an answer once shutdown began */
-    int listen_fd;
-    int port;
-    char host[128];
-    const char *allowed_hosts; /* the Host values answered (host_check.h); NULL: any */
-    char allowed_default[sizeof CLEF_LOOPBACK_HOSTS + 130]; /* on loopback: its names and the bound address */
-    clef_engine *engine;
-    clef_sched *sched;
-    clef_metrics *metrics;
-    pthread_rwlock_t gate; /* submit (read) vs. shutdown (write) */
-    atomic_int ready;
-    atomic_int draining; /* --drain-delay: /readyz 503, answers say Connection: close, requests still taken */
-    atomic_int shutting;
-    atomic_long live; /* request structs alive */
-    atomic_long receiving; /* requests past their headers, not yet queued or answered */
-};
+#include "serve/server_internal.h"
 
 static pthread_mutex_t log_mu = PTHREAD_MUTEX_INITIALIZER;
 static atomic_int log_text; /* clef_log_set_text: the human format (log_text.h) instead of JSON */
@@ -198,7 +139,7 @@ void clef_server_config_default(clef_server_config *c) {
     c->gzip_min = 1024;
 }
 
-/* ---------- answers ---------- */
+/* ---------- routing ---------- */
 
 /* 1 when the comma-separated header value v holds the token tok (any case). */
 static int has_token(const char *v, const char *tok) {
@@ -215,232 +156,6 @@ static int has_token(const char *v, const char *tok) {
     return 0;
 }
 
-/* Whether this answer ends its connection (then it says Connection: close and MHD closes). */
-static int must_close(const req *r) {
-    const clef_server *s = r->srv;
-    return s->cfg.keepalive_timeout_s <= 0 || r->nth == 0 || r->nth >= s->cfg.keepalive_requests ||
-           r->client_close || r->body_pending || atomic_load(&s->shutting) ||
-           atomic_load(&s->draining); /* a kept-alive client then reconnects, to a replica that stays */
-}
-
-static enum MHD_Result send_bytes(req *r, int status, const char *ctype, const char *body, size_t len) {
-    const clef_server *s = r->srv;
-    clef_buf gz;
-    clef_buf_init(&gz);
-    int zipped = r->gzip_ok && s->cfg.gzip_min && len >= s->cfg.gzip_min && clef_gzip(body, len, &gz) == 0;
-    struct MHD_Response *resp = zipped ? MHD_create_response_from_buffer(gz.len, gz.data, MHD_RESPMEM_MUST_COPY)
-                                       : MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
-    size_t out_len = zipped ? gz.len : len;
-    clef_buf_free(&gz);
-    if (!resp) return MHD_NO;
-    if (ctype) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
-    MHD_add_response_header(resp, "X-Request-Id", r->id);
-    if (r->state_key[0]) MHD_add_response_header(resp, "X-Clef-State-Key", r->state_key);
-    if (zipped) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_ENCODING, "gzip");
-    if (s->cfg.gzip_min) MHD_add_response_header(resp, MHD_HTTP_HEADER_VARY, r->cors ? "Accept-Encoding, Origin" : "Accept-Encoding");
-    if (r->cors) {
-        MHD_add_response_header(resp, "Access-Control-Allow-Origin", s->cfg.cors_origin);
-        MHD_add_response_header(resp, "Access-Control-Expose-Headers", CLEF_CORS_EXPOSE);
-    }
-    /* one Clef-Warning per line of clef_result.warnings (printable ASCII: decision/lint.h) */
-    for (const char *w = r->have_res ? r->res.warnings : NULL, *nl; w && (nl = strchr(w, '\n')); w = nl + 1) {
-        char line[512];
-        snprintf(line, sizeof line, "%.*s", (int)(nl - w), w);
-        MHD_add_response_header(resp, "Clef-Warning", line);
-    }
-    if (status == 429 || status == 503) MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, "1");
-    if (status == 401) MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
-    if (r->coded_body) MHD_add_response_header(resp, MHD_HTTP_HEADER_ACCEPT_ENCODING, "identity"); /* RFC 9110 15.5.16 */
-    if (status == 405)
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, r->decide || !strcmp(r->route, ROUTE_DECIDE) ? "POST" : "GET, HEAD");
-    /* keep-alive unless must_close: the next request's head goes through the guard's strict checks
-     * all the same (http_guard.h says what libmicrohttpd would let through) */
-    if (must_close(r)) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
-    enum MHD_Result rc = MHD_queue_response(r->conn, (unsigned)status, resp);
-    MHD_destroy_response(resp);
-    r->status = status;
-    r->bytes_out = strcmp(r->method, MHD_HTTP_METHOD_HEAD) ? out_len : 0; /* HEAD: no body goes out */
-    atomic_store(&r->state, R_ANSWERED);
-    return rc;
-}
-
-/* The message may quote what the client sent (a path, a Content-Type), which need not be UTF-8:
- * clef_json_render_string_utf8 keeps the body valid UTF-8 JSON all the same. */
-static enum MHD_Result send_error(req *r, int status, const char *type, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static enum MHD_Result send_error(req *r, int status, const char *type, const char *fmt, ...) {
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    clef_buf b;
-    clef_buf_init(&b);
-    clef_buf_puts(&b, "{\"error\":{\"type\":");
-    clef_json_render_string_utf8(&b, type, strlen(type));
-    clef_buf_puts(&b, ",\"message\":");
-    clef_json_render_string_utf8(&b, msg, strlen(msg));
-    clef_buf_puts(&b, "}}");
-    snprintf(r->outcome, sizeof r->outcome, "%s", type);
-    enum MHD_Result rc = b.oom ? MHD_NO : send_bytes(r, status, "application/json", b.data, b.len);
-    clef_buf_free(&b);
-    return rc;
-}
-
-static enum MHD_Result send_result(req *r) {
-    clef_result *res = &r->res;
-    snprintf(r->outcome, sizeof r->outcome, "%s", res->error_type ? res->error_type : "ok");
-    if (res->input_tokens > 0) r->tokens = res->input_tokens;
-    int status = res->http_status ? res->http_status : (res->error_type ? 500 : 200);
-    if (!res->body) return send_error(r, 500, "OutOfMemory", "no answer could be built");
-    return send_bytes(r, status, "application/json", res->body, res->body_len);
-}
-
-static int conn_fd(struct MHD_Connection *c) {
-    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-    return ci ? (int)ci->connect_fd : -1;
-}
-
-static void unwatch(req *r) {
-    if (r->watched) {
-        r->watched = 0;
-        clef_guard_unwatch(r->srv->guard, r);
-    }
-}
-
-static void uncount(req *r) {
-    if (r->receiving) {
-        r->receiving = 0;
-        atomic_fetch_sub(&r->srv->receiving, 1);
-    }
-}
-
-/* ---------- the worker's callbacks ---------- */
-
-static void run_batch(void *ctx, clef_sched_item **items, size_t n) {
-    clef_server *s = ctx;
-    clef_job *jobs_small[64];
-    clef_job **jobs = n <= 64 ? jobs_small : malloc(n * sizeof *jobs);
-    double t0 = clef_now();
-    size_t tokens = 0;
-    if (jobs) {
-        for (size_t i = 0; i < n; i++) {
-            req *r = (req *)items[i];
-            jobs[i] = r->job;
-            r->t_run = t0;
-            tokens += r->item.tokens;
-        }
-        clef_run_batch(s->engine, jobs, n);
-    } else { /* no memory for the array: one by one */
-        for (size_t i = 0; i < n; i++) {
-            req *r = (req *)items[i];
-            r->t_run = t0;
-            tokens += r->item.tokens;
-            clef_run_batch(s->engine, &r->job, 1);
-        }
-    }
-    double t1 = clef_now();
-    clef_metrics_batch(s->metrics, n, tokens, t1 - t0);
-    for (size_t i = 0; i < n; i++) {
-        req *r = (req *)items[i];
-        r->t_ran = t1;
-        r->compute_s = t1 - t0;
-        r->batch_n = (int)n;
-        atomic_store(&r->state, R_RAN);
-        MHD_resume_connection(r->conn);
-    }
-    if (jobs != jobs_small) free(jobs);
-}
-
-static void expire_one(void *ctx, clef_sched_item *it) {
-    (void)ctx;
-    req *r = (req *)it;
-    clef_job_free(r->job);
-    r->job = NULL;
-    r->t_run = clef_now();
-    atomic_store(&r->state, R_EXPIRED);
-    MHD_resume_connection(r->conn);
-}
-
-/* ---------- the handler ---------- */
-
-typedef struct {
-    int n;
-} hdr_count;
-
-static enum MHD_Result count_cl(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
-    (void)kind;
-    (void)value;
-    if (key && !strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH)) ((hdr_count *)cls)->n++;
-    return MHD_YES;
-}
-
-static int json_content_type(const char *ct) {
-    if (!ct) return 0;
-    while (*ct == ' ' || *ct == '\t') ct++;
-    size_t n = strlen("application/json");
-    if (strncasecmp(ct, "application/json", n)) return 0;
-    char c = ct[n];
-    return c == 0 || c == ';' || c == ' ' || c == '\t';
-}
-
-static enum MHD_Result answer_get(clef_server *s, req *r, const char *url) {
-    clef_buf b;
-    clef_buf_init(&b);
-    enum MHD_Result rc;
-    if (!strcmp(url, "/health")) { /* 503 from the signal on, drain included */
-        int ready = atomic_load(&s->ready), shutting = atomic_load(&s->shutting) || atomic_load(&s->draining);
-        const char *st = shutting ? "shutting_down" : ready ? "ok" : "loading";
-        clef_buf_printf(&b, "{\"status\":\"%s\"}", st);
-        snprintf(r->outcome, sizeof r->outcome, "%s", st);
-        rc = send_bytes(r, ready && !shutting ? 200 : 503, "application/json", b.data, b.len);
-    } else if (!strcmp(url, "/livez")) { /* the process answers: loading, draining, shutting down alike */
-        clef_buf_puts(&b, "{\"status\":\"alive\"}");
-        snprintf(r->outcome, sizeof r->outcome, "ok");
-        rc = send_bytes(r, 200, "application/json", b.data, b.len);
-    } else if (!strcmp(url, "/readyz")) { /* send traffic here? (docs/serving.md "Lifecycle") */
-        const char *st = "ready", *why = "the model is loaded and the server takes requests";
-        if (atomic_load(&s->shutting)) st = "shutting_down", why = "the server is shutting down: no new connections";
-        else if (atomic_load(&s->draining))
-            st = "draining", why = "the server was told to stop: it still answers for --drain-delay, then closes its listener";
-        else if (!atomic_load(&s->ready)) st = "loading", why = "the model is still loading";
-        clef_buf_printf(&b, "{\"status\":\"%s\",\"message\":\"%s\"}", st, why);
-        snprintf(r->outcome, sizeof r->outcome, "%s", st);
-        rc = send_bytes(r, strcmp(st, "ready") ? 503 : 200, "application/json", b.data, b.len);
-    } else if (!strcmp(url, "/metrics")) {
-        pthread_rwlock_rdlock(&s->gate);
-        size_t depth = s->sched ? clef_sched_depth(s->sched) : 0;
-        pthread_rwlock_unlock(&s->gate);
-        clef_metrics_render(s->metrics, &b, depth, s->cfg.queue_len, (long)atomic_load(&s->live) - 1,
-                            atomic_load(&s->ready) && !atomic_load(&s->shutting) && !atomic_load(&s->draining));
-        clef_buf_printf(&b, "# HELP clef_connections_accepted_total TCP connections accepted\n"
-                            "# TYPE clef_connections_accepted_total counter\nclef_connections_accepted_total %lu\n",
-                        clef_guard_accepted(s->guard));
-        if (atomic_load(&s->ready)) {
-            clef_cache_info ci;
-            clef_engine_cache_info(s->engine, &ci);
-            clef_metrics_render_cache(&b, &ci);
-            clef_memory_info mi;
-            clef_engine_memory_info(s->engine, &mi);
-            clef_metrics_render_memory(&b, &mi);
-        }
-        snprintf(r->outcome, sizeof r->outcome, "ok");
-        rc = b.oom ? MHD_NO : send_bytes(r, 200, "text/plain; version=0.0.4; charset=utf-8", b.data, b.len);
-    } else if (!strcmp(url, "/v1/models")) {
-        clef_buf_puts(&b, "{\"object\":\"list\",\"data\":[{\"id\":");
-        clef_json_render_string_utf8(&b, s->cfg.model_id, strlen(s->cfg.model_id));
-        clef_buf_printf(&b, ",\"object\":\"model\",\"owned_by\":\"cloudflare\",\"ready\":%s}]}",
-                        atomic_load(&s->ready) ? "true" : "false");
-        snprintf(r->outcome, sizeof r->outcome, "ok");
-        rc = b.oom ? MHD_NO : send_bytes(r, 200, "application/json", b.data, b.len);
-    } else { /* /openapi.json */
-        snprintf(r->outcome, sizeof r->outcome, "ok");
-        rc = send_bytes(r, 200, "application/json", clef_openapi_json, strlen(clef_openapi_json));
-    }
-    clef_buf_free(&b);
-    return rc;
-}
-
 static const char *known_route(const char *url) {
     static const char *const routes[] = {ROUTE_DECIDE, "/health", "/livez", "/readyz", "/metrics", "/v1/models",
                                          "/openapi.json"};
@@ -448,8 +163,6 @@ static const char *known_route(const char *url) {
         if (!strcmp(url, routes[i])) return routes[i];
     return NULL;
 }
-
-static enum MHD_Result decide_checks(clef_server *s, req *r);
 
 /* Routes an orchestrator's probes call with whatever Host it likes (a pod's address). */
 static int probe_route(const char *route) {
@@ -471,184 +184,6 @@ static void request_meta(clef_server *s, req *r) {
     r->cors = clef_cors_allows(s->cfg.cors_origin, origin, origin ? strlen(origin) : 0);
 }
 
-/* A CORS preflight (OPTIONS with Origin, --cors-origin set): 204 with the allowed methods and
- * headers for the allowed origin, 403 for another. */
-static enum MHD_Result answer_preflight(clef_server *s, req *r) {
-    r->route = "preflight";
-    if (!r->cors) return send_error(r, 403, "Forbidden", "origin not allowed (--cors-origin)");
-    struct MHD_Response *resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
-    if (!resp) return MHD_NO;
-    MHD_add_response_header(resp, "X-Request-Id", r->id);
-    MHD_add_response_header(resp, "Access-Control-Allow-Origin", s->cfg.cors_origin);
-    MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, HEAD, POST, OPTIONS");
-    MHD_add_response_header(resp, "Access-Control-Allow-Headers", "Content-Type, Authorization, X-Request-Id");
-    MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_VARY, "Origin");
-    if (must_close(r)) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
-    enum MHD_Result rc = MHD_queue_response(r->conn, 204, resp);
-    MHD_destroy_response(resp);
-    r->status = 204;
-    snprintf(r->outcome, sizeof r->outcome, "ok");
-    atomic_store(&r->state, R_ANSWERED);
-    return rc;
-}
-
-/* First call for a POST /v1/systemone: checks that need only the headers. A request that gets
- * past them is counted until it is queued or answered, and shutdown waits for those. */
-static enum MHD_Result decide_headers(clef_server *s, req *r) {
-    /* count first, then look: shutdown either sees this request or this request sees shutdown */
-    r->receiving = 1;
-    atomic_fetch_add(&s->receiving, 1);
-    if (atomic_load(&s->shutting)) {
-        uncount(r);
-        return send_error(r, 503, "ShuttingDown", "the server is shutting down");
-    }
-    if (!atomic_load(&s->ready)) {
-        uncount(r);
-        return send_error(r, 503, "NotReady", "the model is still loading");
-    }
-    enum MHD_Result rc = decide_checks(s, r);
-    if (atomic_load(&r->state) == R_ANSWERED) uncount(r);
-    return rc;
-}
-
-static enum MHD_Result decide_checks(clef_server *s, req *r) {
-    struct MHD_Connection *c = r->conn;
-    const char *ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
-    if (!json_content_type(ct))
-        return send_error(r, 415, "UnsupportedMediaType", "Content-Type must be application/json, not %s",
-                          ct ? ct : "missing");
-    const char *ce = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_ENCODING);
-    if (!clef_identity_coding(ce)) { /* the engine would read the compressed bytes as JSON text */
-        r->coded_body = 1;
-        return send_error(r, 415, "UnsupportedMediaType",
-                          "Content-Encoding %s is not supported: send the body uncompressed (identity)", ce);
-    }
-    hdr_count hc = {0};
-    MHD_get_connection_values(c, MHD_HEADER_KIND, count_cl, &hc);
-    if (hc.n > 1) return send_error(r, 400, "BadRequest", "more than one Content-Length header");
-    const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
-    if (cl && MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING))
-        return send_error(r, 400, "BadRequest", "both Content-Length and Transfer-Encoding");
-    if (cl) {
-        char *end;
-        errno = 0;
-        unsigned long long v = strtoull(cl, &end, 10);
-        if (errno || end == cl) return send_error(r, 400, "BadRequest", "bad Content-Length");
-        if (v > s->cfg.max_body)
-            return send_error(r, 413, "RequestTooLong", "body is %llu bytes; the limit is %zu bytes", v,
-                              s->cfg.max_body);
-        if (clef_buf_reserve(&r->body, (size_t)v + 1) != 0)
-            return send_error(r, 500, "OutOfMemory", "cannot hold the body");
-    }
-    r->decide = 1;
-    atomic_store(&r->state, R_UPLOAD);
-    /* the body's own deadline: a client that sends a byte now and then keeps MHD's idle timer
-     * alive for ever; the guard's thread shuts the socket down at this deadline (0: none, but
-     * listed all the same, so that shutdown can cut it off) */
-    r->watched = 1;
-    clef_guard_watch(s->guard, r, conn_fd(c), s->cfg.body_timeout_s > 0 ? clef_now() + s->cfg.body_timeout_s : 0);
-    return MHD_YES;
-}
-
-/* On a prepare thread, the connection suspended: prepare, then queue (the connection stays
- * suspended until its batch ran) or resume it with what went wrong. */
-static void prepare_one(void *ctx, void *item) {
-    clef_server *s = ctx;
-    req *r = item;
-    clef_job *job = clef_job_prepare(s->engine, r->body.data ? r->body.data : "", r->body.len, &r->res);
-    clef_buf_free(&r->body);
-    if (!job) {
-        r->have_res = 1;
-        atomic_store(&r->state, R_PREP_FAILED);
-        uncount(r);
-        MHD_resume_connection(r->conn);
-        return;
-    }
-    if (clef_job_state_key(job, r->state_key, sizeof r->state_key)) r->state_key[0] = '\0';
-    size_t tokens = clef_job_tokens(job);
-    r->tokens = (int)tokens;
-    if (s->cfg.max_tokens && tokens > s->cfg.max_tokens) {
-        clef_job_free(job);
-        atomic_store(&r->state, R_TOO_MANY);
-        uncount(r);
-        MHD_resume_connection(r->conn);
-        return;
-    }
-    r->job = job;
-    r->item.tokens = tokens;
-    r->item.deadline = s->cfg.deadline_s > 0 ? clef_now() + s->cfg.deadline_s : 0;
-    r->t_queued = clef_now();
-    atomic_store(&r->state, R_QUEUED);
-    pthread_rwlock_rdlock(&s->gate);
-    /* r is the batch's once submitted: it may be answered, and freed by the connection's end, before
-     * this thread runs another line, so it is uncounted first (inside the gate: a shutdown waiting for
-     * the count to reach 0 cannot close the scheduler between the two) and not touched after a
-     * successful submit (fuzz_http found the use after free) */
-    uncount(r);
-    int rc = s->sched ? clef_sched_submit(s->sched, &r->item) : -2;
-    pthread_rwlock_unlock(&s->gate);
-    if (s->cfg.test_submit_delay_ms) /* test hook (server.h): the batch answers first */
-        nanosleep(&(struct timespec){s->cfg.test_submit_delay_ms / 1000, (long)(s->cfg.test_submit_delay_ms % 1000) * 1000000L},
-                  NULL);
-    if (rc != 0) {
-        clef_job_free(r->job);
-        r->job = NULL;
-        r->reject_status = rc == -1 ? 429 : 503;
-        atomic_store(&r->state, R_REJECTED);
-        MHD_resume_connection(r->conn);
-    }
-}
-
-/* The body is complete: hand it to the prepare pool (suspending the connection). Requests whose
- * headers came before a shutdown still run. */
-static enum MHD_Result decide_body(clef_server *s, req *r) {
-    unwatch(r);
-    if (r->too_big) {
-        uncount(r);
-        return send_error(r, 413, "RequestTooLong", "body is over %zu bytes; the limit is %zu bytes",
-                          s->cfg.max_body, s->cfg.max_body);
-    }
-    atomic_store(&r->state, R_PREPARING);
-    MHD_suspend_connection(r->conn);
-    int rc = s->prep ? clef_workq_push(s->prep, r) : -2;
-    if (rc != 0) {
-        clef_buf_free(&r->body);
-        uncount(r);
-        r->reject_status = rc == -1 ? 429 : 503;
-        atomic_store(&r->state, R_REJECTED);
-        MHD_resume_connection(r->conn);
-    }
-    return MHD_YES;
-}
-
-/* A body past the cap: answer 413 on the socket and close it. libmicrohttpd 0.9.75 cannot queue an
- * answer while a body is still arriving (MHD_queue_response refuses it), and reading the rest of
- * a chunked body to answer afterwards would let a client push without end; so the answer is
- * written here (MHD writes nothing during an upload) and MHD_NO makes MHD close the connection. */
-static enum MHD_Result body_over_cap(clef_server *s, req *r) {
-    unwatch(r);
-    uncount(r);
-    char body[200], head[400];
-    int bl = snprintf(body, sizeof body,
-                      "{\"error\":{\"type\":\"RequestTooLong\",\"message\":\"body is over %zu bytes; the limit is %zu bytes\"}}",
-                      s->cfg.max_body, s->cfg.max_body);
-    int hl = snprintf(head, sizeof head,
-                      "HTTP/1.1 413 Content Too Large\r\nContent-Type: application/json\r\nX-Request-Id: %s\r\n"
-                      "Connection: close\r\nContent-Length: %d\r\n\r\n",
-                      r->id, bl);
-    int fd = conn_fd(r->conn);
-    if (fd >= 0 && hl > 0 && bl > 0 && (size_t)hl < sizeof head && (size_t)bl < sizeof body) {
-        ssize_t w1 = send(fd, head, (size_t)hl, MSG_NOSIGNAL | MSG_DONTWAIT);
-        ssize_t w2 = w1 == hl ? send(fd, body, (size_t)bl, MSG_NOSIGNAL | MSG_DONTWAIT) : 0;
-        r->bytes_out = (size_t)(w2 > 0 ? w2 : 0);
-        shutdown(fd, SHUT_WR);
-    }
-    r->status = 413;
-    snprintf(r->outcome, sizeof r->outcome, "RequestTooLong");
-    atomic_store(&r->state, R_ANSWERED);
-    return MHD_NO;
-}
 
 /* Routes a request once its head is known (see on_request for when). */
 static enum MHD_Result route_request(clef_server *s, req *r, const char *url, const char *method) {
@@ -659,12 +194,12 @@ static enum MHD_Result route_request(clef_server *s, req *r, const char *url, co
     if (!(route && probe_route(route))) { /* --allowed-hosts (host_check.h); the probes answer any Host */
         const char *host = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST);
         if (!clef_host_allowed(s->allowed_hosts, host))
-            return send_error(r, 421, "MisdirectedRequest", "this server does not answer for Host %s (--allowed-hosts)",
-                              host);
+            return clef_srv_send_error(r, 421, "MisdirectedRequest", "this server does not answer for Host %s (--allowed-hosts)",
+                                       host);
     }
     if (!strcmp(method, MHD_HTTP_METHOD_OPTIONS) && s->cfg.cors_origin &&
         MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Origin"))
-        return answer_preflight(s, r);
+        return clef_srv_answer_preflight(s, r);
     const clef_asset *ui = route || s->cfg.no_ui ? NULL : clef_playground_find(url);
     /* --api-key: every route but the open ones (/health, /metrics unless --auth-all, and the
      * playground's static files, which hold no data: its requests need the key) */
@@ -672,24 +207,24 @@ static enum MHD_Result route_request(clef_server *s, req *r, const char *url, co
     if (s->cfg.api_key && !open &&
         !clef_bearer_ok(MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION),
                         s->cfg.api_key))
-        return send_error(r, 401, "Unauthorized", "this server needs Authorization: Bearer <key> (--api-key)");
+        return clef_srv_send_error(r, 401, "Unauthorized", "this server needs Authorization: Bearer <key> (--api-key)");
     if (ui) { /* the web playground (playground.c, web/) */
         r->route = ui->path;
-        if (!get) return send_error(r, 405, "MethodNotAllowed", "%s takes GET, not %s", ui->path, method);
+        if (!get) return clef_srv_send_error(r, 405, "MethodNotAllowed", "%s takes GET, not %s", ui->path, method);
         snprintf(r->outcome, sizeof r->outcome, "ok");
         r->status = 200;
         r->bytes_out = strcmp(method, MHD_HTTP_METHOD_HEAD) ? ui->len : 0;
         atomic_store(&r->state, R_ANSWERED);
-        return clef_playground_send(conn, ui, "X-Request-Id", r->id, must_close(r));
+        return clef_playground_send(conn, ui, "X-Request-Id", r->id, clef_srv_must_close(r));
     }
-    if (!route) return send_error(r, 404, "NotFound", "no route %s", url);
+    if (!route) return clef_srv_send_error(r, 404, "NotFound", "no route %s", url);
     if (route == known_route(ROUTE_DECIDE)) {
         if (strcmp(method, MHD_HTTP_METHOD_POST))
-            return send_error(r, 405, "MethodNotAllowed", "%s takes POST, not %s", ROUTE_DECIDE, method);
-        return decide_headers(s, r);
+            return clef_srv_send_error(r, 405, "MethodNotAllowed", "%s takes POST, not %s", ROUTE_DECIDE, method);
+        return clef_srv_decide_headers(s, r);
     }
-    if (!get) return send_error(r, 405, "MethodNotAllowed", "%s takes GET, not %s", route, method);
-    return answer_get(s, r, url);
+    if (!get) return clef_srv_send_error(r, 405, "MethodNotAllowed", "%s takes GET, not %s", route, method);
+    return clef_srv_answer_get(s, r, url);
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
@@ -721,7 +256,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         /* libmicrohttpd 0.9.75 closes a connection whose answer is queued in this first call (it
          * will not read past a head it answered "early"), so a request without a body is answered
          * in the next call, which comes at once; one with a body is routed now (what it is
-         * refused for here, before its body, closes the connection anyway: must_close) */
+         * refused for here, before its body, closes the connection anyway: clef_srv_must_close) */
         if (!r->body_pending) {
             r->deferred = 1;
             return MHD_YES;
@@ -731,50 +266,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     if (r->deferred) {
         r->deferred = 0;
         enum MHD_Result rc = route_request(s, r, url, method);
-        if (atomic_load(&r->state) == R_UPLOAD) return decide_body(s, r); /* an empty body: complete */
+        if (atomic_load(&r->state) == R_UPLOAD) return clef_srv_decide_body(s, r); /* an empty body: complete */
         return rc;
     }
     if (!r->decide) { /* already answered (e.g. a body sent to a GET route): swallow it */
         *upload_data_size = 0;
         return MHD_YES;
     }
-    if (*upload_data_size) {
-        size_t n = *upload_data_size;
-        r->body_bytes += n;
-        *upload_data_size = 0;
-        if (r->too_big) return MHD_NO;
-        if (r->body_bytes > s->cfg.max_body || clef_buf_put(&r->body, upload_data, n) != 0) {
-            r->too_big = 1;
-            clef_buf_free(&r->body);
-            return body_over_cap(s, r);
-        }
-        return MHD_YES;
-    }
-    switch (atomic_load(&r->state)) {
-    case R_UPLOAD:
-        r->body_pending = 0;
-        return decide_body(s, r);
-    case R_PREP_FAILED:
-        return send_result(r);
-    case R_TOO_MANY:
-        return send_error(r, 413, "RequestTooLong", "request has %d tokens; this server accepts at most %zu",
-                          r->tokens, s->cfg.max_tokens);
-    case R_RAN:
-        r->cached_tokens = clef_job_cached_tokens(r->job);
-        clef_job_finish(r->job, &r->res);
-        r->job = NULL;
-        r->have_res = 1;
-        return send_result(r);
-    case R_EXPIRED:
-        return send_error(r, 503, CLEF_E_DEADLINE, "the request waited longer than %g s for the model",
-                          s->cfg.deadline_s);
-    case R_REJECTED:
-        if (r->reject_status == 429)
-            return send_error(r, 429, "QueueFull", "the queue holds %zu requests; retry later", s->cfg.queue_len);
-        return send_error(r, 503, "ShuttingDown", "the server is shutting down");
-    default:
-        return MHD_YES;
-    }
+    return clef_srv_decide_continue(s, r, upload_data, upload_data_size);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
@@ -1004,10 +503,10 @@ int clef_server_attach(clef_server *s, clef_engine *e) {
                             .queue_len = s->cfg.queue_len, .gather_s = s->cfg.batch_wait_s};
     s->engine = e;
     snprintf(s->backend, sizeof s->backend, "%s", clef_engine_backend(e));
-    s->sched = clef_sched_create(&sc, run_batch, expire_one, s);
+    s->sched = clef_sched_create(&sc, clef_srv_run_batch, clef_srv_expire_one, s);
     if (!s->sched) return -1;
     int pt = s->cfg.prepare_threads > 0 ? s->cfg.prepare_threads : s->cfg.http_threads;
-    s->prep = clef_workq_create(pt, s->cfg.queue_len, prepare_one, s);
+    s->prep = clef_workq_create(pt, s->cfg.queue_len, clef_srv_prepare_one, s);
     if (!s->prep) {
         clef_sched_stop(s->sched);
         s->sched = NULL;

@@ -404,6 +404,24 @@ static int patchify_video(const clef_rgb *frames, int nf, const clef_video_opts 
     return clef_patchify_frames(frames, nf, P, M, T, "video", to, err);
 }
 
+/* After pass 2: a sampled frame that repeats the one before it (the same pts) was decoded once and
+ * is copied; any other frame missing is an error. */
+static int fill_repeats(pass2 *p2, const int64_t *want, int nf, const int64_t *indices, clef_err *err) {
+    for (int k = 0; k < nf; k++) {
+        if (!p2->frames[k].px) {
+            if (k > 0 && want[k] == want[k - 1] && p2->frames[k - 1].px) {
+                if (clef_rgb_alloc(&p2->frames[k], p2->frames[k - 1].w, p2->frames[k - 1].h, err)) return -1;
+                memcpy(p2->frames[k].px, p2->frames[k - 1].px, (size_t)p2->frames[k].w * p2->frames[k].h * 3);
+            } else {
+                clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA, "video: frame %lld did not decode the second time",
+                             (long long)indices[k]);
+                return -1;
+            }
+        }
+    }
+    return 0;
+}
+
 int clef_video_prepare_bytes(const uint8_t *data, size_t n, const clef_video_opts *o, clef_video *out,
                              clef_err *err) {
     memset(out, 0, sizeof *out);
@@ -498,18 +516,7 @@ int clef_video_prepare_bytes(const uint8_t *data, size_t n, const clef_video_opt
     p2.oh = (int)oh;
     p2.o = o;
     if (decode_all(&d, p2_frame, &p2, err)) goto done;
-    for (int k = 0; k < nf; k++) {
-        if (!p2.frames[k].px) {
-            if (k > 0 && want[k] == want[k - 1] && p2.frames[k - 1].px) {
-                if (clef_rgb_alloc(&p2.frames[k], p2.frames[k - 1].w, p2.frames[k - 1].h, err)) goto done;
-                memcpy(p2.frames[k].px, p2.frames[k - 1].px, (size_t)p2.frames[k].w * p2.frames[k].h * 3);
-            } else {
-                clef_err_set(err, CLEF_E_UNSUPPORTED_MEDIA, "video: frame %lld did not decode the second time",
-                             (long long)out->indices[k]);
-                goto done;
-            }
-        }
-    }
+    if (fill_repeats(&p2, want, nf, out->indices, err)) goto done;
     if (patchify_video(p2.frames, nf, o, out, err)) goto done;
     rc = 0;
 done:

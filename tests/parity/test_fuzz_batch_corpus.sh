@@ -14,7 +14,7 @@ dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 if ! clang -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -g -O1 -fsanitize=fuzzer,address,undefined \
     -fno-sanitize-recover=undefined -Iinclude -Isrc fuzz/fuzz_batch.c src/cli/batch_resume.c src/base/buf.c \
-    src/base/err.c src/base/json.c src/base/sha256.c src/base/utf8.c src/base/pyfmt.c -lm \
+    src/base/err.c src/base/json.c src/base/json_render.c src/base/sha256.c src/base/utf8.c src/base/pyfmt.c -lm \
     -o "$dir/fuzz_batch" >"$dir/build.log" 2>&1; then
   if grep -q -i "fuzzer" "$dir/build.log" && grep -q -i "cannot find\|no such file" "$dir/build.log"; then
     echo "clang has no libFuzzer runtime here"; exit 77
