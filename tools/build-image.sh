@@ -34,17 +34,16 @@ need buildah buildah
 
 has_image() { "${BUILDAH[@]}" inspect --type image "$1" >/dev/null 2>&1; }
 
-# make_debian NAME [slim]: Debian 12 (bookworm) as Docker Hub's debian images are made: debootstrap's
-# minbase variant, the archive's bookworm, -updates and -security suites, no apt lists or .debs kept.
-# slim also drops documentation, man pages and locales and tells dpkg not to install them again
-# (what debian:12-slim does).
+# make_debian NAME: Debian 12 (bookworm) as Docker Hub's debian:12 is made: debootstrap's minbase
+# variant, the archive's bookworm, -updates and -security suites, no apt lists or .debs kept.
 make_debian() {
-  local name=$1 slim=${2:-} ctr root
+  local name=$1 ctr root
   need debootstrap debootstrap
   ctr=$("${BUILDAH[@]}" from scratch)
   root=$("${BUILDAH[@]}" mount "$ctr")
   log "debootstrap --variant=minbase bookworm $MIRROR -> $name"
   debootstrap --variant=minbase bookworm "$root" "$MIRROR" >&2
+  rm -f "$root/etc/apt/sources.list"
   cat > "$root/etc/apt/sources.list.d/debian.sources" <<EOF
 Types: deb
 URIs: ${MIRROR}
@@ -58,9 +57,17 @@ Suites: bookworm-security
 Components: main
 Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
 EOF
-  rm -f "$root/etc/apt/sources.list"
-  if [ "$slim" = slim ]; then
-    cat > "$root/etc/dpkg/dpkg.cfg.d/docker" <<'EOF'
+  rm -rf "$root"/var/lib/apt/lists/* "$root"/var/cache/apt/archives/*.deb "$root"/var/log/*.log
+  commit_base "$ctr" "$name"
+}
+
+# make_slim NAME FROM: FROM without documentation, man pages and locales, and dpkg told not to
+# install them again (what debian:12-slim is to debian:12); no second debootstrap.
+make_slim() {
+  local name=$1 ctr root
+  ctr=$("${BUILDAH[@]}" from --quiet --pull=never "$2")
+  root=$("${BUILDAH[@]}" mount "$ctr")
+  cat > "$root/etc/dpkg/dpkg.cfg.d/docker" <<'EOF'
 path-exclude /usr/share/doc/*
 path-include /usr/share/doc/*/copyright
 path-exclude /usr/share/man/*
@@ -70,19 +77,22 @@ path-exclude /usr/share/locale/*
 path-exclude /usr/share/lintian/*
 path-exclude /usr/share/linda/*
 EOF
-    find "$root/usr/share/doc" -mindepth 1 -not -name copyright -not -type d -delete
-    find "$root/usr/share/doc" -mindepth 1 -type d -empty -delete
-    rm -rf "$root"/usr/share/{man,groff,info,locale,lintian,linda}/*
-  fi
-  rm -rf "$root"/var/lib/apt/lists/* "$root"/var/cache/apt/archives/*.deb "$root"/var/log/*.log
-  "${BUILDAH[@]}" umount "$ctr" >/dev/null
-  "${BUILDAH[@]}" config --cmd bash --env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-      --label org.clef.base=debootstrap --label "org.clef.mirror=$MIRROR" "$ctr"
-  "${BUILDAH[@]}" commit --quiet --rm "$ctr" "$name" >/dev/null
-  log "made $name"
+  find "$root/usr/share/doc" -mindepth 1 -not -type d -not -name copyright -delete
+  find "$root/usr/share/doc" -mindepth 1 -type d -empty -delete
+  rm -rf "$root"/usr/share/{man,groff,info,locale,lintian,linda}/*
+  commit_base "$ctr" "$name"
 }
 
-# Each base image the Containerfile names: present, pulled, or made (one debootstrap each).
+commit_base() {  # the label says where a stand-in came from, so it is never taken for Docker Hub's
+  "${BUILDAH[@]}" umount "$1" >/dev/null
+  "${BUILDAH[@]}" config --cmd bash --env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+      --label org.clef.base=debootstrap --label "org.clef.mirror=$MIRROR" "$1"
+  "${BUILDAH[@]}" commit --quiet --rm "$1" "$2" >/dev/null
+  log "made $2"
+}
+
+# Each base image the Containerfile names: present, pulled, or made (sorted: debian:12, which the
+# slim one is made from, comes first).
 for base in $(sed -n 's/^FROM[[:space:]]\{1,\}\([^[:space:]]*\).*/\1/p' "$CONTAINERFILE" | sort -u); do
   if has_image "$base"; then
     log "$base: in the local store"
@@ -91,12 +101,15 @@ for base in $(sed -n 's/^FROM[[:space:]]\{1,\}\([^[:space:]]*\).*/\1/p' "$CONTAI
   else
     case "$base" in
       docker.io/library/debian:12) make_debian "$base" ;;
-      docker.io/library/debian:12-slim) make_debian "$base" slim ;;
+      docker.io/library/debian:12-slim)
+        has_image docker.io/library/debian:12 || make_debian docker.io/library/debian:12
+        make_slim "$base" docker.io/library/debian:12 ;;
       *) log "$base cannot be pulled and is not a Debian 12 image this script can make"; exit 1 ;;
     esac
   fi
 done
 
+# --layers: a rebuild after a source change reuses the apt-get layers (minutes each).
 # chroot isolation: RUN steps need no user/network namespaces or cgroups, which a container as
 # this one may not give (the default OCI isolation then fails); --pull=never: the bases are local.
 isolation=chroot
@@ -105,9 +118,12 @@ if "${BUILDAH[@]}" from --quiet --pull=never --name clef-isolation-probe docker.
   isolation=oci
 fi
 "${BUILDAH[@]}" rm clef-isolation-probe >/dev/null 2>&1 || true
-log "building $IMAGE (isolation $isolation)"
+# the tree's commit for `clef version`: the build stage gets the sources without their .git
+commit=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+[ "$commit" = unknown ] || git diff --quiet HEAD -- || commit="$commit-dirty"
+log "building $IMAGE from $commit (isolation $isolation)"
 start=$(date +%s)
-"${BUILDAH[@]}" build --pull=never --isolation "$isolation" -f "$CONTAINERFILE" -t "$IMAGE" .
+"${BUILDAH[@]}" build --layers --pull=never --isolation "$isolation" --build-arg "GIT_COMMIT=$commit" -f "$CONTAINERFILE" -t "$IMAGE" .
 log "built $IMAGE in $(( $(date +%s) - start )) s"
 
 # Export: an OCI archive any OCI tool loads (podman load, skopeo copy, ctr import).

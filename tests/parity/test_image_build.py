@@ -4,7 +4,8 @@ downloads Debian, by debootstrap where no container registry is reachable):
 - tools/build-image.sh builds the image with buildah and exports it as an OCI archive whose
   index.json names a manifest digest;
 - the exported archive is what is run: `buildah from oci-archive:...` (no podman needed);
-- the image declares user 10001 and a command run without --user is that user;
+- the image declares user 10001:10001 and a command run without --user is that user, whose group
+  (clef) has that id too, and who owns /models;
 - `clef version` in the image is the host's version and the commit the image was built from;
 - the image's own ENTRYPOINT + CMD, with models/tiny bind-mounted read-only at /models/clef-flash
   and only the address changed (127.0.0.1, a free port: loopback only): /livez and /readyz answer
@@ -98,8 +99,9 @@ def main():
     try:
         cfg = json.loads(sh(BUILDAH + ["inspect", "--type", "container", ctr]).stdout)["OCIv1"]["config"]
         check(cfg.get("User") == "10001:10001", f"the image declares user 10001 ({cfg.get('User')})")
-        uid = sh(BUILDAH + ["run"] + RUN + [ctr, "--", "id", "-u"], timeout=300)
-        check(uid.stdout.strip() == "10001", f"a command in the image runs as uid 10001 ({uid.stdout.strip()!r} {uid.stderr[-200:]})")
+        ids = sh(BUILDAH + ["run"] + RUN + [ctr, "--", "sh", "-c", "id -u; id -g; id -gn; stat -c %u:%g /models"], timeout=300)
+        check(ids.stdout.split() == ["10001", "10001", "clef", "10001:10001"],
+              f"a command in the image runs as 10001:10001, group clef, owner of /models ({ids.stdout.split()} {ids.stderr[-200:]})")
 
         host = sh([CLEF, "version"]).stdout.splitlines()
         ver = sh(BUILDAH + ["run"] + RUN + [ctr, "--", "/usr/local/bin/clef", "version"], timeout=300)
