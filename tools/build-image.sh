@@ -80,14 +80,15 @@ EOF
   find "$root/usr/share/doc" -mindepth 1 -not -type d -not -name copyright -delete
   find "$root/usr/share/doc" -mindepth 1 -type d -empty -delete
   rm -rf "$root"/usr/share/{man,groff,info,locale,lintian,linda}/*
-  commit_base "$ctr" "$name"
+  # one layer: deleted files in a layer over debian:12 would still be shipped in the one below
+  commit_base "$ctr" "$name" --squash
 }
 
 commit_base() {  # the label says where a stand-in came from, so it is never taken for Docker Hub's
   "${BUILDAH[@]}" umount "$1" >/dev/null
   "${BUILDAH[@]}" config --cmd bash --env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
       --label org.clef.base=debootstrap --label "org.clef.mirror=$MIRROR" "$1"
-  "${BUILDAH[@]}" commit --quiet --rm "$1" "$2" >/dev/null
+  "${BUILDAH[@]}" commit --quiet --rm "${@:3}" "$1" "$2" >/dev/null
   log "made $2"
 }
 
