@@ -128,7 +128,7 @@ start=$(date +%s)
 "${BUILDAH[@]}" build --pull=never --isolation "$isolation" --build-arg "GIT_COMMIT=$commit" -f "$CONTAINERFILE" -t "$IMAGE" .
 log "built $IMAGE in $(( $(date +%s) - start )) s"
 
-# Export: an OCI archive any OCI tool loads (podman load, skopeo copy, ctr import).
+# Export: an OCI image layout in a tar, the format podman load and skopeo copy oci-archive: read.
 mkdir -p "$(dirname "$OUT")"
 rm -f "$OUT"
 "${BUILDAH[@]}" push --quiet "$IMAGE" "oci-archive:$OUT:$IMAGE" >/dev/null
