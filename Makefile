@@ -112,11 +112,13 @@ $(LIB): $(LIB_OBJ)
 	rm -f $@ && ar rcs $@ $^
 
 # The git commit `clef version` reports: rewritten only when it changes (so a new commit relinks
-# the CLI, an unchanged tree rebuilds nothing); "unknown" outside a git checkout.
+# the CLI, an unchanged tree rebuilds nothing); "unknown" outside a git checkout. GIT_COMMIT=C
+# names it where the tree is built without its .git (deploy/Containerfile, tools/build-image.sh).
 $(BUILD)/gen/cli/clef_commit.h: FORCE
 	@mkdir -p $(dir $@)
-	@c=$$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown); \
-	 if [ "$$c" != unknown ] && ! git diff --quiet HEAD -- 2>/dev/null; then c="$$c-dirty"; fi; \
+	@c='$(GIT_COMMIT)'; \
+	 if [ -z "$$c" ]; then c=$$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown); \
+	   if [ "$$c" != unknown ] && ! git diff --quiet HEAD -- 2>/dev/null; then c="$$c-dirty"; fi; fi; \
 	 printf '#define CLEF_GIT_COMMIT "%s"\n' "$$c" > $@.tmp; \
 	 if cmp -s $@.tmp $@; then rm -f $@.tmp; else mv $@.tmp $@; fi
 $(BUILD)/obj/src/cli/cmd_version.o: $(BUILD)/gen/cli/clef_commit.h
