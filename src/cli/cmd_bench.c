@@ -18,6 +18,7 @@
 #include "clef.h"
 #include "cli/cli_opts.h"
 #include "cli/cmds.h"
+#include "base/clock.h"
 
 #define MAX_COUNTS 16
 #define MAX_TOKENS 262144
@@ -28,12 +29,6 @@ static const int32_t common_ids[] = {760,  5813, 4439,  3315, 279,   1906, 995, 
                                      279,  8057, 19386, 421,  424,   1000, 16821, 383,   6796, 13,
                                      2091, 279,  4087,  10631, 321,  46193, 30,   5044,  4238, 279,
                                      9559, 494,  220,   15,    310,   220,   19,   13};
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static double peak_rss_mb(void) {
     struct rusage ru;
@@ -99,9 +94,9 @@ int cmd_bench(int argc, char **argv) {
     }
 
     char err[1200];
-    double t0 = now_s();
+    double t0 = clef_now();
     clef_engine *e = clef_open(&o, err, sizeof err);
-    double open_s = now_s() - t0;
+    double open_s = clef_now() - t0;
     if (!e) {
         fprintf(stderr, "clef: %s\n", err);
         return 3;

@@ -23,12 +23,7 @@
 #include "cli/cmds.h"
 #include "base/json.h"
 #include "text/tokenizer.h"
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
+#include "base/clock.h"
 
 static double cpu_s(void) {
     struct timespec ts;
@@ -167,9 +162,9 @@ int cmd_tokenize(int argc, char **argv) {
     if (path.oom) return 1;
     clef_err err;
     clef_err_clear(&err);
-    double t0 = now_s(), c0 = cpu_s();
+    double t0 = clef_now(), c0 = cpu_s();
     clef_tokenizer *t = clef_tokenizer_load(path.data, variant, &err);
-    double t_load = now_s() - t0, t_load_cpu = cpu_s() - c0;
+    double t_load = clef_now() - t0, t_load_cpu = cpu_s() - c0;
     clef_buf_free(&path);
     if (!t) {
         fprintf(stderr, "clef tokenize: %s: %s\n", err.type, err.msg);
@@ -198,9 +193,9 @@ int cmd_tokenize(int argc, char **argv) {
         clef_ids_init(&ids);
         clef_buf o;
         clef_buf_init(&o);
-        double first = now_s(), first_cpu = cpu_s();
+        double first = clef_now(), first_cpu = cpu_s();
         int trc = clef_tokenize_ex(t, s, len, flags, &ids, &err);
-        first = now_s() - first;
+        first = clef_now() - first;
         first_cpu = cpu_s() - first_cpu;
         if (trc) {
             put_error(&o, err.type, err.msg);
@@ -211,9 +206,9 @@ int cmd_tokenize(int argc, char **argv) {
             double best = 1e30, best_cpu = 1e30;
             for (int k = 0; k < bench; k++) {
                 ids.n = 0;
-                double a = now_s(), c = cpu_s();
+                double a = clef_now(), c = cpu_s();
                 clef_tokenize_ex(t, s, len, flags, &ids, &err);
-                double d = now_s() - a, dc = cpu_s() - c;
+                double d = clef_now() - a, dc = cpu_s() - c;
                 if (d < best) best = d;
                 if (dc < best_cpu) best_cpu = dc;
             }

@@ -18,6 +18,7 @@
 #include "base/json.h"
 #include "base/sha256.h"
 #include "cli/cli_opts.h"
+#include "base/clock.h"
 
 #define PULL_MAX_FILE_BYTES ((uint64_t)1 << 42) /* 4 TiB: a bound on what a manifest may claim */
 #define PULL_MAX_FILES 4096
@@ -287,12 +288,6 @@ static int names_fd(const char *path, int fd) {
 
 /* ---- one transfer ---- */
 
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
 typedef struct xfer {
     const pull_opts *o;
     const pull_file *f;
@@ -316,7 +311,7 @@ typedef struct xfer {
 
 static void show(xfer *x, int force) {
     const pull_file *f = x->f;
-    double el = now_s() - x->t0;
+    double el = clef_now() - x->t0;
     double rate = el > 0 ? (double)(x->have - x->at_start) / el : 0;
     if (x->bar.tty) {
         char extra[96];
@@ -506,7 +501,7 @@ static int transfer(xfer *x, int *retry, clef_err *err) {
     x->too_long = 0;
     x->body_len = 0;
     x->body[0] = 0;
-    x->t0 = now_s();
+    x->t0 = clef_now();
     x->at_start = x->have;
     CURLcode cr = curl_easy_perform(c);
     long status = 0;

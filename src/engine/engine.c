@@ -33,6 +33,7 @@
 #include "model/weights.h"
 #include "base/json.h"
 #include "text/tokenizer.h"
+#include "base/clock.h"
 
 
 void clef_options_default(clef_options *o) {
@@ -358,16 +359,10 @@ static int note_accepted(clef_job *j, int strict, clef_err *err) {
     return 0;
 }
 
-static int64_t mono_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 void clef_engine_stop_preparing(clef_engine *e, double seconds) {
     if (!e) return;
     if (!(seconds > 0)) seconds = 0; /* a budget already spent (or NaN): at once */
-    int64_t at = mono_ns() + (int64_t)((seconds < 1e9 ? seconds : 1e9) * 1e9);
+    int64_t at = clef_now_ns() + (int64_t)((seconds < 1e9 ? seconds : 1e9) * 1e9);
     atomic_store(&e->stop_preparing_at, at ? at : 1); /* 0 means never */
 }
 
@@ -375,7 +370,7 @@ void clef_engine_stop_preparing(clef_engine *e, double seconds) {
 static int prepare_stopped(void *ctx) {
     const clef_engine *e = ctx;
     int64_t at = atomic_load(&e->stop_preparing_at);
-    return at != 0 && mono_ns() >= at;
+    return at != 0 && clef_now_ns() >= at;
 }
 
 clef_job *clef_job_prepare(clef_engine *e, const char *body, size_t len, clef_result *out) {
@@ -458,12 +453,6 @@ int clef_decide(clef_engine *e, const char *body, size_t len, clef_result *out) 
     return out->error_type ? -1 : 0;
 }
 
-static double mono_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 int clef_bench_forward(clef_engine *e, const int32_t *ids, size_t n, double *seconds_text,
                        double *seconds_head, char *errbuf, size_t err_len) {
     return clef_bench_forward_batch(e, ids, n, 1, seconds_text, seconds_head, errbuf, err_len);
@@ -539,9 +528,9 @@ int clef_bench_forward_batch(clef_engine *e, const int32_t *ids, size_t n, size_
     in.n = records * n;
     in.nseg = records;
     in.segs = segs;
-    double t0 = mono_seconds();
+    double t0 = clef_now();
     rc = clef_text_forward(ops, &e->mf->cfg, &e->mf->text, &in, hidden, &err);
-    double t1 = mono_seconds();
+    double t1 = clef_now();
     if (rc == 0) { /* the head over every record at once, as clef_run_batch runs it */
         clef_head_in *hin = calloc(records, sizeof *hin);
         float *lg = malloc(records * 11 * sizeof *lg);
@@ -566,7 +555,7 @@ int clef_bench_forward_batch(clef_engine *e, const int32_t *ids, size_t n, size_
     }
     free(all);
     free(segs);
-    double t2 = mono_seconds();
+    double t2 = clef_now();
     if (rc == 0) rc = clef_ops_take(ops, "the forward", &err);
     clef_ops_clear(ops);
     if (seconds_text) *seconds_text = t1 - t0;

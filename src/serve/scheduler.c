@@ -22,12 +22,6 @@ struct clef_sched {
     void *ctx;
 };
 
-double clef_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 size_t clef_sched_pick(const size_t *tokens, size_t n, size_t budget, size_t max_batch, size_t *out) {
     if (n == 0 || max_batch == 0) return 0;
     size_t k = 0, used = tokens[0];

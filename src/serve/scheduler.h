@@ -24,6 +24,8 @@
 
 #include <stddef.h>
 
+#include "base/clock.h" /* clef_now: the clock of enqueued and deadline */
+
 typedef struct clef_sched_item {
     struct clef_sched_item *next; /* owned by the scheduler while queued */
     size_t tokens;                /* what this item adds to a batch */
@@ -60,8 +62,5 @@ size_t clef_sched_pick(const size_t *tokens, size_t n, size_t budget, size_t max
 
 /* The share of the previous batch's run time a batch that is not full may wait (gathering). */
 #define CLEF_SCHED_GATHER_FRACTION 0.03
-
-/* Monotonic seconds. */
-double clef_now(void);
 
 #endif

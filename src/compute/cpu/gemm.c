@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "base/cpu_features.h"
+#include "base/clock.h"
 
 static const char *const kernel_names[CLEF_GEMM_NKERNELS] = {
     "auto", "ref", "avx2", "avx512", "amx",
@@ -65,12 +66,6 @@ static clef_gemm_kernel g_default;
 static double g_gflops[CLEF_GEMM_NKERNELS]; /* the timing behind the pick; 0 = not timed */
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* GFLOP/s of one exact kernel on one thread, on a block of the decoder's shape (48 rows x 512 x
  * 1,024, ~50 MFLOP, a few ms): the best of 3 after one warm-up call. 0 when it could not run. */
 #define PROBE_T 48
@@ -80,9 +75,9 @@ static double probe(clef_gemm_kernel k, float *y, const float *x, const uint16_t
     if (clef_gemm_bf16_with(k, NULL, y, PROBE_N, x, PROBE_K, PROBE_T, PROBE_K, W, PROBE_K, PROBE_N, NULL)) return 0;
     double best = 0;
     for (int r = 0; r < 3; r++) {
-        double t0 = now_s();
+        double t0 = clef_now();
         if (clef_gemm_bf16_with(k, NULL, y, PROBE_N, x, PROBE_K, PROBE_T, PROBE_K, W, PROBE_K, PROBE_N, NULL)) return 0;
-        double dt = now_s() - t0;
+        double dt = clef_now() - t0;
         if (dt > 0 && (best == 0 || dt < best)) best = dt;
     }
     return best > 0 ? 2.0 * PROBE_T * PROBE_K * PROBE_N / best * 1e-9 : 0;
