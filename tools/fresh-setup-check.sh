@@ -47,7 +47,15 @@ t_boot=$((SECONDS - t))
 mount -t proc proc "$root/proc"
 mount --bind /dev "$root/dev"
 mount -t sysfs sysfs "$root/sys"
+# the host's network settings, as for resolv.conf: its local CAs (a network that intercepts TLS signs
+# PyPI's certificates with one; ca-certificates' install in the chroot adds them) and pip's config.
+# On an ordinary network there are none and the chroot stays as debootstrap made it.
 cp /etc/resolv.conf "$root/etc/resolv.conf"
+if ls /usr/local/share/ca-certificates/*.crt >/dev/null 2>&1; then
+  mkdir -p "$root/usr/local/share/ca-certificates"
+  cp /usr/local/share/ca-certificates/*.crt "$root/usr/local/share/ca-certificates/"
+fi
+[ ! -f /etc/pip.conf ] || cp /etc/pip.conf "$root/etc/pip.conf"
 git clone -q "$src" "$root/root/clef"
 commit="$(git -C "$root/root/clef" rev-parse --short=12 HEAD)"
 

@@ -38,6 +38,7 @@ pkgs_build="build-essential pkg-config"
 pkgs_libs="libonig-dev libutf8proc-dev libmicrohttpd-dev libpng-dev libjpeg62-turbo-dev libwebp-dev libgif-dev
            zlib1g-dev libcurl4-openssl-dev"
 pkgs_video="libavformat-dev libavcodec-dev libswscale-dev libavutil-dev"
+pkgs_tls="ca-certificates"                 # https: clef pull, and pip for .venv-tiny
 pkgs_tiny="python3 python3-venv"           # .venv-tiny, which writes models/tiny/ (make tiny)
 # ---- dev: what make check and CI add ----
 pkgs_dev_fuzz="clang libclang-rt-14-dev"   # tests/parity/test_fuzz_corpus.sh, make fuzz
@@ -46,7 +47,7 @@ pkgs_dev_browser="chromium chromium-driver" # tests/parity/test_playground.py
 pkgs_dev_gateways="nginx haproxy"          # tests/parity/test_nginx.py, test_haproxy.py
 pkgs_dev_netns="iproute2"                  # the Ray tests' network namespaces (ip netns)
 
-pkgs="$pkgs_build $pkgs_libs $pkgs_video $pkgs_tiny"
+pkgs="$pkgs_build $pkgs_libs $pkgs_video $pkgs_tls $pkgs_tiny"
 [ $dev = 0 ] || pkgs="$pkgs $pkgs_dev_fuzz $pkgs_dev_bench $pkgs_dev_browser $pkgs_dev_gateways $pkgs_dev_netns"
 if [ $list = 1 ]; then
   echo $pkgs
