@@ -10,8 +10,9 @@
 # lines: apt, venv, build, make tiny), the download sizes (the .deb files apt fetched, the pip
 # cache) and the machine.
 #
-#   sudo tools/fresh-setup-check.sh [DIR]    DIR: where the root filesystem goes (default: a new
-#                                            folder under /tmp); removed at the end unless KEEP=1
+#   sudo tools/fresh-setup-check.sh [DIR]    DIR: where the root filesystem (DIR/root) and the logs
+#                                            go (default: a new folder under /tmp, removed after a
+#                                            pass); DIR/root is removed at the end unless KEEP=1
 #
 # Needs root (debootstrap, mount, chroot), a Debian host (debootstrap is installed when missing)
 # and the network: deb.debian.org (MIRROR=... overrides) and PyPI. Downloads ~300 MB; a few minutes.
@@ -20,7 +21,8 @@ set -euo pipefail
 src="$(cd "$(dirname "$0")/.." && pwd)"
 mirror="${MIRROR:-http://deb.debian.org/debian}"
 [ "$(id -u)" -eq 0 ] || { echo "fresh-setup-check: needs root (debootstrap, mount, chroot)" >&2; exit 2; }
-dir="${1:-$(mktemp -d /tmp/clef-fresh.XXXXXX)}"
+made_dir=0
+if [ $# -ge 1 ]; then dir="$1"; else dir="$(mktemp -d /tmp/clef-fresh.XXXXXX)"; made_dir=1; fi
 root="$dir/root"
 [ ! -e "$root" ] || { echo "fresh-setup-check: $root exists; give an empty DIR" >&2; exit 2; }
 mkdir -p "$dir"
@@ -31,9 +33,14 @@ cleanup() {
   local m
   # deepest first; each one ours (under $root)
   for m in "$root/sys" "$root/dev" "$root/proc"; do
-    mountpoint -q "$m" 2>/dev/null && umount "$m"
+    if mountpoint -q "$m" 2>/dev/null; then umount "$m" || say "cannot unmount $m"; fi
   done
-  if [ "${KEEP:-0}" = 1 ]; then say "kept $root (log: $log)"; else rm -rf "$root"; fi
+  if [ "${KEEP:-0}" = 1 ]; then say "kept $root (logs in $dir)"; return; fi
+  # never delete through a mount (the bind-mounted /dev is the host's)
+  if grep -q " $root/" /proc/mounts; then say "something is still mounted under $root: not removed"; return; fi
+  rm -rf --one-file-system "$root"
+  # the logs stay when something failed (or DIR was given)
+  if [ "$made_dir" = 1 ] && [ "${passed:-0}" = 1 ]; then rm -rf "$dir"; else say "logs in $dir"; fi
 }
 trap cleanup EXIT
 
@@ -83,14 +90,17 @@ printf '%s' "$answer" | grep -q '"answers":{"hot":' \
   || { say "FAIL: the answer has no answers.hot: $answer"; fail=1; }
 
 debs_mb=$(du -sm "$root/var/cache/apt/archives" | cut -f1)
-pip_mb=$(du -sm "$root/root/.cache/pip" 2>/dev/null | cut -f1 || echo 0)
+# pip keeps no cache when the index says no-store, so its share is measured by fetching the same wheels again
+in_chroot 'cd /root/clef && .venv-tiny/bin/python -m pip download -q --disable-pip-version-check --no-deps \
+  -r tools/reference/requirements-tiny.txt -d /tmp/wheels' > /dev/null 2>&1 || true
+pip_mb=$(du -sm "$root/tmp/wheels" 2>/dev/null | cut -f1) || pip_mb="?"
 echo "---- fresh Debian 12 (minbase bookworm), commit $commit"
 echo "machine: $(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) CPUs; $(date -u +%Y-%m-%d)"
 echo "debootstrap (not part of setup.sh): ${t_boot} s"
 grep '^setup: .* took ' "$dir/setup.log" || true
 echo "tools/setup.sh total: ${t_setup} s"
 echo "clef decide --model models/tiny: ${t_decide} s"
-echo "downloaded: ${debs_mb} MB of .deb files (apt), ${pip_mb} MB in the pip cache (.venv-tiny)"
+echo "downloaded: ${debs_mb} MB of .deb files (apt), ${pip_mb} MB of wheels (pip, .venv-tiny)"
 echo "answer: $answer"
-[ $fail = 0 ] && echo "fresh-setup-check: PASS" || echo "fresh-setup-check: FAIL"
+if [ $fail = 0 ]; then passed=1; echo "fresh-setup-check: PASS"; else echo "fresh-setup-check: FAIL"; fi
 exit $fail
