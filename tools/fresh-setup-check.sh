@@ -77,9 +77,9 @@ in_chroot 'cd /root/clef && tools/setup.sh' > "$dir/setup.log" 2>&1 || { tail -n
 t_setup=$((SECONDS - t))
 
 request='{"model":"clef-flash","state":"The kettle is boiling.","questions":{"hot":{"type":"noul","instructions":"Is the water hot?"}}}'
-t=$SECONDS
+t=$EPOCHREALTIME
 answer="$(in_chroot "cd /root/clef && echo '$request' | build/clef decide --model models/tiny --request -")"
-t_decide=$((SECONDS - t))
+t_decide=$(awk -v a="$t" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.2f", b - a }')
 
 fail=0
 missing="$(in_chroot 'cd /root/clef && for p in $(tools/setup.sh --list); do dpkg -s "$p" >/dev/null 2>&1 || echo "$p"; done')"
