@@ -6,7 +6,7 @@
 #     sudo CLEF_FRESH_SETUP=1 bash tests/parity/test_fresh_setup.sh
 # Otherwise (and when not root) it skips: exit 77.
 set -u
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 if [ "${CLEF_FRESH_SETUP:-0}" != 1 ]; then
   echo "skip: downloads ~300 MB and takes minutes; CLEF_FRESH_SETUP=1 runs it"; exit 77
 fi
