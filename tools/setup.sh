@@ -5,8 +5,9 @@
 #                           libmicrohttpd, libpng, libjpeg-turbo, libwebp, giflib, zlib, FFmpeg's
 #                           libavformat/libavcodec/libswscale/libavutil for video, libcurl for
 #                           `clef pull`), the library and the CLI, and the tiny release-layout
-#                           checkpoint in models/tiny/ (written by .venv-test's python: the venv is
-#                           made only when models/tiny/ is missing)
+#                           checkpoint in models/tiny/ (written by .venv-test's python if there is
+#                           one, else by .venv-tiny: Debian's python3 + python3-venv and three PyPI
+#                           packages, made only when models/tiny/ is missing)
 #   tools/setup.sh --dev    also what `make check` and CI use (.ci/run): the lists below marked dev
 #                           (clang + libFuzzer for test_fuzz_corpus.sh, OpenBLAS for bench_gemm,
 #                           chromium + chromium-driver for test_playground.py, nginx for
@@ -37,6 +38,8 @@ pkgs_build="build-essential pkg-config"
 pkgs_libs="libonig-dev libutf8proc-dev libmicrohttpd-dev libpng-dev libjpeg62-turbo-dev libwebp-dev libgif-dev
            zlib1g-dev libcurl4-openssl-dev"
 pkgs_video="libavformat-dev libavcodec-dev libswscale-dev libavutil-dev"
+pkgs_tls="ca-certificates"                 # https: clef pull, and pip for .venv-tiny
+pkgs_tiny="python3 python3-venv"           # .venv-tiny, which writes models/tiny/ (make tiny)
 # ---- dev: what make check and CI add ----
 pkgs_dev_fuzz="clang libclang-rt-14-dev"   # tests/parity/test_fuzz_corpus.sh, make fuzz
 pkgs_dev_bench="libopenblas-dev"           # bench/bench_gemm (bench/build.sh)
@@ -44,12 +47,16 @@ pkgs_dev_browser="chromium chromium-driver" # tests/parity/test_playground.py
 pkgs_dev_gateways="nginx haproxy"          # tests/parity/test_nginx.py, test_haproxy.py
 pkgs_dev_netns="iproute2"                  # the Ray tests' network namespaces (ip netns)
 
-pkgs="$pkgs_build $pkgs_libs $pkgs_video"
+pkgs="$pkgs_build $pkgs_libs $pkgs_video $pkgs_tls $pkgs_tiny"
 [ $dev = 0 ] || pkgs="$pkgs $pkgs_dev_fuzz $pkgs_dev_bench $pkgs_dev_browser $pkgs_dev_gateways $pkgs_dev_netns"
 if [ $list = 1 ]; then
   echo $pkgs
   exit 0
 fi
+
+# each step says how long it took (tools/fresh-setup-check.sh collects these lines)
+t0=$SECONDS
+took() { echo "setup: $1 took $((SECONDS - t0)) s"; t0=$SECONDS; }
 
 missing=""
 for p in $pkgs; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
@@ -58,6 +65,7 @@ if [ -n "$missing" ]; then
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing
+  took "apt"
 fi
 
 if [ $dev = 1 ]; then
@@ -65,10 +73,15 @@ if [ $dev = 1 ]; then
   tools/reference/make_venv.sh test
   # Ray for clef.ray's tests (~80 s from PyPI the first time; CLEF_NO_RAY=1 leaves it out: those tests skip)
   [ "${CLEF_NO_RAY:-0}" = 1 ] || tools/reference/make_venv.sh ray
+  took "venvs"
   make -j"$(nproc)"
 else
-  [ -f models/tiny/manifest.sha256 ] || [ -x .venv-test/bin/python ] || tools/reference/make_venv.sh test
+  if [ ! -f models/tiny/manifest.sha256 ] && [ ! -x .venv-test/bin/python ] && [ ! -x .venv-tiny/bin/python ]; then
+    tools/reference/make_venv.sh tiny
+    took "venv"
+  fi
   make -j"$(nproc)" build/clef dist
 fi
-[ -f models/tiny/manifest.sha256 ] || make tiny
+took "build"
+if [ ! -f models/tiny/manifest.sha256 ]; then make tiny; took "make tiny"; fi
 if [ $dev = 1 ]; then echo "setup: done (--dev)"; else echo "setup: done (to run; tools/setup.sh --dev adds what make check needs)"; fi

@@ -3,7 +3,7 @@
 `tools/setup.sh --dev` adds what `make check` and CI use; CI and the README use them so.
 
 - `tools/setup.sh --list` / `--dev --list` print the package lists without installing anything: the
-  run list holds the compiler and the -dev libraries and none of the test-only packages (clang,
+  run list holds the compiler, the -dev libraries, python3 + python3-venv and ca-certificates and none of the test-only packages (clang,
   chromium, OpenBLAS); the dev list is the run list plus those;
 - an unknown argument is refused (exit 2) before anything is done;
 - .ci/run calls `tools/setup.sh --dev`; the README shows both commands and `make check`.
@@ -16,7 +16,9 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SETUP = os.path.join(ROOT, "tools", "setup.sh")
 RUN_NEEDS = {"build-essential", "pkg-config", "libonig-dev", "libutf8proc-dev", "libmicrohttpd-dev", "libpng-dev",
-             "libcurl4-openssl-dev", "libavformat-dev"}
+             "libcurl4-openssl-dev", "libavformat-dev",
+             # a fresh (minbase) Debian 12 has none of these: the venv that writes models/tiny/, https
+             "python3", "python3-venv", "ca-certificates"}
 DEV_ONLY = {"clang", "libclang-rt-14-dev", "chromium", "chromium-driver", "libopenblas-dev"}
 failures = []
 

