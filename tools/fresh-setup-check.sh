@@ -12,7 +12,9 @@
 #
 #   sudo tools/fresh-setup-check.sh [DIR]    DIR: where the root filesystem (DIR/root) and the logs
 #                                            go (default: a new folder under /tmp, removed after a
-#                                            pass); DIR/root is removed at the end unless KEEP=1
+#                                            pass); DIR/root is removed at the end unless KEEP=1;
+#                                            PREINSTALL="PKG ..." installs those first, untimed
+#                                            (build-essential pkg-config: a machine with the compiler)
 #
 # Needs root (debootstrap, mount, chroot), a Debian host (debootstrap is installed when missing)
 # and the network: deb.debian.org (MIRROR=... overrides) and PyPI. Downloads ~300 MB; a few minutes.
@@ -70,6 +72,14 @@ in_chroot() { # a login-like environment: nothing from this shell's
   env -i HOME=/root TERM=dumb LANG=C.UTF-8 PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
     chroot "$root" /bin/bash -c "$1"
 }
+
+# PREINSTALL="build-essential pkg-config": a machine that already has the compiler (the issue's "under
+# a minute" case), installed before the timed run
+if [ -n "${PREINSTALL:-}" ]; then
+  say "in the chroot, untimed: apt-get install $PREINSTALL"
+  in_chroot "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $PREINSTALL" \
+    > "$dir/preinstall.log" 2>&1 || { tail -n 30 "$dir/preinstall.log"; exit 1; }
+fi
 
 say "in the chroot: cd /root/clef && tools/setup.sh"
 t=$SECONDS
