@@ -64,7 +64,10 @@ if [ -n "$missing" ]; then
   echo "setup: installing Debian packages:$missing"
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing
+  # to run: the packages named and what they depend on, not what they recommend (the -dev packages
+  # recommend ~100 MB more: drivers, docs); --dev keeps Debian's default (chromium wants its fonts)
+  recommends=""; [ $dev = 1 ] || recommends="--no-install-recommends"
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $recommends $missing
   took "apt"
 fi
 
@@ -76,11 +79,14 @@ if [ $dev = 1 ]; then
   took "venvs"
   make -j"$(nproc)"
 else
+  # the venv that writes models/tiny (pip: the network) is made while the library compiles (the CPUs)
+  venv_pid=""
   if [ ! -f models/tiny/manifest.sha256 ] && [ ! -x .venv-test/bin/python ] && [ ! -x .venv-tiny/bin/python ]; then
-    tools/reference/make_venv.sh tiny
-    took "venv"
+    tools/reference/make_venv.sh tiny &
+    venv_pid=$!
   fi
   make -j"$(nproc)" build/clef dist
+  [ -z "$venv_pid" ] || wait "$venv_pid"
 fi
 took "build"
 if [ ! -f models/tiny/manifest.sha256 ]; then make tiny; took "make tiny"; fi
