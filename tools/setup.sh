@@ -65,7 +65,7 @@ if [ -n "$missing" ]; then
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   $SUDO apt-get update -qq
   # to run: the packages named and what they depend on, not what they recommend (the -dev packages
-  # recommend ~100 MB more: drivers, docs); --dev keeps Debian's default (chromium wants its fonts)
+  # recommend ~60 MB more: drivers, docs); --dev keeps Debian's default (chromium wants its fonts)
   recommends=""; [ $dev = 1 ] || recommends="--no-install-recommends"
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $recommends $missing
   took "apt"
