@@ -112,11 +112,11 @@ $(LIB): $(LIB_OBJ)
 	rm -f $@ && ar rcs $@ $^
 
 # The git commit `clef version` reports: rewritten only when it changes (so a new commit relinks
-# the CLI, an unchanged tree rebuilds nothing); "unknown" outside a git checkout. GIT_COMMIT=C
+# the CLI, an unchanged tree rebuilds nothing); "unknown" outside a git checkout. CLEF_COMMIT=C
 # names it where the tree is built without its .git (deploy/Containerfile, tools/build-image.sh).
 $(BUILD)/gen/cli/clef_commit.h: FORCE
 	@mkdir -p $(dir $@)
-	@c='$(GIT_COMMIT)'; \
+	@c='$(CLEF_COMMIT)'; \
 	 if [ -z "$$c" ]; then c=$$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown); \
 	   if [ "$$c" != unknown ] && ! git diff --quiet HEAD -- 2>/dev/null; then c="$$c-dirty"; fi; fi; \
 	 printf '#define CLEF_GIT_COMMIT "%s"\n' "$$c" > $@.tmp; \
