@@ -112,6 +112,10 @@ int clef_json_render_string(clef_buf *out, const char *s, size_t len);
  * be UTF-8, such as error messages quoting a request's ids. */
 int clef_json_render_string_utf8(clef_buf *out, const char *s, size_t len);
 
+/* Appends the error body every refusal carries, {"error":{"type":TYPE,"message":MSG}} (both strings
+ * as clef_json_render_string_utf8 renders them). Returns -1 when out ran out of memory. */
+int clef_json_render_error(clef_buf *out, const char *type, const char *msg);
+
 /* Python render() of the reference: a string as is (no quotes); anything else json.dumps with
  * sort_keys=True. */
 int clef_json_render_py(clef_buf *out, const json_value *v);

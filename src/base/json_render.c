@@ -136,3 +136,12 @@ int clef_json_render_py(clef_buf *out, const json_value *v) {
     if (v && v->kind == JSON_STRING) return clef_buf_put(out, v->u.string.s, v->u.string.len);
     return clef_json_render(out, v, 1);
 }
+
+int clef_json_render_error(clef_buf *out, const char *type, const char *msg) {
+    clef_buf_puts(out, "{\"error\":{\"type\":");
+    clef_json_render_string_utf8(out, type, strlen(type));
+    clef_buf_puts(out, ",\"message\":");
+    clef_json_render_string_utf8(out, msg, strlen(msg));
+    clef_buf_puts(out, "}}");
+    return out->oom ? -1 : 0;
+}

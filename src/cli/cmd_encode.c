@@ -21,11 +21,7 @@
 static int fail(const clef_err *e) {
     clef_buf b;
     clef_buf_init(&b);
-    clef_buf_puts(&b, "{\"error\":{\"type\":");
-    clef_json_render_string_utf8(&b, e->type, strlen(e->type));
-    clef_buf_puts(&b, ",\"message\":");
-    clef_json_render_string_utf8(&b, e->msg, strlen(e->msg));
-    clef_buf_puts(&b, "}}");
+    clef_json_render_error(&b, e->type, e->msg);
     if (b.data && !b.oom) printf("%s\n", b.data);
     clef_buf_free(&b);
     return 1;

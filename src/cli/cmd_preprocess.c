@@ -84,11 +84,8 @@ static int read_config(const char *dir, clef_image_opts *o) {
 static void put_error(const char *type, const char *msg) {
     clef_buf o;
     clef_buf_init(&o);
-    clef_buf_puts(&o, "{\"error\":{\"type\":");
-    clef_json_render_string_utf8(&o, type, strlen(type));
-    clef_buf_puts(&o, ",\"message\":");
-    clef_json_render_string_utf8(&o, msg, strlen(msg));
-    clef_buf_puts(&o, "}}\n");
+    clef_json_render_error(&o, type, msg);
+    clef_buf_puts(&o, "\n");
     if (!o.oom) fwrite(o.data, 1, o.len, stdout);
     clef_buf_free(&o);
 }

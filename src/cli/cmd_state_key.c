@@ -21,11 +21,7 @@
 static void print_error(const char *type, const char *msg) {
     clef_buf b;
     clef_buf_init(&b);
-    clef_buf_puts(&b, "{\"error\":{\"type\":");
-    clef_json_render_string_utf8(&b, type, strlen(type));
-    clef_buf_puts(&b, ",\"message\":");
-    clef_json_render_string_utf8(&b, msg, strlen(msg));
-    clef_buf_puts(&b, "}}");
+    clef_json_render_error(&b, type, msg);
     if (b.data && !b.oom) printf("%s\n", b.data);
     clef_buf_free(&b);
 }

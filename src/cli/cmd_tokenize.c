@@ -54,11 +54,8 @@ static void put_ids(clef_buf *o, const clef_ids *ids) {
 }
 
 static void put_error(clef_buf *o, const char *type, const char *msg) {
-    clef_buf_puts(o, "{\"error\":{\"type\":");
-    clef_json_render_string_utf8(o, type, strlen(type));
-    clef_buf_puts(o, ",\"message\":");
-    clef_json_render_string_utf8(o, msg, strlen(msg));
-    clef_buf_puts(o, "}}\n");
+    clef_json_render_error(o, type, msg);
+    clef_buf_puts(o, "\n");
 }
 
 static int run_jsonl(const clef_tokenizer *t, const char *path, unsigned flags) {

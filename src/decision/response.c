@@ -171,12 +171,7 @@ int clef_response_render_probs(clef_buf *out, const clef_request *req, const flo
 int clef_error_render(clef_buf *o, const clef_err *e) {
     const char *type = e && e->type ? e->type : CLEF_E_INTERNAL;
     const char *msg = e && e->type ? e->msg : "unknown error";
-    clef_buf_puts(o, "{\"error\":{\"type\":");
-    clef_json_render_string_utf8(o, type, strlen(type));
-    clef_buf_puts(o, ",\"message\":");
-    clef_json_render_string_utf8(o, msg, strlen(msg)); /* may quote a request's ids: lone surrogates too */
-    clef_buf_puts(o, "}}");
-    return o->oom ? -1 : 0;
+    return clef_json_render_error(o, type, msg); /* msg may quote a request's ids: lone surrogates too */
 }
 
 int clef_error_http_status(const char *t) {

@@ -106,11 +106,7 @@ static void queue_answer(clef_guard *g, conn *c, int status, const char *type, c
     clef_buf body, out;
     clef_buf_init(&body);
     clef_buf_init(&out);
-    clef_buf_puts(&body, "{\"error\":{\"type\":");
-    clef_json_render_string_utf8(&body, type, strlen(type));
-    clef_buf_puts(&body, ",\"message\":");
-    clef_json_render_string_utf8(&body, message, strlen(message));
-    clef_buf_puts(&body, "}}");
+    clef_json_render_error(&body, type, message);
     clef_buf_printf(&out, "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nX-Request-Id: %s\r\nConnection: close\r\n",
                     status, reason, id);
     if (c->ref_cors) /* as the server's own answers (server.c): a browser shows the error, not a CORS failure */

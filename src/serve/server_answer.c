@@ -70,11 +70,7 @@ enum MHD_Result clef_srv_send_error(req *r, int status, const char *type, const 
     va_end(ap);
     clef_buf b;
     clef_buf_init(&b);
-    clef_buf_puts(&b, "{\"error\":{\"type\":");
-    clef_json_render_string_utf8(&b, type, strlen(type));
-    clef_buf_puts(&b, ",\"message\":");
-    clef_json_render_string_utf8(&b, msg, strlen(msg));
-    clef_buf_puts(&b, "}}");
+    clef_json_render_error(&b, type, msg);
     snprintf(r->outcome, sizeof r->outcome, "%s", type);
     enum MHD_Result rc = b.oom ? MHD_NO : clef_srv_send_bytes(r, status, "application/json", b.data, b.len);
     clef_buf_free(&b);
