@@ -8,7 +8,7 @@
  * The ids cycle through a fixed list of 38 common ids (an English sentence in the Qwen3.5
  * vocabulary), so every run sees the same input. peak_rss_mb is getrusage(RUSAGE_SELF).ru_maxrss:
  * the process's high-water mark so far (mapped weight pages that were touched count). Before any
- * count, one untimed --prime forward (32 tokens) pages the weights in. */
+ * count, one untimed --prime forward pages the weights in. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -16,6 +16,10 @@
 /* The body cap's default: serve's --max-body, and the longest line `clef batch` and `clef state-key
  * --jsonl` read (--max-line), so a request one accepts the others accept. */
 #define CLEF_SERVE_MAX_BODY_DEFAULT ((size_t)16 << 20)
+#define CLEF_SERVE_HOST_DEFAULT "127.0.0.1"   /* --host's default, also when the config leaves it NULL */
+#define CLEF_SERVE_MODEL_ID_DEFAULT "clef-flash" /* --model-id's default, the same */
+/* --timeout's default, also the shutdown's budget when the config leaves it 0 */
+#define CLEF_SERVE_IO_TIMEOUT_DEFAULT 30u
 
 /* Every field's default is set once, in clef_server_config_default (server.c); `clef serve --help`
  * prints the values it sets (cli_format_default), docs/cli.md and docs/serving.md show them. */
