@@ -115,15 +115,15 @@ extern const char *const cli_tile_choices[];      /* 0 256 448 */
 extern const int cli_tile_values[];
 
 #define CLI_OPT_MODEL(p)                                                                                   \
-    {.name = "--model", .short_name = 'm', .group = "model", .kind = CLI_STR, .dst = (p), .arg = "DIR",   \
+    {.name = "--model", .short_name = 'm', .group = "model", .kind = CLI_STR, .dst = (p), .arg = "DIR",    \
      .required = 1, .env = "CLEF_MODEL",                                                                   \
      .help = "the model folder (the release layout: config.json, shards, tokenizer.json, joint head)"}
 #define CLI_OPT_THREADS(p)                                                                                 \
-    {.name = "--threads", .short_name = 't', .group = "device", .kind = CLI_INT, .dst = (p), .arg = "N",  \
-     .lo = 0, .hi = 4096, .env = "CLEF_THREADS",                                               \
+    {.name = "--threads", .short_name = 't', .group = "device", .kind = CLI_INT, .dst = (p), .arg = "N",   \
+     .lo = 0, .hi = 4096, .env = "CLEF_THREADS",                                                           \
      .help = "compute threads; 0 = every online core"}
 #define CLI_OPT_DEVICE(p)                                                                                  \
-    {.name = "--device", .group = "device", .kind = CLI_ENUM, .dst = (p), .arg = "auto|cpu|cuda",             \
+    {.name = "--device", .group = "device", .kind = CLI_ENUM, .dst = (p), .arg = "auto|cpu|cuda",          \
      .choices = cli_device_choices, .env = "CLEF_DEVICE",                                                  \
      .help = "compute backend; auto = CUDA when built with it and a GPU is present, else the CPU"}
 #define CLI_OPT_PRECISION(p)                                                                               \
@@ -131,17 +131,17 @@ extern const int cli_tile_values[];
      .choices = cli_precision_choices, .env = "CLEF_PRECISION",                                            \
      .help = "fp32 = exact; fast / bf16 = two / one bf16 terms (CUDA; the CPU runs fp32 and says so); int8 = CPU int8, refused until it passes its gate"}
 #define CLI_OPT_GPU(p)                                                                                     \
-    {.name = "--gpu", .group = "device", .kind = CLI_INT, .dst = (p), .arg = "N", .lo = 0, .hi = 1023,           \
+    {.name = "--gpu", .group = "device", .kind = CLI_INT, .dst = (p), .arg = "N", .lo = 0, .hi = 1023,     \
      .help = "CUDA device index"}
 #define CLI_OPT_MAX_LENGTH(p)                                                                              \
     {.name = "--max-length", .group = "limits", .kind = CLI_INT, .dst = (p), .arg = "N", .lo = 1, .hi = 16777216,            \
      .help = "token budget per request; the default is the reference's"}
 #define CLI_OPT_TILE(p)                                                                                    \
-    {.name = "--tile", .group = "model", .kind = CLI_ENUM, .dst = (p), .arg = "0|256|448",                      \
+    {.name = "--tile", .group = "model", .kind = CLI_ENUM, .dst = (p), .arg = "0|256|448",                 \
      .choices = cli_tile_choices, .values = cli_tile_values,                                               \
      .help = "images: 0 = the processor's native grid (reference); 256 or 448 = a fixed tile"}
 #define CLI_OPT_ALLOW_PATHS(p)                                                                             \
-    {.name = "--allow-image-paths", .group = "model", .kind = CLI_FLAG, .dst = (p),                                          \
+    {.name = "--allow-image-paths", .group = "model", .kind = CLI_FLAG, .dst = (p),                        \
      .help = "read `images` entries that are local file paths (off: data: URLs and base64 only)"}
 #define CLI_OPT_STATE_CACHE(p)                                                                             \
     {.name = "--state-cache-mb", .group = "limits", .kind = CLI_SIZE, .dst = (p), .arg = "MIB", .lo = 0, .hi = 1073741824,    \
@@ -152,7 +152,7 @@ extern const int cli_tile_values[];
 #define CLI_OPT_TEXT_ONLY(p)                                                                               \
     {.name = "--text-only", .group = "model", .kind = CLI_FLAG, .dst = (p), .help = "do not load the vision tower"}
 #define CLI_OPT_SPLIT(p)                                                                                   \
-    {.name = "--split", .group = "model", .kind = CLI_ENUM, .dst = (p), .arg = "file|qwen2|qwen35",          \
+    {.name = "--split", .group = "model", .kind = CLI_ENUM, .dst = (p), .arg = "file|qwen2|qwen35",        \
      .choices = cli_split_choices,                                                                         \
      .help = "pre-tokenizer split: the regex tokenizer.json names, or a forced variant"}
 /* Prints "clef VERB: note: ..." on stderr when the engine runs other than asked (clef_engine_note). */
