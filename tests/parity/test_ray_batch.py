@@ -108,7 +108,7 @@ def main():
         node2 = c.node_id(2)
         t_end = time.time() + 600
         # node 2 is killed once it has committed a part: its engine is up and holds its next shard
-        while node2 not in part_nodes(out_a) and p.poll() is None and time.time() < t_end:
+        while node2 not in part_nodes(out_a).values() and p.poll() is None and time.time() < t_end:
             time.sleep(0.2)
         n_before = len(parts(out_a))
         killed = c.kill_node(2)
