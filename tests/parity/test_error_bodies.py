@@ -79,6 +79,8 @@ def via_serve(cases):
         return answers
     finally:
         check(server.stop() == 0, "clef serve exits 0 on SIGTERM")
+        report = server.sanitizer_report()
+        check(not report, "clef serve: no sanitizer report (%s)" % report)
 
 
 def main():
