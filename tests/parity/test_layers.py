@@ -66,7 +66,7 @@ INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.M)
 # C text without its comments, strings and character literals (newlines kept, so lines still count)
 LEXEME = re.compile(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'', re.S)
 # a function definition starts at column 0: its return type and name, then the parameters and a brace
-DEF_HEAD = re.compile(r'^([A-Za-z_][\w \t\*]*?)\b([A-Za-z_]\w*)\s*\(', re.M)
+DEF_HEAD = re.compile(r'^([A-Za-z_][\w \t\*"]*?)\b([A-Za-z_]\w*)\s*\(', re.M)  # '"': extern "C"
 WORD = re.compile(r'\b[A-Za-z_]\w*\b')
 
 
