@@ -45,20 +45,9 @@ INSPECTION = {
     "src/cli/cmd_preprocess.c": {"image"},     # the processor's pixels
 }
 
-# folder -> {frozenset of files (names within the folder) that call each other: the reason}. An entry
-# must still be a cycle (else it fails).
-ALLOWED_CYCLES = {
-    # The CUDA backend's op files call cuda_backend.cu's helpers (fail_code, launch_ok, scratch_alloc,
-    # h2d, weight_f32: the backend's Impl), and cuda_backend.cu calls back into them to tear down
-    # (linear_destroy) and into cuda_graph.cu, which replays the ops (graph_install). The way out is the
-    # same as image/'s (the helpers into a file below the ops, the lifecycle above); it waits for the
-    # removal of the superseded kernels (issue #37 item 5), which rewrites these files, and a device run.
-    "compute/cuda": {
-        frozenset({"cuda_attention.cu", "cuda_backend.cu", "cuda_delta.cu", "cuda_elementwise.cu",
-                   "cuda_graph.cu", "cuda_linear.cu", "cuda_norm.cu"}):
-            "the backend's helpers and its lifecycle share cuda_backend.cu (see above)",
-    },
-}
+# folder -> {frozenset of files (names within the folder) that call each other: the reason}. Empty:
+# every folder of src/ calls one way. An entry must still be a cycle (else it fails).
+ALLOWED_CYCLES = {}
 
 INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.M)
 
