@@ -19,6 +19,7 @@ that is no longer a cycle fails too."""
 import os
 import re
 import sys
+import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -145,6 +146,29 @@ def cycles(edges):
     return sccs
 
 
+def self_check(fails):
+    """The cycle finder on two made-up folders: a circle over three files (through a static helper, a
+    multi-line parameter list, an extern "C" definition and a call inside a comment that must not
+    count) is found with its edges; the same files calling one way are not. Guards the rule against a
+    parser that silently finds nothing."""
+    files = {
+        "a.c": '#include "x/a.h"\nstatic int helper(void) { return clef_b(1,\n 2); }\nint clef_a(void) { return helper(); }\n',
+        "b.c": 'extern "C" int clef_b(int x,\n                      int y) {\n    return clef_c() + x + y;\n}\n',
+        "c.c": '/* clef_b() in a comment is no call */\nint clef_c(void) { return clef_a(); }\n',
+    }
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, text in files.items():
+            open(os.path.join(tmp, name), "w").write(text)
+        found = folder_cycles(tmp, sorted(files))
+        if [(w, sorted(c)) for w, c, _ in found] != [("call each other", ["a.c", "b.c", "c.c"])] or \
+                sorted((a, b) for a, b, _ in found[0][2]) != [("a.c", "b.c"), ("b.c", "c.c"), ("c.c", "a.c")]:
+            fails.append(f"self-check: a circle a.c -> b.c -> c.c -> a.c was read as {found}")
+        open(os.path.join(tmp, "c.c"), "w").write("/* clef_b() in a comment is no call */\nint clef_c(void) { return 0; }\n")
+        found = folder_cycles(tmp, sorted(files))
+        if found:
+            fails.append(f"self-check: one-way calls a.c -> b.c -> c.c were read as a cycle: {found}")
+
+
 def check_one_way(fails):
     """The within-folder rule over every folder of src/; returns the number of folders checked."""
     folders, seen = 0, set()  # seen: the allowed cycles found
@@ -220,6 +244,7 @@ def main():
         elif allowed - used[f]:
             fails.append(f"{f} no longer includes {sorted(allowed - used[f])}: drop that from INSPECTION and "
                          f"docs/development.md")
+    self_check(fails)
     n_folders, n_allowed = check_one_way(fails)
     for f in fails:
         print("FAIL:", f)
