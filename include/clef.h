@@ -44,7 +44,7 @@ typedef struct clef_options {
     const char *model_dir;     /* release-layout folder */
     int threads;               /* compute threads; 0 = all online cores */
     int split_variant;         /* 0 = the regex in tokenizer.json, 1 = Qwen2, 2 = Qwen3.5 \p{M} */
-    int max_length;            /* token budget per request; 0 = 16384 (the reference's) */
+    int max_length;            /* token budget per request; 0 = the reference's (clef_options_default's) */
     int image_tile;            /* 0 = native grid (reference), 256 or 448 = fixed tile (ours) */
     int allow_image_paths;     /* accept local file paths as images (CLI only) */
     size_t max_image_bytes;    /* 0 = default (16 MiB) */

@@ -72,12 +72,19 @@ if [ -n "$missing" ]; then
 fi
 
 if [ $dev = 1 ]; then
-  # every time: an existing venv gets what requirements-test.txt gained since (pip skips the rest)
-  tools/reference/make_venv.sh test
-  # Ray for clef.ray's tests (~80 s from PyPI the first time; CLEF_NO_RAY=1 leaves it out: those tests skip)
-  [ "${CLEF_NO_RAY:-0}" = 1 ] || tools/reference/make_venv.sh ray
-  took "venvs"
-  make -j"$(nproc)"
+  # the venvs (pip: mostly the network) are made while the library compiles (the CPUs); their
+  # output goes to a log shown after the build. Every time: an existing venv gets what
+  # requirements-test.txt gained since (pip skips the rest). Ray for clef.ray's tests (~80 s from
+  # PyPI the first time; CLEF_NO_RAY=1 leaves it out: those tests skip).
+  venv_log=$(mktemp)
+  { tools/reference/make_venv.sh test && { [ "${CLEF_NO_RAY:-0}" = 1 ] || tools/reference/make_venv.sh ray; }; } \
+    > "$venv_log" 2>&1 &
+  venv_pid=$!
+  make -j"$(nproc)" || { wait "$venv_pid" || true; cat "$venv_log"; rm -f "$venv_log"; exit 1; }
+  venv_rc=0; wait "$venv_pid" || venv_rc=$?
+  cat "$venv_log"; rm -f "$venv_log"
+  [ $venv_rc = 0 ] || { echo "setup: making the venvs failed (exit $venv_rc)"; exit 1; }
+  took "venvs and build"
 else
   # the venv that writes models/tiny (pip: the network) is made while the library compiles (the CPUs)
   venv_pid=""
@@ -87,7 +94,7 @@ else
   fi
   make -j"$(nproc)" build/clef dist
   [ -z "$venv_pid" ] || wait "$venv_pid"
+  took "build"
 fi
-took "build"
 if [ ! -f models/tiny/manifest.sha256 ]; then make tiny; took "make tiny"; fi
 if [ $dev = 1 ]; then echo "setup: done (--dev)"; else echo "setup: done (to run; tools/setup.sh --dev adds what make check needs)"; fi

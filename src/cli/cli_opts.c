@@ -109,7 +109,63 @@ static int in_group(const cli_opt *o, const char *group) {
     return o->group && !strcmp(o->group, group);
 }
 
-static void print_opt(const cli_opt *o, FILE *f) {
+/* A byte count with the largest of K, M, G (powers of 1024, as cli_size reads them) that divides it. */
+static void format_bytes(size_t v, char *out, size_t cap) {
+    static const char units[] = "GMK";
+    for (int u = 0; u < 3; u++) {
+        size_t unit = (size_t)1 << (10 * (3 - u));
+        if (v && v % unit == 0) {
+            snprintf(out, cap, "%zu%c", v / unit, units[u]);
+            return;
+        }
+    }
+    snprintf(out, cap, "%zu", v);
+}
+
+int cli_format_default(const cli_opt *o, char *out, size_t cap) {
+    if (o->kind == CLI_FLAG || o->required || o->no_default || !o->dst) return 0;
+    switch (o->kind) {
+    case CLI_STR:
+    case CLI_FILE: {
+        const char *v = *(const char *const *)o->dst;
+        if (!v) return 0;
+        snprintf(out, cap, "%s", v);
+        return 1;
+    }
+    case CLI_INT:
+        snprintf(out, cap, "%d", *(const int *)o->dst);
+        return 1;
+    case CLI_SIZE:
+        if (o->arg && !strcmp(o->arg, "BYTES")) format_bytes(*(const size_t *)o->dst, out, cap);
+        else snprintf(out, cap, "%zu", *(const size_t *)o->dst);
+        return 1;
+    case CLI_DOUBLE:
+        snprintf(out, cap, "%g", *(const double *)o->dst);
+        return 1;
+    case CLI_ENUM:
+        for (int i = 0; o->choices[i]; i++)
+            if ((o->values ? o->values[i] : i) == *(const int *)o->dst) {
+                snprintf(out, cap, "%s", o->choices[i]);
+                return 1;
+            }
+        return 0;
+    case CLI_FLAG:
+        break;
+    }
+    return 0;
+}
+
+/* The defaults --help shows: one slot per option, taken before argv sets anything. */
+#define CLI_MAX_OPTS 128
+typedef char cli_defaults[CLI_MAX_OPTS][48];
+
+static void take_defaults(const cli_cmd *c, cli_defaults d) {
+    size_t k = 0;
+    for (const cli_opt *o = c->opts; o && o->name && k < CLI_MAX_OPTS; o++, k++)
+        if (!cli_format_default(o, d[k], sizeof d[k])) d[k][0] = 0;
+}
+
+static void print_opt(const cli_opt *o, const char *def, FILE *f) {
     char left[96];
     char shrt[8] = "    ";
     if (o->short_name) snprintf(shrt, sizeof shrt, "-%c, ", o->short_name);
@@ -117,12 +173,12 @@ static void print_opt(const cli_opt *o, FILE *f) {
     else snprintf(left, sizeof left, "%s%s %s", shrt, o->name, o->arg ? o->arg : "VALUE");
     fprintf(f, "  %-30s  %s", left, o->help ? o->help : "");
     if (o->required) fprintf(f, " (required)");
-    else if (o->def) fprintf(f, " (default %s)", o->def);
+    else if (*def) fprintf(f, " (default %s)", def);
     if (o->env) fprintf(f, " [env %s]", o->env);
     fputc('\n', f);
 }
 
-void cli_print_help(const cli_cmd *c, FILE *f) {
+static void print_help(const cli_cmd *c, cli_defaults defs, FILE *f) {
     fprintf(f, "usage: clef %s %s\n", c->verb, c->usage ? c->usage : "[options]");
     size_t n_groups = 0;
     while (cli_groups[n_groups]) n_groups++;
@@ -132,11 +188,17 @@ void cli_print_help(const cli_cmd *c, FILE *f) {
         for (const cli_opt *o = c->opts; !any && o && o->name; o++) any = in_group(o, group);
         if (!any) continue;
         fprintf(f, "%s:\n", group ? group : "options");
-        for (const cli_opt *o = c->opts; o && o->name; o++)
-            if (in_group(o, group)) print_opt(o, f);
+        for (const cli_opt *o = c->opts; o && o->name && o - c->opts < CLI_MAX_OPTS; o++)
+            if (in_group(o, group)) print_opt(o, defs[o - c->opts], f);
     }
     fprintf(f, "  %-30s  %s\n", "-h, --help", "this help (also: clef help VERB)");
     if (c->about) fprintf(f, "%s", c->about);
+}
+
+void cli_print_help(const cli_cmd *c, FILE *f) {
+    cli_defaults defs;
+    take_defaults(c, defs);
+    print_help(c, defs, f);
 }
 
 static const cli_opt *find_opt(const cli_cmd *c, const char *name, size_t len) {
@@ -152,11 +214,14 @@ int cli_parse(const cli_cmd *c, int argc, char **argv) {
     size_t n_opts = 0;
     for (const cli_opt *o = c->opts; o && o->name; o++) n_opts++;
     /* which options the command line gave (for the env mirrors and required ones) */
-    unsigned char given[128] = {0};
+    unsigned char given[CLI_MAX_OPTS] = {0};
     if (n_opts > sizeof given) {
         fprintf(stderr, "clef %s: internal: too many options\n", c->verb);
         return 2;
     }
+    /* --help shows the defaults as the verb set them, not as the options before it changed them */
+    cli_defaults defs;
+    take_defaults(c, defs);
     int n_pos = 0, only_pos = 0;
     char why[512];
     for (int i = 1; i < argc; i++) {
@@ -174,7 +239,7 @@ int cli_parse(const cli_cmd *c, int argc, char **argv) {
             continue;
         }
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            cli_print_help(c, stdout);
+            print_help(c, defs, stdout);
             return fflush(stdout) ? 1 : 0;
         }
         const char *eq = a[1] == '-' ? strchr(a, '=') : NULL;

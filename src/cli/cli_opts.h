@@ -7,7 +7,7 @@
  *     const char *request = "-";
  *     const cli_opt opts[] = {
  *         CLI_OPTS_ENGINE(&o),                                   // --model --threads --device ...
- *         {.name = "--request", .kind = CLI_FILE, .dst = &request, .arg = "F", .def = "-",
+ *         {.name = "--request", .kind = CLI_FILE, .dst = &request, .arg = "F",
  *          .help = "the request JSON file"},
  *         CLI_OPT_END,
  *     };
@@ -28,6 +28,11 @@
  *   error names the variable.
  * - the help line of an option shows its argument, meaning, default and mirror; docs/cli.md holds
  *   the same table and tests/parity/test_cli.py checks that they agree.
+ * - the default --help shows is the value *dst holds when cli_parse is called (cli_format_default),
+ *   never a second copy of it: a default is written once, where the verb (or the init function it
+ *   calls: clef_options_default, clef_server_config_default) sets it; a default two files need is a
+ *   named constant (clef.h, serve/scheduler.h, serve/server.h). tests/parity/test_option_defaults.py
+ *   fails on a default written as a literal a second time.
  * Flags shared between verbs are defined once below (CLI_OPT_THREADS, ...): use those, so that a
  * flag means the same thing, with the same range, in every verb. */
 #ifndef CLEF_CLI_CLI_OPTS_H
@@ -55,7 +60,7 @@ typedef struct cli_opt {
     void *dst;                     /* see cli_kind */
     const char *arg;               /* the value's name in the help ("N", "DIR"); unused for CLI_FLAG */
     const char *help;              /* one line */
-    const char *def;               /* the default as the help shows it; NULL: none shown */
+    int no_default;                /* 1: --help shows no default (*dst means "not given", e.g. -1) */
     double lo, hi;                 /* CLI_INT, CLI_SIZE, CLI_DOUBLE: the accepted range */
     const char *const *choices;    /* CLI_ENUM: NULL-terminated names */
     const int *values;             /* CLI_ENUM: the value stored for each name (NULL: the index) */
@@ -88,8 +93,14 @@ typedef struct cli_cmd {
  * line on stderr naming the option and the value). */
 int cli_parse(const cli_cmd *c, int argc, char **argv);
 
-/* Prints the usage and option table (what --help prints). */
+/* Prints the usage and option table (what --help prints), each default as *dst holds it now. */
 void cli_print_help(const cli_cmd *c, FILE *f);
+
+/* The default --help shows for o, formatted from the value *dst holds now: a number as the kind
+ * reads it (CLI_SIZE with .arg "BYTES": the largest of K, M, G that divides it exactly), a choice by
+ * its name, a string as it is. 0 when none is shown (a flag, a required option, no_default, a NULL
+ * string), else 1 with the text in out. */
+int cli_format_default(const cli_opt *o, char *out, size_t cap);
 
 /* Checks one value as the option's kind and range and stores it; 0 when good, else -1 with the
  * reason (e.g. "'abc' is not an integer in [0, 4096]") in why. */
@@ -104,44 +115,44 @@ extern const char *const cli_tile_choices[];      /* 0 256 448 */
 extern const int cli_tile_values[];
 
 #define CLI_OPT_MODEL(p)                                                                                   \
-    {.name = "--model", .short_name = 'm', .group = "model", .kind = CLI_STR, .dst = (p), .arg = "DIR",   \
+    {.name = "--model", .short_name = 'm', .group = "model", .kind = CLI_STR, .dst = (p), .arg = "DIR",    \
      .required = 1, .env = "CLEF_MODEL",                                                                   \
      .help = "the model folder (the release layout: config.json, shards, tokenizer.json, joint head)"}
 #define CLI_OPT_THREADS(p)                                                                                 \
-    {.name = "--threads", .short_name = 't', .group = "device", .kind = CLI_INT, .dst = (p), .arg = "N",  \
-     .lo = 0, .hi = 4096, .def = "0", .env = "CLEF_THREADS",                                               \
+    {.name = "--threads", .short_name = 't', .group = "device", .kind = CLI_INT, .dst = (p), .arg = "N",   \
+     .lo = 0, .hi = 4096, .env = "CLEF_THREADS",                                                           \
      .help = "compute threads; 0 = every online core"}
 #define CLI_OPT_DEVICE(p)                                                                                  \
-    {.name = "--device", .group = "device", .kind = CLI_ENUM, .dst = (p), .arg = "auto|cpu|cuda", .def = "auto",             \
+    {.name = "--device", .group = "device", .kind = CLI_ENUM, .dst = (p), .arg = "auto|cpu|cuda",          \
      .choices = cli_device_choices, .env = "CLEF_DEVICE",                                                  \
      .help = "compute backend; auto = CUDA when built with it and a GPU is present, else the CPU"}
 #define CLI_OPT_PRECISION(p)                                                                               \
-    {.name = "--precision", .group = "device", .kind = CLI_ENUM, .dst = (p), .arg = "fp32|fast|bf16|int8", .def = "fp32", \
+    {.name = "--precision", .group = "device", .kind = CLI_ENUM, .dst = (p), .arg = "fp32|fast|bf16|int8", \
      .choices = cli_precision_choices, .env = "CLEF_PRECISION",                                            \
      .help = "fp32 = exact; fast / bf16 = two / one bf16 terms (CUDA; the CPU runs fp32 and says so); int8 = CPU int8, refused until it passes its gate"}
 #define CLI_OPT_GPU(p)                                                                                     \
-    {.name = "--gpu", .group = "device", .kind = CLI_INT, .dst = (p), .arg = "N", .lo = 0, .hi = 1023, .def = "0",           \
+    {.name = "--gpu", .group = "device", .kind = CLI_INT, .dst = (p), .arg = "N", .lo = 0, .hi = 1023,     \
      .help = "CUDA device index"}
 #define CLI_OPT_MAX_LENGTH(p)                                                                              \
     {.name = "--max-length", .group = "limits", .kind = CLI_INT, .dst = (p), .arg = "N", .lo = 1, .hi = 16777216,            \
-     .def = "16384", .help = "token budget per request (the reference's is 16384)"}
+     .help = "token budget per request; the default is the reference's"}
 #define CLI_OPT_TILE(p)                                                                                    \
-    {.name = "--tile", .group = "model", .kind = CLI_ENUM, .dst = (p), .arg = "0|256|448", .def = "0",                      \
+    {.name = "--tile", .group = "model", .kind = CLI_ENUM, .dst = (p), .arg = "0|256|448",                 \
      .choices = cli_tile_choices, .values = cli_tile_values,                                               \
      .help = "images: 0 = the processor's native grid (reference); 256 or 448 = a fixed tile"}
 #define CLI_OPT_ALLOW_PATHS(p)                                                                             \
-    {.name = "--allow-image-paths", .group = "model", .kind = CLI_FLAG, .dst = (p),                                          \
+    {.name = "--allow-image-paths", .group = "model", .kind = CLI_FLAG, .dst = (p),                        \
      .help = "read `images` entries that are local file paths (off: data: URLs and base64 only)"}
 #define CLI_OPT_STATE_CACHE(p)                                                                             \
     {.name = "--state-cache-mb", .group = "limits", .kind = CLI_SIZE, .dst = (p), .arg = "MIB", .lo = 0, .hi = 1073741824,    \
-     .def = "1024", .help = "MiB of saved states for requests on a state already seen; 0 = off"}
+     .help = "MiB of saved states for requests on a state already seen; 0 = off"}
 #define CLI_OPT_STRICT(p)                                                                                  \
     {.name = "--strict", .kind = CLI_FLAG, .dst = (p),                                                     \
      .help = "refuse (422 StrictRefused) unknown keys, a state over --max-length and answers that would be NaN"}
 #define CLI_OPT_TEXT_ONLY(p)                                                                               \
     {.name = "--text-only", .group = "model", .kind = CLI_FLAG, .dst = (p), .help = "do not load the vision tower"}
 #define CLI_OPT_SPLIT(p)                                                                                   \
-    {.name = "--split", .group = "model", .kind = CLI_ENUM, .dst = (p), .arg = "file|qwen2|qwen35", .def = "file",          \
+    {.name = "--split", .group = "model", .kind = CLI_ENUM, .dst = (p), .arg = "file|qwen2|qwen35",        \
      .choices = cli_split_choices,                                                                         \
      .help = "pre-tokenizer split: the regex tokenizer.json names, or a forced variant"}
 /* Prints "clef VERB: note: ..." on stderr when the engine runs other than asked (clef_engine_note). */

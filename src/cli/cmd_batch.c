@@ -37,6 +37,7 @@
 #include "cli/cmds.h"
 #include "cli/cli_opts.h"
 #include "serve/scheduler.h"
+#include "serve/server.h" /* CLEF_SERVE_MAX_BODY_DEFAULT */
 
 typedef struct {
     clef_job *job;   /* NULL once answered */
@@ -641,19 +642,21 @@ done:
 int cmd_batch(int argc, char **argv) {
     clef_options o;
     clef_options_default(&o);
-    size_t batch_tokens = 8192, max_batch = 32, max_line = (size_t)16 << 20; /* = serve's --max-body */
+    /* serve's defaults: the same forward sizing, and a line as long as serve's --max-body */
+    size_t batch_tokens = CLEF_SCHED_BATCH_TOKENS_DEFAULT, max_batch = CLEF_SCHED_MAX_BATCH_DEFAULT;
+    size_t max_line = CLEF_SERVE_MAX_BODY_DEFAULT;
     const char *paths[2] = {NULL, NULL};
     int restart = 0, allow_errors = 0, n_paths = 0;
     const cli_opt opts[] = {
         CLI_OPTS_ENGINE(&o),
         {.name = "--batch-tokens", .kind = CLI_SIZE, .dst = &batch_tokens, .arg = "N", .lo = 1, .hi = 1073741824,
-         .def = "8192", .help = "token budget of one forward"},
-        {.name = "--max-batch", .kind = CLI_SIZE, .dst = &max_batch, .arg = "N", .lo = 1, .hi = 512, .def = "32",
+         .help = "token budget of one forward"},
+        {.name = "--max-batch", .kind = CLI_SIZE, .dst = &max_batch, .arg = "N", .lo = 1, .hi = 512,
          .help = "most requests in one forward"},
         CLI_OPT_STATE_CACHE(&o.state_cache_mb),
         CLI_OPT_MAX_LENGTH(&o.max_length),
         {.name = "--max-line", .kind = CLI_SIZE, .dst = &max_line, .arg = "BYTES", .lo = 1024, .hi = 1073741824,
-         .def = "16M", .help = "longest request line (as serve's --max-body); a longer one gets a RequestTooLong error line"},
+         .help = "longest request line (as serve's --max-body); a longer one gets a RequestTooLong error line"},
         CLI_OPT_SPLIT(&o.split_variant),
         CLI_OPT_TILE(&o.image_tile),
         CLI_OPT_ALLOW_PATHS(&o.allow_image_paths),

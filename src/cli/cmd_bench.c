@@ -8,7 +8,7 @@
  * The ids cycle through a fixed list of 38 common ids (an English sentence in the Qwen3.5
  * vocabulary), so every run sees the same input. peak_rss_mb is getrusage(RUSAGE_SELF).ru_maxrss:
  * the process's high-water mark so far (mapped weight pages that were touched count). Before any
- * count, one untimed --prime forward (32 tokens) pages the weights in. */
+ * count, one untimed --prime forward pages the weights in. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,13 +56,13 @@ int cmd_bench(int argc, char **argv) {
         CLI_OPTS_ENGINE(&o),
         {.name = "--tokens", .kind = CLI_STR, .dst = &tokens_arg, .arg = "N[,N...]", .required = 1,
          .help = "token counts to time, comma-separated (each in [3, 262144], at most 16)"},
-        {.name = "--repeat", .kind = CLI_INT, .dst = &repeat, .arg = "R", .lo = 1, .hi = 1000, .def = "3",
+        {.name = "--repeat", .kind = CLI_INT, .dst = &repeat, .arg = "R", .lo = 1, .hi = 1000,
          .help = "timed runs per count"},
-        {.name = "--warmup", .kind = CLI_INT, .dst = &warmup, .arg = "W", .lo = 0, .hi = 1000, .def = "0",
+        {.name = "--warmup", .kind = CLI_INT, .dst = &warmup, .arg = "W", .lo = 0, .hi = 1000,
          .help = "untimed runs per count first"},
-        {.name = "--records", .kind = CLI_INT, .dst = &records, .arg = "R", .lo = 1, .hi = 4096, .def = "1",
+        {.name = "--records", .kind = CLI_INT, .dst = &records, .arg = "R", .lo = 1, .hi = 4096,
          .help = "records of N tokens packed into each forward (tokens_per_s counts them all)"},
-        {.name = "--prime", .kind = CLI_INT, .dst = &prime, .arg = "N", .lo = 0, .hi = 4096, .def = "32",
+        {.name = "--prime", .kind = CLI_INT, .dst = &prime, .arg = "N", .lo = 0, .hi = 4096,
          .help = "one untimed N-token forward after loading (pages the weights in); 0 = none, else >= 3"},
         CLI_OPT_END,
     };

@@ -16,7 +16,7 @@ int cmd_decide(int argc, char **argv) {
     const char *request = "-", *dump = NULL;
     const cli_opt opts[] = {
         CLI_OPTS_ENGINE(&o),
-        {.name = "--request", .kind = CLI_FILE, .dst = &request, .arg = "F|-", .def = "-",
+        {.name = "--request", .kind = CLI_FILE, .dst = &request, .arg = "F|-",
          .help = "the request JSON file; - = stdin"},
         CLI_OPT_MAX_LENGTH(&o.max_length),
         CLI_OPT_SPLIT(&o.split_variant),

@@ -28,15 +28,16 @@ static int fail(const clef_err *e) {
 }
 
 int cmd_encode(int argc, char **argv) {
-    const char *model = NULL, *request = "-";
-    int max_length = 16384, tile = 0, allow_paths = 0;
+    clef_options o;
+    clef_options_default(&o);
+    const char *request = "-";
     const cli_opt opts[] = {
-        CLI_OPT_MODEL(&model),
-        {.name = "--request", .kind = CLI_FILE, .dst = &request, .arg = "F|-", .def = "-",
+        CLI_OPT_MODEL(&o.model_dir),
+        {.name = "--request", .kind = CLI_FILE, .dst = &request, .arg = "F|-",
          .help = "the request JSON file; - = stdin"},
-        CLI_OPT_MAX_LENGTH(&max_length),
-        CLI_OPT_TILE(&tile),
-        CLI_OPT_ALLOW_PATHS(&allow_paths),
+        CLI_OPT_MAX_LENGTH(&o.max_length),
+        CLI_OPT_TILE(&o.image_tile),
+        CLI_OPT_ALLOW_PATHS(&o.allow_image_paths), /* local files only when asked */
         CLI_OPT_END,
     };
     const cli_cmd cmd = {.verb = "encode", .usage = "--model DIR [--request F|-] [options]", .opts = opts,
@@ -52,12 +53,6 @@ int cmd_encode(int argc, char **argv) {
         clef_err_set(&err, CLEF_E_IO, "cannot read %s", request);
         return fail(&err);
     }
-    clef_options o;
-    clef_options_default(&o);
-    o.model_dir = model;
-    o.max_length = max_length;
-    o.image_tile = tile;
-    o.allow_image_paths = allow_paths; /* local files only when asked (--allow-image-paths) */
     clef_result r;
     int rc = clef_encode_request(&o, text, len, &r);
     free(text);

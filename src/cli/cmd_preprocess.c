@@ -111,7 +111,8 @@ static char *base64_encode(const unsigned char *in, size_t n, size_t *out_len) {
 int cmd_preprocess(int argc, char **argv) {
     const char *model = NULL, *image = NULL, *entry = NULL;
     int tile = 0, have_min = 0, have_max = 0, have_bytes = 0, have_src = 0;
-    size_t minp = 0, maxp = 0, max_bytes = 0, max_src = 0;
+    size_t minp = 0, maxp = 0; /* the model's preprocessor config unless both are given */
+    size_t max_bytes = CLEF_IMAGE_DEFAULT_MAX_BYTES, max_src = (size_t)CLEF_IMAGE_DEFAULT_MAX_SOURCE_PIXELS;
     const cli_opt opts[] = {
         CLI_OPT_MODEL(&model),
         {.name = "--image", .kind = CLI_FILE, .dst = &image, .arg = "F|-",
@@ -120,14 +121,14 @@ int cmd_preprocess(int argc, char **argv) {
          .help = "a file holding one `images` entry as a request carries it (data: URL or base64); - = stdin"},
         CLI_OPT_TILE(&tile),
         {.name = "--min-pixels", .kind = CLI_SIZE, .dst = &minp, .arg = "N", .lo = 0, .hi = 1099511627776.0,
-         .seen = &have_min, .help = "media_kwargs min_pixels (used only with --max-pixels, as the reference does)"},
+         .seen = &have_min, .no_default = 1, .help = "media_kwargs min_pixels (used only with --max-pixels, as the reference does)"},
         {.name = "--max-pixels", .kind = CLI_SIZE, .dst = &maxp, .arg = "N", .lo = 0, .hi = 1099511627776.0,
-         .seen = &have_max, .help = "media_kwargs max_pixels (used only with --min-pixels)"},
-        {.name = "--max-bytes", .kind = CLI_SIZE, .dst = &max_bytes, .arg = "N", .lo = 0, .hi = 1099511627776.0,
-         .seen = &have_bytes, .help = "cap on the encoded image's bytes (default: the library's, 16 MiB)"},
+         .seen = &have_max, .no_default = 1, .help = "media_kwargs max_pixels (used only with --min-pixels)"},
+        {.name = "--max-bytes", .kind = CLI_SIZE, .dst = &max_bytes, .arg = "BYTES", .lo = 0, .hi = 1099511627776.0,
+         .seen = &have_bytes, .help = "cap on the encoded image's bytes (the default is the library's)"},
         {.name = "--max-source-pixels", .kind = CLI_SIZE, .dst = &max_src, .arg = "N", .lo = 0,
          .hi = 1099511627776.0, .seen = &have_src,
-         .help = "cap on the decoded width*height (default: the library's, 64 Mpx)"},
+         .help = "cap on the decoded width*height (the default is the library's)"},
         CLI_OPT_END,
     };
     const cli_cmd cmd = {

@@ -68,12 +68,12 @@ int cmd_respond(int argc, char **argv) {
     const char *request = "-", *logits = NULL, *model = NULL;
     int input_tokens = -1, tile = 0, allow_paths = 0;
     const cli_opt opts[] = {
-        {.name = "--request", .kind = CLI_FILE, .dst = &request, .arg = "F|-", .def = "-",
+        {.name = "--request", .kind = CLI_FILE, .dst = &request, .arg = "F|-",
          .help = "the request JSON file; - = stdin"},
         {.name = "--logits", .kind = CLI_FILE, .dst = &logits, .arg = "F|-", .required = 1,
          .help = "the logits JSON file ([[...] per question], head option order); - = stdin"},
         {.name = "--input-tokens", .kind = CLI_INT, .dst = &input_tokens, .arg = "N", .lo = 0, .hi = 16777216,
-         .help = "usage.input_tokens (else counted by encoding the request with --model)"},
+         .no_default = 1, .help = "usage.input_tokens (else counted by encoding the request with --model)"},
         {.name = "--model", .kind = CLI_STR, .dst = &model, .arg = "DIR",
          .help = "encode the request with DIR/tokenizer.json (checks it, counts input tokens)"},
         CLI_OPT_TILE(&tile),

@@ -17,6 +17,7 @@
 #include "cli/cli_opts.h"
 #include "cli/cmds.h"
 #include "cli/read_input.h"
+#include "serve/server.h" /* CLEF_SERVE_MAX_BODY_DEFAULT: --max-line as batch's */
 
 static void print_error(const char *type, const char *msg) {
     clef_buf b;
@@ -104,16 +105,15 @@ int cmd_state_key(int argc, char **argv) {
     clef_options_default(&o);
     const char *request = "-";
     int jsonl = 0;
-    size_t max_line = (size_t)16 << 20; /* = batch's */
-    o.max_length = 16384;
+    size_t max_line = CLEF_SERVE_MAX_BODY_DEFAULT; /* as batch's --max-line */
     const cli_opt opts[] = {
         CLI_OPT_MODEL(&o.model_dir),
-        {.name = "--request", .kind = CLI_FILE, .dst = &request, .arg = "F|-", .def = "-",
+        {.name = "--request", .kind = CLI_FILE, .dst = &request, .arg = "F|-",
          .help = "the request JSON file (with --jsonl: one request per line); - = stdin"},
         {.name = "--jsonl", .kind = CLI_FLAG, .dst = &jsonl,
          .help = "one request per line: one key (or error body) per line, in order"},
         {.name = "--max-line", .kind = CLI_SIZE, .dst = &max_line, .arg = "BYTES", .lo = 1024, .hi = 1073741824,
-         .def = "16M", .help = "with --jsonl: longest request line; a longer one gets a RequestTooLong error line"},
+         .help = "with --jsonl: longest request line; a longer one gets a RequestTooLong error line"},
         CLI_OPT_MAX_LENGTH(&o.max_length),
         CLI_OPT_SPLIT(&o.split_variant),
         CLI_OPT_TILE(&o.image_tile),

@@ -132,7 +132,7 @@ int cmd_tokenize(int argc, char **argv) {
          .help = "do not match added tokens (not the reference's behaviour; for fixtures)"},
         {.name = "--regex-only", .kind = CLI_FLAG, .dst = &regex_only,
          .help = "split with Oniguruma only, without the ASCII fast path (tests; same ids)"},
-        {.name = "--bench", .kind = CLI_INT, .dst = &bench, .arg = "N", .lo = 0, .hi = 1000000, .def = "0",
+        {.name = "--bench", .kind = CLI_INT, .dst = &bench, .arg = "N", .lo = 0, .hi = 1000000,
          .help = "tokenize the --text/--file text N times and print timings to stderr"},
         CLI_OPT_END,
     };

@@ -44,6 +44,7 @@
 #include "base/json.h"
 #include "text/tokenizer.h"
 
+/* The reference's max_length: the one home of --max-length's default (clef_options_default). */
 #define CLEF_MAX_LENGTH_DEFAULT 16384
 
 typedef struct clef_span {
@@ -97,7 +98,7 @@ typedef int (*clef_media_fn)(void *ctx, size_t index, const json_value *entry, c
                              clef_image *out, clef_err *err);
 
 typedef struct clef_encode_opts {
-    size_t max_length;            /* 0 = CLEF_MAX_LENGTH_DEFAULT (16384) */
+    size_t max_length;            /* 0 = CLEF_MAX_LENGTH_DEFAULT */
     const clef_image_opts *image; /* NULL = the processor defaults */
     const clef_video_opts *video; /* NULL = the processor defaults and our limits; local paths as
                                      image->allow_paths allows */

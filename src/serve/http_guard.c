@@ -207,7 +207,7 @@ clef_guard *clef_guard_start(const clef_guard_config *c, char *err, size_t err_l
     }
     g->cfg = *c;
     if (!g->cfg.max_pending) g->cfg.max_pending = 1024;
-    if (g->cfg.header_timeout_s <= 0) g->cfg.header_timeout_s = 10;
+    if (g->cfg.header_timeout_s <= 0) g->cfg.header_timeout_s = CLEF_GUARD_HEADER_TIMEOUT_DEFAULT;
     g->listen_fd = c->listen_fd;
     atomic_init(&g->accepted, 0);
     g->ep = epoll_create1(EPOLL_CLOEXEC);

@@ -55,15 +55,21 @@ typedef struct clef_guard_refusal {
     size_t bytes_out;      /* bytes of the answer written */
 } clef_guard_refusal;
 
+/* The defaults of --header-timeout and --keepalive-requests (clef_server_config_default), also
+ * the guard's own when its config leaves them 0. */
+#define CLEF_GUARD_HEADER_TIMEOUT_DEFAULT 10.0
+#define CLEF_GUARD_KEEPALIVE_REQUESTS_DEFAULT 1000u
+
 typedef struct clef_guard_config {
     int listen_fd;
     size_t max_header;        /* the head's bytes (431 over) */
     size_t max_body;          /* a Content-Length over this: 413 at once */
-    double header_timeout_s;  /* from accept to a complete head */
+    double header_timeout_s;  /* from accept to a complete head (0 = CLEF_GUARD_HEADER_TIMEOUT_DEFAULT) */
     unsigned max_pending;     /* connections still sending their head */
     unsigned client_share;    /* of those, per client address */
     double keepalive_timeout_s; /* an idle connection between requests is closed after this; 0 = one request per connection */
-    unsigned keepalive_requests;/* requests per connection (the server's answer to the last says close) */
+    unsigned keepalive_requests;/* requests per connection (the server's answer to the last says close;
+                                   0 = CLEF_GUARD_KEEPALIVE_REQUESTS_DEFAULT) */
     const char *cors_origin;  /* --cors-origin (NULL: none): the guard's own answers carry CORS headers too */
     /* hands a connection whose head passed to libmicrohttpd; the guard no longer owns fd */
     int (*handoff)(void *ctx, int fd, const struct sockaddr *sa, socklen_t sl);

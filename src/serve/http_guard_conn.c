@@ -38,7 +38,7 @@ static void gb_drop(gbuf *b, size_t k) {
 
 static unsigned max_requests(const clef_guard *g) {
     if (g->cfg.keepalive_timeout_s <= 0) return 1;
-    return g->cfg.keepalive_requests ? g->cfg.keepalive_requests : 1000;
+    return g->cfg.keepalive_requests ? g->cfg.keepalive_requests : CLEF_GUARD_KEEPALIVE_REQUESTS_DEFAULT;
 }
 
 static size_t find(clef_guard *g, const conn *c) {

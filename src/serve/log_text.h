@@ -7,7 +7,7 @@
 #include <stddef.h>
 
 /* Renders the fields of a log line (the text between the braces after "ts" and "level":
- * "\"event\":\"listening\",\"host\":\"127.0.0.1\",\"port\":8080") as one text line ending in '\n'
+ * "\"event\":\"listening\",\"host\":\"127.0.0.1\",\"port\":9000") as one text line ending in '\n'
  * into out (always terminated; cut at cap with "..." when longer). ts: seconds since the epoch (UTC
  * time of day shown). Returns the length written. */
 size_t clef_log_text_render(char *out, size_t cap, double ts, const char *level, const char *fields, size_t n);

@@ -169,10 +169,10 @@ clef_sched *clef_sched_create(const clef_sched_config *cfg, clef_sched_run_fn ru
     clef_sched *s = calloc(1, sizeof *s);
     if (!s) return NULL;
     s->cfg = *cfg;
-    if (!s->cfg.batch_tokens) s->cfg.batch_tokens = 8192;
-    if (!s->cfg.max_batch) s->cfg.max_batch = 32;
+    if (!s->cfg.batch_tokens) s->cfg.batch_tokens = CLEF_SCHED_BATCH_TOKENS_DEFAULT;
+    if (!s->cfg.max_batch) s->cfg.max_batch = CLEF_SCHED_MAX_BATCH_DEFAULT;
     if (s->cfg.max_batch > SCHED_SCAN) s->cfg.max_batch = SCHED_SCAN;
-    if (!s->cfg.queue_len) s->cfg.queue_len = 256;
+    if (!s->cfg.queue_len) s->cfg.queue_len = CLEF_SCHED_QUEUE_LEN_DEFAULT;
     s->run = run;
     s->expire = expire;
     s->ctx = ctx;

@@ -33,10 +33,16 @@ typedef struct clef_sched_item {
     double deadline;              /* clef_now() value after which it is expired; 0 = none */
 } clef_sched_item;
 
+/* The defaults of the forward's sizing, one home for `clef serve` (clef_server_config_default),
+ * `clef batch` and the scheduler's own fallbacks; --help prints them from there. */
+#define CLEF_SCHED_BATCH_TOKENS_DEFAULT ((size_t)8192)
+#define CLEF_SCHED_MAX_BATCH_DEFAULT ((size_t)32)
+#define CLEF_SCHED_QUEUE_LEN_DEFAULT ((size_t)256)
+
 typedef struct clef_sched_config {
-    size_t batch_tokens; /* token budget of one batch (0 = 8192) */
-    size_t max_batch;    /* most items in one batch (0 = 32) */
-    size_t queue_len;    /* most items queued (0 = 256) */
+    size_t batch_tokens; /* token budget of one batch (0 = CLEF_SCHED_BATCH_TOKENS_DEFAULT) */
+    size_t max_batch;    /* most items in one batch (0 = CLEF_SCHED_MAX_BATCH_DEFAULT) */
+    size_t queue_len;    /* most items queued (0 = CLEF_SCHED_QUEUE_LEN_DEFAULT) */
     double gather_s;     /* most seconds a batch that is not full waits for more items (0 = none) */
 } clef_sched_config;
 

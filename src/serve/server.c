@@ -114,28 +114,28 @@ static void mhd_logger(void *cls, const char *fmt, va_list ap) {
 
 void clef_server_config_default(clef_server_config *c) {
     memset(c, 0, sizeof *c);
-    c->host = "127.0.0.1";
+    c->host = CLEF_SERVE_HOST_DEFAULT;
     c->port = 8080;
     c->http_threads = 2;
-    c->max_body = 16u << 20;
+    c->max_body = CLEF_SERVE_MAX_BODY_DEFAULT;
     c->max_header = 32u << 10;
     c->max_connections = 256;
-    c->io_timeout_s = 30;
+    c->io_timeout_s = CLEF_SERVE_IO_TIMEOUT_DEFAULT;
     c->deadline_s = 60;
-    c->queue_len = 256;
+    c->queue_len = CLEF_SCHED_QUEUE_LEN_DEFAULT;
     c->max_tokens = 0;
-    c->batch_tokens = 8192;
-    c->max_batch = 32;
+    c->batch_tokens = CLEF_SCHED_BATCH_TOKENS_DEFAULT;
+    c->max_batch = CLEF_SCHED_MAX_BATCH_DEFAULT;
     c->batch_wait_s = 0.05;
-    c->model_id = "clef-flash";
+    c->model_id = CLEF_SERVE_MODEL_ID_DEFAULT;
     c->log_requests = 1;
-    c->header_timeout_s = 10;
+    c->header_timeout_s = CLEF_GUARD_HEADER_TIMEOUT_DEFAULT;
     c->body_timeout_s = 60;
     c->max_pending = 0; /* 4 x max_connections */
     c->client_share = 64;
     c->prepare_threads = 0; /* http_threads */
     c->keepalive_timeout_s = 5;
-    c->keepalive_requests = 1000;
+    c->keepalive_requests = CLEF_GUARD_KEEPALIVE_REQUESTS_DEFAULT;
     c->gzip_min = 1024;
 }
 
@@ -430,9 +430,9 @@ clef_server *clef_server_start(const clef_server_config *c, char *err, size_t er
     }
     s->cfg = *c;
     if (s->cfg.http_threads < 1) s->cfg.http_threads = 1;
-    if (!s->cfg.queue_len) s->cfg.queue_len = 256;
-    if (!s->cfg.model_id) s->cfg.model_id = "clef-flash";
-    snprintf(s->host, sizeof s->host, "%s", c->host ? c->host : "127.0.0.1");
+    if (!s->cfg.queue_len) s->cfg.queue_len = CLEF_SCHED_QUEUE_LEN_DEFAULT;
+    if (!s->cfg.model_id) s->cfg.model_id = CLEF_SERVE_MODEL_ID_DEFAULT;
+    snprintf(s->host, sizeof s->host, "%s", c->host ? c->host : CLEF_SERVE_HOST_DEFAULT);
     s->cfg.host = s->host;
     if (clef_host_list_check(c->allowed_hosts, err, err_len) != 0) {
         free(s);
@@ -482,7 +482,7 @@ clef_server *clef_server_start(const clef_server_config *c, char *err, size_t er
                             .max_pending = s->cfg.max_pending ? s->cfg.max_pending : 4 * s->cfg.max_connections,
                             .client_share = s->cfg.client_share,
                             .keepalive_timeout_s = s->cfg.keepalive_timeout_s,
-                            .keepalive_requests = s->cfg.keepalive_requests ? s->cfg.keepalive_requests : 1000,
+                            .keepalive_requests = s->cfg.keepalive_requests, /* 0: the guard's default */
                             .cors_origin = s->cfg.cors_origin,
                             .handoff = guard_handoff, .refused = guard_refused, .ctx = s};
     s->guard = clef_guard_start(&gc, err, err_len);
@@ -535,7 +535,7 @@ void clef_server_shutdown(clef_server *s) {
     /* One budget for the whole shutdown (--timeout): requests still being received or prepared
      * join the queue if their bodies arrive within it; what is still uploading then is cut off
      * (and counted as dropped). */
-    double until = clef_now() + (s->cfg.io_timeout_s ? s->cfg.io_timeout_s : 30);
+    double until = clef_now() + (s->cfg.io_timeout_s ? s->cfg.io_timeout_s : CLEF_SERVE_IO_TIMEOUT_DEFAULT);
     while (atomic_load(&s->receiving) > 0 && clef_now() < until) nanosleep(&(struct timespec){0, 2000000}, NULL);
     int cut = clef_guard_cut_all(s->guard);
     /* what is being prepared joins the queue, unless it is still preparing when the budget runs out:

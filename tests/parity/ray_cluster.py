@@ -101,6 +101,14 @@ class RayCluster:
         p = subprocess.run(self.netns([PY, "-c", code]), env=self.env, capture_output=True, timeout=120)
         return int(p.stdout.strip() or 0) if p.returncode == 0 else 0
 
+    def node_id(self, k):
+        """Ray's NodeID of node k (0 = head), found by its raylet's port."""
+        code = ("import ray,json; ray.init(logging_level='ERROR'); "
+                "print(json.dumps({n['NodeManagerPort']: n['NodeID'] for n in ray.nodes() if n['Alive']}))")
+        p = subprocess.run(self.netns([PY, "-c", code]), env=self.env, capture_output=True, timeout=120)
+        ids = json.loads(p.stdout) if p.returncode == 0 else {}
+        return ids.get(str(self.node_ports[k]))
+
     def wait_nodes(self, n, timeout=120):
         t_end = time.time() + timeout
         while time.time() < t_end:

@@ -22,7 +22,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import clef_server  # noqa: E402
@@ -50,13 +49,12 @@ def Backend(port=0, extra=()):
 
 
 class HAProxy:
-    def __init__(self, backends, balance=None, check_path="/readyz"):
+    def __init__(self, backends, balance=None):
         self.port = clef_server.free_port()
         cfg = open(CFG).read()
         cfg = re.sub(r"^(\s*bind\s+)\S+", rf"\g<1>127.0.0.1:{self.port}", cfg, flags=re.M)
         cfg = re.sub(r"^\s*server\s+.*\n", "", cfg, flags=re.M)
         cfg += "".join(f"    server clef{i + 1} 127.0.0.1:{b.port}\n" for i, b in enumerate(backends))
-        cfg = cfg.replace("option httpchk GET /readyz", f"option httpchk GET {check_path}")
         if balance:
             cfg = re.sub(r"^(\s*)balance\s+.*$", rf"\g<1>balance {balance}", cfg, flags=re.M)
         self.cfg = os.path.join(TMP, f"haproxy-{self.port}.cfg")
@@ -82,15 +80,6 @@ class HAProxy:
             self.p.wait()
 
 
-def routes():
-    b = Backend()
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{b.port}/openapi.json", timeout=10) as r:
-            return set(json.loads(r.read())["paths"])
-    finally:
-        b.stop()
-
-
 def keys_of(bodies):
     path = os.path.join(TMP, "traffic.jsonl")
     deploy_traffic.write_jsonl(path, bodies, final_newline=True)
@@ -101,10 +90,10 @@ def keys_of(bodies):
     return keys
 
 
-def through(balance, bodies, keys, ref, check_path):
+def through(balance, bodies, keys, ref):
     """3 fresh backends behind HAProxy: (hits summed over them, answers equal to ref)."""
     backends = [Backend() for _ in range(3)]
-    hp = HAProxy(backends, balance=balance, check_path=check_path)
+    hp = HAProxy(backends, balance=balance)
     try:
         t0 = time.time()
         res = deploy_traffic.send_all(hp.port, bodies, keys=keys, clients=8)
@@ -131,13 +120,6 @@ def main():
     if not os.path.exists(CLEF) or not os.path.exists(os.path.join(MODEL, "config.json")):
         print("skip: needs build/clef and models/tiny")
         sys.exit(77)
-    help_text = subprocess.run([CLEF, "--help"], capture_output=True, text=True).stdout + \
-        subprocess.run([CLEF, "serve", "--help"], capture_output=True, text=True).stdout
-    if "state-key" not in help_text:
-        print("skip: no clef state-key verb (the routing key, branch h-key)")
-        sys.exit(77)
-    have_drain = "--drain-delay" in help_text
-    check_path = "/readyz" if "/readyz" in routes() else "/health"  # /readyz comes with --drain-delay (h-serve)
     t_start = time.time()
     bodies = [b for _, b in deploy_traffic.states_traffic()]
     keys = keys_of(bodies)
@@ -148,38 +130,34 @@ def main():
     check(all(st == 200 for st, _ in ref), "one engine answers every request 200")
     print(f"one engine: {one_hits} hits")
 
-    hits, same, keyed = through(None, bodies, keys, ref, check_path)
+    hits, same, keyed = through(None, bodies, keys, ref)
     check(same == len(bodies), f"through HAProxy (hash on the key) every answer is one engine's bytes ({same})")
     check(keyed == len(bodies), "every answer carries the key it was sent with")
     check(hits >= 0.9 * one_hits, f"hash on the key: {hits} hits >= 90% of one engine's {one_hits} "
                                   f"({hits / max(one_hits, 1):.2f})")
     figures = {"one_engine_hits": one_hits, "hash_hits": hits, "hash_ratio": round(hits / max(one_hits, 1), 3)}
     if os.environ.get("CLEF_LOCALITY_RR") == "1":
-        rr_hits, same, _ = through("roundrobin", bodies, keys, ref, check_path)
+        rr_hits, same, _ = through("roundrobin", bodies, keys, ref)
         check(same == len(bodies), f"through HAProxy (round robin) every answer is one engine's bytes ({same})")
         check(rr_hits < hits, f"round robin gets fewer hits: {rr_hits} ({rr_hits / max(one_hits, 1):.2f} of one engine)")
         figures.update(roundrobin_hits=rr_hits, roundrobin_ratio=round(rr_hits / max(one_hits, 1), 3))
     print(json.dumps({"locality": figures}))
 
-    if have_drain:
-        rolling_restart(bodies[:400], keys[:400], ref[:400], check_path)
+    rolling_restart(bodies[:400], keys[:400], ref[:400])
     print(f"{time.time() - t_start:.0f} s")
     if failures:
         print(f"{len(failures)} failed")
         sys.exit(1)
     shutil.rmtree(TMP, ignore_errors=True)
-    if not have_drain:
-        print("skip: locality passed; the rolling restart waits for --drain-delay (branch h-serve, issue #33 item 2)")
-        sys.exit(77)
     print("haproxy: locality and a rolling restart without a failed request")
 
 
-def rolling_restart(bodies, keys, ref, check_path):
+def rolling_restart(bodies, keys, ref):
     import threading
 
     drain = ["--drain-delay", "3"]
     backends = [Backend(extra=drain) for _ in range(3)]
-    hp = HAProxy(backends, check_path=check_path)
+    hp = HAProxy(backends)
     out = {}
 
     def load():

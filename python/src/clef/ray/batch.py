@@ -351,6 +351,8 @@ def run(argv: List[str]) -> int:
                 except RayActorError:  # its node (or process) died: the shard goes to another engine
                     dead.add(actor)
                     pending.insert(0, s)
+                    print(json.dumps({"event": "shard_requeued", "shard": s, "lines": len(shards[s]),
+                                      "why": "its engine died (node or process lost)"}), file=sys.stderr)
                     for nid, actors in list(engines.items()):  # a node still alive gets a new engine
                         if actor in actors:
                             del engines[nid]
