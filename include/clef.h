@@ -221,18 +221,21 @@ CLEF_API int clef_job_state_key(clef_job *j, char *key, size_t key_len);
  * dir (NULL turns it off). */
 CLEF_API void clef_set_dump_dir(clef_engine *e, const char *dir);
 
-/* Benchmarking: one text forward over ids[0..n) (no request, no tokenizer; positions 0..n-1),
- * then the joint head on its final-norm rows with a fixed synthetic schema (n >= 64: a noul, a
- * choice and a score question, each an 8-token question span followed by 2, 4 and 5 two-token
- * options, together the last 46 tokens; 3 <= n < 64: one choice question over [0, n-2) with two one-token options).
- * Writes the wall seconds of each part (CLOCK_MONOTONIC). Returns 0, or -1 with a line in err
- * (bad ids or n, out of memory). Not reentrant with clef_run_batch. */
-CLEF_API int clef_bench_forward(clef_engine *e, const int32_t *ids, size_t n, double *seconds_text,
-                       double *seconds_head, char *err, size_t err_len);
-/* The same with `records` records of those n ids packed into one forward (each its own segment), then
- * the head once per record, as clef_run_batch runs a batch. seconds_* cover all records. */
-CLEF_API int clef_bench_forward_batch(clef_engine *e, const int32_t *ids, size_t n, size_t records,
-                                      double *seconds_text, double *seconds_head, char *err, size_t err_len);
+/* Benchmarking (`clef bench`). clef_bench_job: a job of the n token ids ids[0..n) (3 <= n <= 2^24; no
+ * request, no tokenizer; positions 0..n-1) with a fixed synthetic schema (n >= 64: a noul, a choice
+ * and a score question, each an 8-token question span followed by 2, 4 and 5 two-token options,
+ * together the last 46 tokens; 3 <= n < 64: one choice question over [0, n-2) with two one-token
+ * options). It has no request to answer: clef_job_finish gives an InternalError body; free it with
+ * clef_job_free. NULL with a line in err (bad ids or n, out of memory). */
+CLEF_API clef_job *clef_bench_job(clef_engine *e, const int32_t *ids, size_t n, char *err, size_t err_len);
+/* Runs jobs[0..n) (1 <= n <= 4096; from clef_bench_job or clef_job_prepare) through the function that
+ * clef_run_batch runs a group with: one packed forward (each job its own segment), the joint head once
+ * over them all; with the state cache left out (every run computes every row) and no one-at-a-time
+ * retry. Writes the wall seconds of the tower and the text forward, and of the head (CLOCK_MONOTONIC).
+ * A job may be run again; clef_job_finish answers a prepared one from its last run. Returns 0, or -1
+ * with a line in err (a job's failure). Not reentrant with clef_run_batch. */
+CLEF_API int clef_bench_run(clef_engine *e, clef_job *const *jobs, size_t n, double *seconds_text,
+                            double *seconds_head, char *err, size_t err_len);
 
 #ifdef __cplusplus
 }

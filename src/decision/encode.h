@@ -121,12 +121,4 @@ void clef_record_free(clef_record *r);
  *  "videos":[{"grid_thw":[t,h,w],"groups":[{"pad_start":i,"n_pad":n},...]}]). */
 int clef_record_render(clef_buf *out, const clef_record *r);
 
-/* Returns 1 when the WTF-8 string s holds a lone surrogate, and then sets err (when not NULL) to
- * LoneSurrogate with Python's UnicodeEncodeError text for the first one (run), as encoding the
- * response would raise: "'utf-8' codec can't encode character '\ud800' in position 5: surrogates not
- * allowed". Used for `model`. Text that is tokenized gets the reference's own message instead (the HF
- * tokenizer's TypeError "TextEncodeInput must be Union[TextInputSequence, Tuple[InputSequence,
- * InputSequence]]"). */
-int clef_check_surrogates(const char *s, size_t len, clef_err *err);
-
 #endif

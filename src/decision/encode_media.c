@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "base/bufpool.h"
+#include "decision/encode_piece.h"
 
 static int default_media(void *ctx, size_t index, const json_value *entry, const clef_image_opts *o, clef_image *out,
                          clef_err *err) {

@@ -17,10 +17,6 @@ typedef struct {
     int several;     /* an entry is several processor images (an animated GIF's frames) */
 } clef_image_count;
 
-/* One piece of the prompt: _tokens(tokenizer, text) (a lone surrogate refused as the reference's
- * tokenizer refuses it). 0, or -1 with *err set. */
-int clef_encode_piece(const clef_tokenizer *tok, const char *s, size_t len, clef_ids *ids, clef_err *err);
-
 /* list(request.get(name) or []): the entries of "images" or "videos" as JSON values (*items malloc'd,
  * NULL when none). 0, or -1 with *err set (not a list). */
 int clef_encode_media_list(const json_value *v, const char *name, json_doc *own, const json_value ***items,

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/clock.h"
 #include "engine/engine_internal.h"
 #include "engine/state_key.h"
 #include "model/head.h"
@@ -201,8 +202,9 @@ static void finish_heads(clef_engine *e, plan *ps, size_t m, const float *hidden
 }
 
 /* Steps 2-4 for plans[0 .. m). Returns 0, or -1 when the group as a whole failed (the error is in
- * every job; head failures are per job and do not fail the group). */
-static int run_group(clef_engine *e, plan *ps, size_t m) {
+ * every job; head failures are per job and do not fail the group). With times, writes the wall
+ * seconds of steps 2-3 (the tower and the text forward) and of step 4 (the head). */
+static int run_group(clef_engine *e, plan *ps, size_t m, clef_group_times *times) {
     clef_ops *ops = e->ops;
     const clef_config *cfg = &e->mf->cfg;
     const size_t H = (size_t)cfg->text.hidden_size;
@@ -226,6 +228,7 @@ static int run_group(clef_engine *e, plan *ps, size_t m) {
     float *rows = NULL, *hidden = NULL;
     clef_pos_image *pi = NULL;
     if (!ids || !segs || !vi) { clef_err_set(&err, CLEF_E_OOM, "out of memory"); goto fail; }
+    double t0 = clef_now();
 
     /* 2: the vision tower over the images of the jobs that start at position 0 */
     if (n_img && run_vision(e, ps, m, vi, n_img, &rows, &rpos, &img_rows, &err)) goto fail;
@@ -268,9 +271,14 @@ static int run_group(clef_engine *e, plan *ps, size_t m) {
     if (clef_text_forward(ops, cfg, &e->mf->text, &in, hidden, &err)) goto fail;
     if (dump.failed) { clef_err_set(&err, CLEF_E_IO, "could not write layer dumps to %s", e->dump_dir); goto fail; }
     if (clef_ops_take(ops, "the text forward", &err)) goto fail;
+    double t1 = clef_now();
 
     /* 4: the head, per job when the whole group's fails */
     finish_heads(e, ps, m, hidden);
+    if (times) {
+        times->seconds_text = t1 - t0;
+        times->seconds_head = clef_now() - t1;
+    }
     rc = 0;
     goto done;
 fail:
@@ -309,10 +317,10 @@ int clef_engine_run_packed(clef_engine *e, clef_job *const *jobs, size_t n) {
         ps[i].j = jobs[i];
         plan_cache(e, &ps[i]);
     }
-    if (run_group(e, ps, n) != 0 && n > 1) /* one at a time: each job's failure is its own */
+    if (run_group(e, ps, n, NULL) != 0 && n > 1) /* one at a time: each job's failure is its own */
         for (size_t i = 0; i < n; i++) {
             clef_err_clear(&jobs[i]->err);
-            run_group(e, &ps[i], 1);
+            run_group(e, &ps[i], 1, NULL);
         }
     for (size_t i = 0; i < n; i++) {
         jobs[i]->ran = 1;
@@ -322,6 +330,24 @@ int clef_engine_run_packed(clef_engine *e, clef_job *const *jobs, size_t n) {
             clef_cache_release(e->cache, ps[i].pending);
         }
     }
+    free(ps);
+    return failures ? -1 : 0;
+}
+
+int clef_engine_run_group_timed(clef_engine *e, clef_job *const *jobs, size_t n, clef_group_times *times) {
+    plan *ps = calloc(n ? n : 1, sizeof *ps);
+    int failures = 0;
+    for (size_t i = 0; i < n; i++) {
+        clef_err_clear(&jobs[i]->err);
+        jobs[i]->cached_tokens = 0;
+        if (!ps) clef_err_set(&jobs[i]->err, CLEF_E_OOM, "out of memory");
+        jobs[i]->ran = 1;
+    }
+    if (!ps) return -1;
+    for (size_t i = 0; i < n; i++) ps[i].j = jobs[i]; /* no plan_cache: every row is computed */
+    if (n) run_group(e, ps, n, times);
+    for (size_t i = 0; i < n; i++)
+        if (jobs[i]->err.type) failures++;
     free(ps);
     return failures ? -1 : 0;
 }

@@ -25,11 +25,6 @@
 #include "decision/request.h"
 #include "decision/lint.h"
 #include "decision/response.h"
-#include "model/forward.h"
-#include "model/head.h"
-#include "model/positions.h"
-#include "model/text.h"
-#include "model/vision.h"
 #include "model/weights.h"
 #include "base/json.h"
 #include "text/tokenizer.h"
@@ -424,6 +419,9 @@ void clef_job_finish(clef_job *j, clef_result *out) {
         clef_engine_error_result(&err, tokens, out);
     } else if (j->err.type) {
         clef_engine_error_result(&j->err, tokens, out);
+    } else if (!j->doc) {
+        clef_err_set(&err, CLEF_E_INTERNAL, "a bench job has no request to answer");
+        clef_engine_error_result(&err, tokens, out);
     } else {
         clef_buf b;
         clef_buf_init(&b);
@@ -451,117 +449,4 @@ int clef_decide(clef_engine *e, const char *body, size_t len, clef_result *out) 
     clef_run_batch(e, &j, 1);
     clef_job_finish(j, out);
     return out->error_type ? -1 : 0;
-}
-
-int clef_bench_forward(clef_engine *e, const int32_t *ids, size_t n, double *seconds_text,
-                       double *seconds_head, char *errbuf, size_t err_len) {
-    return clef_bench_forward_batch(e, ids, n, 1, seconds_text, seconds_head, errbuf, err_len);
-}
-
-int clef_bench_forward_batch(clef_engine *e, const int32_t *ids, size_t n, size_t records, double *seconds_text,
-                             double *seconds_head, char *errbuf, size_t err_len) {
-    clef_err err;
-    clef_err_clear(&err);
-    clef_ops *ops = e->ops;
-    size_t H = (size_t)e->mf->cfg.text.hidden_size;
-    int rc = 0;
-    float *hidden = NULL;
-    if (n < 3) { rc = clef_err_set(&err, CLEF_E_INTERNAL, "bench needs at least 3 tokens"); goto out; }
-    if (records < 1 || records > 4096 || n > ((size_t)1 << 24) / records) {
-        rc = clef_err_set(&err, CLEF_E_INTERNAL, "bench: %zu records of %zu tokens", records, n);
-        goto out;
-    }
-    for (size_t i = 0; i < n; i++)
-        if (ids[i] < 0 || ids[i] >= e->mf->cfg.text.vocab_size) {
-            rc = clef_err_set(&err, CLEF_E_INTERNAL, "token id %d outside the vocabulary", (int)ids[i]);
-            goto out;
-        }
-    /* The synthetic schema (see clef.h). */
-    clef_head_question hq[3];
-    int32_t spans[2 * 11];
-    int nq;
-    if (n >= 64) {
-        static const int types[3] = {CLEF_Q_NOUL, CLEF_Q_CHOICE, CLEF_Q_SCORE};
-        static const int nopt[3] = {2, 4, 5};
-        int32_t t = (int32_t)(n - 46);
-        int k = 0;
-        nq = 3;
-        for (int q = 0; q < 3; q++) {
-            hq[q].type = types[q];
-            hq[q].q_start = t;
-            hq[q].q_end = t + 8;
-            t += 8;
-            hq[q].n_options = nopt[q];
-            hq[q].option_spans = spans + 2 * k;
-            for (int o = 0; o < nopt[q]; o++, k++, t += 2) {
-                spans[2 * k] = t;
-                spans[2 * k + 1] = t + 2;
-            }
-        }
-    } else {
-        nq = 1;
-        hq[0].type = CLEF_Q_CHOICE;
-        hq[0].q_start = 0;
-        hq[0].q_end = (int32_t)n - 2;
-        hq[0].n_options = 2;
-        hq[0].option_spans = spans;
-        spans[0] = (int32_t)n - 2; spans[1] = (int32_t)n - 1;
-        spans[2] = (int32_t)n - 1; spans[3] = (int32_t)n;
-    }
-    int32_t *all = NULL;
-    clef_forward_seg *segs = NULL;
-    hidden = ops->alloc(ops, records * n * H);
-    all = malloc(records * n * sizeof *all);
-    segs = calloc(records, sizeof *segs);
-    if (!hidden || !all || !segs) {
-        free(all);
-        free(segs);
-        rc = clef_err_set(&err, CLEF_E_OOM, "out of memory for %zu x %zu tokens", records, n);
-        goto out;
-    }
-    for (size_t r = 0; r < records; r++) { /* every record the same ids, each a segment of its own */
-        memcpy(all + r * n, ids, n * sizeof *all);
-        segs[r].n = n;
-    }
-    clef_forward_in in = {0};
-    in.ids = all;
-    in.n = records * n;
-    in.nseg = records;
-    in.segs = segs;
-    double t0 = clef_now();
-    rc = clef_text_forward(ops, &e->mf->cfg, &e->mf->text, &in, hidden, &err);
-    double t1 = clef_now();
-    if (rc == 0) { /* the head over every record at once, as clef_run_batch runs it */
-        clef_head_in *hin = calloc(records, sizeof *hin);
-        float *lg = malloc(records * 11 * sizeof *lg);
-        float **logits = malloc(records * sizeof *logits);
-        if (!hin || !lg || !logits) {
-            rc = clef_err_set(&err, CLEF_E_OOM, "out of memory for %zu records", records);
-        } else {
-            for (size_t r = 0; r < records; r++) {
-                hin[r].hidden = hidden + r * n * H;
-                hin[r].T = n;
-                hin[r].ids = ids;
-                hin[r].n_questions = nq;
-                hin[r].questions = hq;
-                logits[r] = lg + r * 11;
-            }
-            rc = clef_head_forward_batch(ops, &e->mf->head_cfg, &e->mf->head, &e->mf->text.lm_head, hin, records,
-                                         logits, &err);
-        }
-        free(hin);
-        free(lg);
-        free(logits);
-    }
-    free(all);
-    free(segs);
-    double t2 = clef_now();
-    if (rc == 0) rc = clef_ops_take(ops, "the forward", &err);
-    clef_ops_clear(ops);
-    if (seconds_text) *seconds_text = t1 - t0;
-    if (seconds_head) *seconds_head = t2 - t1;
-out:
-    if (hidden) ops->free(ops, hidden);
-    if (rc && errbuf && err_len) snprintf(errbuf, err_len, "%s: %s", err.type ? err.type : "Error", err.msg);
-    return rc ? -1 : 0;
 }

@@ -55,4 +55,16 @@ const uint8_t *clef_job_media_hashes(clef_job *j);
 /* The model for jobs[0 .. n) in one packed forward (batch.c). Per-job failures go into the jobs. */
 int clef_engine_run_packed(clef_engine *e, clef_job *const *jobs, size_t n);
 
+/* The wall seconds of one group's parts (CLOCK_MONOTONIC). */
+typedef struct clef_group_times {
+    double seconds_text; /* the vision tower (images of jobs at position 0) and the text forward */
+    double seconds_head; /* the joint head over every job */
+} clef_group_times;
+
+/* For benchmarks (engine/bench.c): jobs[0 .. n) as one group of clef_engine_run_packed (the same
+ * packed forward and head), with the state cache left out, so every run computes every row, and
+ * no one-at-a-time retry; *times is written when the forward ran. Per-job failures go into the
+ * jobs; returns -1 when any job failed. */
+int clef_engine_run_group_timed(clef_engine *e, clef_job *const *jobs, size_t n, clef_group_times *times);
+
 #endif

@@ -17,7 +17,9 @@
 
 #include <gif_lib.h>
 
-#include "image/image_internal.h"
+#include "image/decoders.h"
+#include "image/orient.h"
+#include "image/size_check.h"
 
 typedef struct {
     const uint8_t *p;

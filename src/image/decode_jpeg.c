@@ -10,7 +10,9 @@
 #include <jpeglib.h>
 #include <jerror.h>
 
-#include "image/image_internal.h"
+#include "image/decoders.h"
+#include "image/orient.h"
+#include "image/size_check.h"
 
 typedef struct {
     struct jpeg_error_mgr pub;

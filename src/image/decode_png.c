@@ -12,7 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "image/image_internal.h"
+#include "image/decoders.h"
+#include "image/orient.h"
+#include "image/size_check.h"
 
 typedef struct {
     const uint8_t *p;

@@ -8,7 +8,9 @@
 #include <webp/decode.h>
 #include <webp/demux.h>
 
-#include "image/image_internal.h"
+#include "image/decoders.h"
+#include "image/orient.h"
+#include "image/size_check.h"
 
 int clef_decode_webp(const uint8_t *p, size_t n, const clef_image_opts *o, int tv, clef_rgb *out, int *orient,
                      clef_err *err) {

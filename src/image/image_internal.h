@@ -1,5 +1,6 @@
-/* Internals of the image part: decoded pixels, decoders, the two resamplers, smart_resize and
- * patchify. Only the src/image sources, the CLI's preprocess verb, the unit test and the fuzz target include
+/* Internals of the image part: base64, decoding (decode.c), the resamplers, smart_resize and patchify;
+ * decoded pixels are in rgb.h, below the rest (the format decoders in decoders.h, their size check in
+ * size_check.h, EXIF orientation in orient.h: within src/image/ the calls run one way). Only the src/image sources, the CLI's preprocess verb, the unit test and the fuzz target include
  * this; the rest of the engine uses image.h. */
 #ifndef CLEF_IMAGE_INTERNAL_H
 #define CLEF_IMAGE_INTERNAL_H
@@ -9,23 +10,7 @@
 
 #include "base/err.h"
 #include "image/image.h"
-
-/* A decoded image: RGB, interleaved (HWC), rows packed. 8-bit in px, except a 16-bit PNG at the native
- * grid, which torchvision.io decodes to uint16 and the processor keeps so: 16-bit samples in px16.
- * Exactly one of the two is set. */
-typedef struct clef_rgb {
-    int w, h;
-    uint8_t *px;    /* w*h*3 bytes */
-    uint16_t *px16; /* w*h*3 samples (16-bit images only) */
-} clef_rgb;
-
-void clef_rgb_free(clef_rgb *im);
-/* Allocates w*h*3 bytes (zeroed); -1 with OutOfMemory on failure. */
-int clef_rgb_alloc(clef_rgb *im, int w, int h, clef_err *err);
-/* The same with w*h*3 16-bit samples. */
-int clef_rgb_alloc16(clef_rgb *im, int w, int h, clef_err *err);
-/* Frees frames[0..n) and the array. */
-void clef_rgb_free_all(clef_rgb *frames, int n);
+#include "image/rgb.h"
 
 /* ---- base64 (base64.c) ---- */
 /* Strict standard base64 (RFC 4648 alphabet, '=' padding). Python's b64decode (validate=False) skips
@@ -57,26 +42,6 @@ int clef_image_decode_all(const uint8_t *data, size_t n, const clef_image_opts *
  * caller frees *bytes. */
 int clef_image_entry_bytes(const char *entry, size_t len, const clef_image_opts *o, uint8_t **bytes, size_t *n,
                            clef_err *err);
-
-/* tv: torchvision.io semantics (native grid), else Pillow's. */
-int clef_decode_png(const uint8_t *p, size_t n, const clef_image_opts *o, int tv, clef_rgb *out,
-                    int *exif_orientation, clef_err *err);
-int clef_decode_jpeg(const uint8_t *p, size_t n, const clef_image_opts *o, int tv, clef_rgb *out,
-                     int *exif_orientation, clef_err *err);
-int clef_decode_webp(const uint8_t *p, size_t n, const clef_image_opts *o, int tv, clef_rgb *out,
-                     int *exif_orientation, clef_err *err);
-/* GIF: Pillow's first frame (tv == 0), or torchvision's frames (tv == 1: *n_frames >= 1). */
-int clef_decode_gif(const uint8_t *p, size_t n, const clef_image_opts *o, int tv, clef_rgb **frames, int *n_frames,
-                    clef_err *err);
-/* The Orientation tag of an EXIF block ("Exif\0\0" optional, then TIFF "II"/"MM"): 1..8, 9 when the tag is
- * present with another value, 0 when absent (then Pillow looks at XMP). */
-int clef_exif_orientation(const uint8_t *tiff, size_t n);
-/* Pillow's XMP fallback: the digit after tiff:Orientation=" or tiff:Orientation>, or 0. */
-int clef_xmp_orientation(const uint8_t *xmp, size_t n);
-/* Applies an EXIF orientation (2..8) in place (as PIL.ImageOps.exif_transpose). */
-int clef_rgb_orient(clef_rgb *im, int orientation, clef_err *err);
-/* The shared size check: zero size, and w*h against max_source_pixels. */
-int clef_image_check_size(int64_t w, int64_t h, const clef_image_opts *o, clef_err *err);
 
 /* ---- resampling (resize_*.c) ---- */
 /* torchvision resize(uint8 CHW, [oh, ow], BICUBIC, antialias=True) as ATen's x86 uint8 path computes

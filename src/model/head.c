@@ -165,16 +165,50 @@ static int head_check(const clef_head_config *hc, const clef_head_weights *hw, c
     return 0;
 }
 
-/* The buffers of one call (rows of every record, stacked): device (pl, freed together) and host
- * copies. */
+/* The buffers of one call: the rows of every record, stacked (record i's rows start at its head_rec
+ * offsets: tn0 for new rows, t0 memory, n0 options, q0 questions). Hb = the text model's hidden size,
+ * W = the head's width, F = its feed-forward width, T/Tn/N/Q = memory rows, new rows, options and
+ * questions over all records, n = records. Device buffers (pl, freed together), then host copies. */
 typedef struct {
     pool_t pl;
-    float *Hn, *M, *Mn, *Qv, *Cv, *Lx, *tmp, *R, *t1, *t2, *qs, *ks, *vs, *as, *ff, *B, *Fd, *G, *Gp, *Te, *Sd;
-    float *feat, *r1, *r2, *On;
-    float *hQ, *hg, *hL, *hR, *hB, *hS, *hF, *hO, *hfeat, *hr, *v1, *v2, *v3, *hcos, *hprior;
-    double *sc;
-    int32_t *types;
-    clef_attn_seg *segs;
+    float *hidden_normed;        /* [Tn, Hb] hidden_norm(hidden) of the new rows */
+    float *memory;               /* [T, W] memory_projection rows: resumed ones, then the new ones */
+    float *memory_normed;        /* [T, W] memory_norm(memory) of the current routing layer */
+    float *question_means;       /* [Q, Hb] mean of hidden_normed over each question's span */
+    float *option_context_means; /* [N, Hb] the same over each option's span */
+    float *option_lexical_means; /* [N, Hb] mean of the raw lm_head rows of each option's tokens */
+    float *span_lm_rows;         /* [longest span, Hb] the lm_head rows of one option's tokens */
+    float *option_states;        /* [N, W] option queries, then refined by each routing layer */
+    /* A sublayer's normed input and the branch it adds to the residual (the option queries use them for
+     * the lexical and the question projections), for the options' or the fields' rows; N >= Q (every
+     * question has an option), so max(N, Q) is N. */
+    float *sublayer_in;          /* [N, W] */
+    float *sublayer_out;         /* [max(N, Q), W] */
+    float *attn_q;               /* [max(N, Q), W] an attention's queries */
+    float *attn_k, *attn_v;      /* [max(T, N, Q), W]; attn_k first holds the new rows' memory projection */
+    float *attn_heads;           /* [max(N, Q), W] the heads' output, before out_proj */
+    float *ff_hidden;            /* [max(N, Q), F] a feed-forward's hidden rows */
+    float *base_fields;          /* [Q, W] question_projection(question_means) */
+    float *fields;               /* [Q, W] base + option summary + global + type, then the decoder
+                                  * layers and field_norm */
+    float *global_rows;          /* [n, Hb] each record's last hidden_normed row */
+    float *global_projected;     /* [n, W] global_projection(global_rows) */
+    float *type_rows;            /* [Q, W] type_embedding[type] of each question */
+    float *option_summary;       /* [Q, W] option_summary_norm of the host's option summary */
+    float *scorer_features;      /* [N, 4W] per option [f, o, f*o, |f-o|] */
+    float *scorer_hidden;        /* [N, W] gelu(scorer0(features)) */
+    float *residual_logits;      /* [N] scorer3(scorer_hidden): each option's residual term */
+    float *options_normed;       /* [N, W] option_norm(option_states) */
+    /* host copies of the device rows of the same names */
+    float *host_question_means, *host_global_rows, *host_option_lexical_means, *host_option_states;
+    float *host_base_fields, *host_option_summary, *host_fields, *host_options_normed;
+    float *host_scorer_features, *host_residual_logits;
+    float *anchor_sum, *anchor;      /* [Hb] question mean + global row; the same normalized */
+    float *lexical_unit;             /* [Hb] an option's lexical mean, normalized */
+    float *host_cosine, *host_prior; /* [N] cos(field, option), the lexical prior */
+    double *summary_weights;         /* [options of a question] scores, then their softmax numerators */
+    int32_t *question_types;         /* [Q] */
+    clef_attn_seg *attn_segs;        /* [n] one segment per record */
 } head_bufs;
 
 static int head_alloc(clef_ops *ops, const head_dims *d, head_bufs *b, clef_err *err) {
@@ -182,61 +216,79 @@ static int head_alloc(clef_ops *ops, const head_dims *d, head_bufs *b, clef_err 
     memset(b, 0, sizeof *b);
     pool_t *pl = &b->pl;
     pl->ops = ops;
-    b->Hn = dalloc(pl, d->Tn * Hb);  /* hidden_norm(hidden) of the new rows */
-    b->M = dalloc(pl, T * W);        /* memory */
-    b->Mn = dalloc(pl, T * W);       /* memory_norm(M) */
-    b->Qv = dalloc(pl, Q * Hb);      /* question means */
-    b->Cv = dalloc(pl, N * Hb);      /* option context means */
-    b->Lx = dalloc(pl, N * Hb);      /* lexical means */
-    b->tmp = dalloc(pl, d->maxspan * Hb); /* gathered lm_head rows of one span */
-    b->R = dalloc(pl, N * W);
-    b->t1 = dalloc(pl, N * W);
-    b->t2 = dalloc(pl, NQ * W);
-    b->qs = dalloc(pl, NQ * W);
-    b->ks = dalloc(pl, d->Tm * W);
-    b->vs = dalloc(pl, d->Tm * W);
-    b->as = dalloc(pl, NQ * W);
-    b->ff = dalloc(pl, NQ * F);
-    b->B = dalloc(pl, Q * W);
-    b->Fd = dalloc(pl, Q * W);
-    b->G = dalloc(pl, n * Hb);       /* each record's global row */
-    b->Gp = dalloc(pl, n * W);
-    b->Te = dalloc(pl, Q * W);
-    b->Sd = dalloc(pl, Q * W);
-    b->feat = dalloc(pl, N * 4 * W);
-    b->r1 = dalloc(pl, N * W);
-    b->r2 = dalloc(pl, N);
-    b->On = dalloc(pl, N * W);
+    b->hidden_normed = dalloc(pl, d->Tn * Hb);
+    b->memory = dalloc(pl, T * W);
+    b->memory_normed = dalloc(pl, T * W);
+    b->question_means = dalloc(pl, Q * Hb);
+    b->option_context_means = dalloc(pl, N * Hb);
+    b->option_lexical_means = dalloc(pl, N * Hb);
+    b->span_lm_rows = dalloc(pl, d->maxspan * Hb);
+    b->option_states = dalloc(pl, N * W);
+    b->sublayer_in = dalloc(pl, N * W);
+    b->sublayer_out = dalloc(pl, NQ * W);
+    b->attn_q = dalloc(pl, NQ * W);
+    b->attn_k = dalloc(pl, d->Tm * W);
+    b->attn_v = dalloc(pl, d->Tm * W);
+    b->attn_heads = dalloc(pl, NQ * W);
+    b->ff_hidden = dalloc(pl, NQ * F);
+    b->base_fields = dalloc(pl, Q * W);
+    b->fields = dalloc(pl, Q * W);
+    b->global_rows = dalloc(pl, n * Hb);
+    b->global_projected = dalloc(pl, n * W);
+    b->type_rows = dalloc(pl, Q * W);
+    b->option_summary = dalloc(pl, Q * W);
+    b->scorer_features = dalloc(pl, N * 4 * W);
+    b->scorer_hidden = dalloc(pl, N * W);
+    b->residual_logits = dalloc(pl, N);
+    b->options_normed = dalloc(pl, N * W);
     /* host copies */
-    b->hQ = malloc(Q * Hb * sizeof(float));
-    b->hg = malloc(n * Hb * sizeof(float));
-    b->hL = malloc(N * Hb * sizeof(float));
-    b->hR = malloc(N * W * sizeof(float));
-    b->hB = malloc(Q * W * sizeof(float));
-    b->hS = malloc(Q * W * sizeof(float));
-    b->hF = malloc(Q * W * sizeof(float));
-    b->hO = malloc(N * W * sizeof(float));
-    b->hfeat = malloc(N * 4 * W * sizeof(float));
-    b->hr = malloc(N * sizeof(float));
-    b->v1 = malloc(Hb * sizeof(float));
-    b->v2 = malloc(Hb * sizeof(float));
-    b->v3 = malloc(Hb * sizeof(float));
-    b->sc = malloc(N * sizeof(double));
-    b->hcos = malloc(N * sizeof(float));
-    b->hprior = malloc(N * sizeof(float));
-    b->types = malloc(Q * sizeof(int32_t));
-    b->segs = malloc(n * sizeof *b->segs);
-    if (pl->oom || !b->hQ || !b->hg || !b->hL || !b->hR || !b->hB || !b->hS || !b->hF || !b->hO || !b->hfeat ||
-        !b->hr || !b->v1 || !b->v2 || !b->v3 || !b->sc || !b->hcos || !b->hprior || !b->types || !b->segs)
+    b->host_question_means = malloc(Q * Hb * sizeof(float));
+    b->host_global_rows = malloc(n * Hb * sizeof(float));
+    b->host_option_lexical_means = malloc(N * Hb * sizeof(float));
+    b->host_option_states = malloc(N * W * sizeof(float));
+    b->host_base_fields = malloc(Q * W * sizeof(float));
+    b->host_option_summary = malloc(Q * W * sizeof(float));
+    b->host_fields = malloc(Q * W * sizeof(float));
+    b->host_options_normed = malloc(N * W * sizeof(float));
+    b->host_scorer_features = malloc(N * 4 * W * sizeof(float));
+    b->host_residual_logits = malloc(N * sizeof(float));
+    b->anchor_sum = malloc(Hb * sizeof(float));
+    b->anchor = malloc(Hb * sizeof(float));
+    b->lexical_unit = malloc(Hb * sizeof(float));
+    b->summary_weights = malloc(N * sizeof(double));
+    b->host_cosine = malloc(N * sizeof(float));
+    b->host_prior = malloc(N * sizeof(float));
+    b->question_types = malloc(Q * sizeof(int32_t));
+    b->attn_segs = malloc(n * sizeof *b->attn_segs);
+    if (pl->oom || !b->host_question_means || !b->host_global_rows || !b->host_option_lexical_means ||
+        !b->host_option_states || !b->host_base_fields || !b->host_option_summary || !b->host_fields ||
+        !b->host_options_normed || !b->host_scorer_features || !b->host_residual_logits || !b->anchor_sum ||
+        !b->anchor || !b->lexical_unit || !b->summary_weights || !b->host_cosine || !b->host_prior ||
+        !b->question_types || !b->attn_segs)
         return clef_err_set(err, CLEF_E_OOM, "out of memory in the head (%zu records, %zu tokens, %zu options)", n, T, N);
     return 0;
 }
 
 static void head_free(head_bufs *b) {
     dfree_all(&b->pl);
-    free(b->hQ); free(b->hg); free(b->hL); free(b->hR); free(b->hB); free(b->hS); free(b->hF); free(b->hO);
-    free(b->hfeat); free(b->hr); free(b->v1); free(b->v2); free(b->v3); free(b->sc); free(b->hcos);
-    free(b->hprior); free(b->types); free(b->segs);
+    free(b->host_question_means);
+    free(b->host_global_rows);
+    free(b->host_option_lexical_means);
+    free(b->host_option_states);
+    free(b->host_base_fields);
+    free(b->host_option_summary);
+    free(b->host_fields);
+    free(b->host_options_normed);
+    free(b->host_scorer_features);
+    free(b->host_residual_logits);
+    free(b->anchor_sum);
+    free(b->anchor);
+    free(b->lexical_unit);
+    free(b->summary_weights);
+    free(b->host_cosine);
+    free(b->host_prior);
+    free(b->question_types);
+    free(b->attn_segs);
 }
 
 /* Steps 1-6: hidden_norm, memory (resumed rows copied, saved rows copied out), the global rows,
@@ -248,38 +300,40 @@ static void head_memory_and_means(clef_ops *ops, const clef_head_weights *hw, co
     /* 1-3: hidden_norm, memory (the new rows of every record projected at once into the k
      * scratch, then placed after each record's resumed rows), global (the last row of Hn) */
     for (size_t i = 0; i < d->n; i++)
-        ops->layernorm(ops, b->Hn + d->r[i].tn0 * Hb, ins[i].hidden, d->r[i].Tn, Hb, &hw->hidden_norm_w,
+        ops->layernorm(ops, b->hidden_normed + d->r[i].tn0 * Hb, ins[i].hidden, d->r[i].Tn, Hb, &hw->hidden_norm_w,
                        &hw->hidden_norm_b, ln_eps);
-    ops->linear(ops, b->ks, b->Hn, d->Tn, &hw->memory_projection, 0, W, NULL);
+    ops->linear(ops, b->attn_k, b->hidden_normed, d->Tn, &hw->memory_projection, 0, W, NULL);
     for (size_t i = 0; i < d->n; i++) {
         const head_rec *r = &d->r[i];
         const clef_head_in *in = &ins[i];
-        float *M = b->M + r->t0 * W;
-        if (r->past) ops->copy2d(ops, M, W, in->mem_past, W, r->past, W);
-        ops->copy2d(ops, M + r->past * W, W, b->ks + r->tn0 * W, W, r->Tn, W);
-        if (in->mem_snap && in->snap_rows) ops->copy2d(ops, in->mem_snap, W, M, W, in->snap_rows, W);
-        ops->copy2d(ops, b->G + i * Hb, Hb, b->Hn + (r->tn0 + r->Tn - 1) * Hb, Hb, 1, Hb);
+        float *memory = b->memory + r->t0 * W;
+        if (r->past) ops->copy2d(ops, memory, W, in->mem_past, W, r->past, W);
+        ops->copy2d(ops, memory + r->past * W, W, b->attn_k + r->tn0 * W, W, r->Tn, W);
+        if (in->mem_snap && in->snap_rows) ops->copy2d(ops, in->mem_snap, W, memory, W, in->snap_rows, W);
+        ops->copy2d(ops, b->global_rows + i * Hb, Hb, b->hidden_normed + (r->tn0 + r->Tn - 1) * Hb, Hb, 1, Hb);
     }
     /* 4-6: question means, option context means, lexical means of raw lm_head rows */
     for (size_t i = 0; i < d->n; i++) {
         const head_rec *r = &d->r[i];
         const clef_head_in *in = &ins[i];
-        const float *Hn = b->Hn + r->tn0 * Hb;
+        const float *hidden_normed = b->hidden_normed + r->tn0 * Hb;
         const size_t past = r->past;
         size_t oi = r->n0;
         for (size_t q = 0; q < r->Q; q++) {
             const clef_head_question *qq = &in->questions[q];
             /* spans of the new rows (an empty span's mean is NaN wherever it lies) */
             size_t q0 = qq->q_end > qq->q_start ? (size_t)qq->q_start - past : 0;
-            ops->row_mean(ops, b->Qv + (r->q0 + q) * Hb, Hn, Hb, q0, q0 + (size_t)(qq->q_end - qq->q_start), Hb);
+            ops->row_mean(ops, b->question_means + (r->q0 + q) * Hb, hidden_normed, Hb, q0,
+                          q0 + (size_t)(qq->q_end - qq->q_start), Hb);
             for (int j = 0; j < qq->n_options; j++, oi++) {
                 size_t s = (size_t)qq->option_spans[2 * j], e = (size_t)qq->option_spans[2 * j + 1];
                 size_t sn = e > s ? s - past : 0;
-                ops->row_mean(ops, b->Cv + oi * Hb, Hn, Hb, sn, sn + (e > s ? e - s : 0), Hb);
-                if (e > s) ops->embed(ops, b->tmp, lm_head, in->ids + s, e - s);
-                ops->row_mean(ops, b->Lx + oi * Hb, b->tmp, Hb, 0, e - s, Hb);
+                ops->row_mean(ops, b->option_context_means + oi * Hb, hidden_normed, Hb, sn, sn + (e > s ? e - s : 0),
+                              Hb);
+                if (e > s) ops->embed(ops, b->span_lm_rows, lm_head, in->ids + s, e - s);
+                ops->row_mean(ops, b->option_lexical_means + oi * Hb, b->span_lm_rows, Hb, 0, e - s, Hb);
             }
-            b->types[r->q0 + q] = qq->type;
+            b->question_types[r->q0 + q] = qq->type;
         }
     }
 }
@@ -288,20 +342,20 @@ static void head_memory_and_means(clef_ops *ops, const clef_head_weights *hw, co
 static void head_option_queries(clef_ops *ops, const clef_head_weights *hw, const clef_head_in *ins,
                                 const head_dims *d, head_bufs *b) {
     const size_t W = d->W, N = d->N;
-    ops->linear(ops, b->R, b->Cv, N, &hw->option_context_projection, 0, W, NULL);
-    ops->linear(ops, b->t1, b->Lx, N, &hw->option_lexical_projection, 0, W, NULL);
-    ops->add(ops, b->R, b->R, b->t1, N * W);
-    ops->linear(ops, b->t2, b->Qv, d->Q, &hw->option_question_projection, 0, W, NULL);
+    ops->linear(ops, b->option_states, b->option_context_means, N, &hw->option_context_projection, 0, W, NULL);
+    ops->linear(ops, b->sublayer_in, b->option_lexical_means, N, &hw->option_lexical_projection, 0, W, NULL);
+    ops->add(ops, b->option_states, b->option_states, b->sublayer_in, N * W);
+    ops->linear(ops, b->sublayer_out, b->question_means, d->Q, &hw->option_question_projection, 0, W, NULL);
     for (size_t i = 0; i < d->n; i++) {
         size_t oi = d->r[i].n0;
         for (size_t q = 0; q < d->r[i].Q; q++) {
             size_t n = (size_t)ins[i].questions[q].n_options;
             for (size_t j = 0; j < n; j++)
-                ops->copy2d(ops, b->t1 + (oi + j) * W, W, b->t2 + (d->r[i].q0 + q) * W, W, 1, W);
+                ops->copy2d(ops, b->sublayer_in + (oi + j) * W, W, b->sublayer_out + (d->r[i].q0 + q) * W, W, 1, W);
             oi += n;
         }
     }
-    ops->add(ops, b->R, b->R, b->t1, N * W);
+    ops->add(ops, b->option_states, b->option_states, b->sublayer_in, N * W);
 }
 
 /* Step 8: the evidence routing layers (options attend to their record's normalized memory). */
@@ -311,20 +365,22 @@ static void head_evidence_routing(clef_ops *ops, const clef_head_config *hc, con
     const float ln_eps = 1e-5f;
     for (int l = 0; l < hc->routing_layers; l++) {
         const clef_head_evidence_layer *E = &hw->evidence[l];
-        ops->layernorm(ops, b->t1, b->R, N, W, &E->query_norm_w, &E->query_norm_b, ln_eps);
-        ops->layernorm(ops, b->Mn, b->M, T, W, &E->memory_norm_w, &E->memory_norm_b, ln_eps);
-        mha(ops, d, b->segs, b->t2, b->t1, ROWS_OPTIONS, b->Mn, ROWS_MEMORY, &E->attn_in_w, &E->attn_in_b,
-            &E->attn_out_w, &E->attn_out_b, b->qs, b->ks, b->vs, b->as);
-        ops->add(ops, b->R, b->R, b->t2, N * W);
-        ops->layernorm(ops, b->t1, b->R, N, W, &E->ff_norm_w, &E->ff_norm_b, ln_eps);
-        ops->linear(ops, b->ff, b->t1, N, &E->ff0_w, 0, F, &E->ff0_b);
-        ops->gelu(ops, b->ff, N * F, 0);
-        ops->linear(ops, b->t2, b->ff, N, &E->ff3_w, 0, W, &E->ff3_b);
-        ops->add(ops, b->R, b->R, b->t2, N * W);
+        ops->layernorm(ops, b->sublayer_in, b->option_states, N, W, &E->query_norm_w, &E->query_norm_b, ln_eps);
+        ops->layernorm(ops, b->memory_normed, b->memory, T, W, &E->memory_norm_w, &E->memory_norm_b, ln_eps);
+        mha(ops, d, b->attn_segs, b->sublayer_out, b->sublayer_in, ROWS_OPTIONS, b->memory_normed, ROWS_MEMORY,
+            &E->attn_in_w, &E->attn_in_b, &E->attn_out_w, &E->attn_out_b, b->attn_q, b->attn_k, b->attn_v,
+            b->attn_heads);
+        ops->add(ops, b->option_states, b->option_states, b->sublayer_out, N * W);
+        ops->layernorm(ops, b->sublayer_in, b->option_states, N, W, &E->ff_norm_w, &E->ff_norm_b, ln_eps);
+        ops->linear(ops, b->ff_hidden, b->sublayer_in, N, &E->ff0_w, 0, F, &E->ff0_b);
+        ops->gelu(ops, b->ff_hidden, N * F, 0);
+        ops->linear(ops, b->sublayer_out, b->ff_hidden, N, &E->ff3_w, 0, W, &E->ff3_b);
+        ops->add(ops, b->option_states, b->option_states, b->sublayer_out, N * W);
     }
 }
 
-/* Step 11 (host): the option summary per question, softmax(R . b / sqrt(W))-weighted options. */
+/* Step 11 (host): the option summary per question: its options' states weighted by
+ * softmax(option_state . base_field / sqrt(W)). */
 static void head_option_summary(const clef_head_in *ins, const head_dims *d, head_bufs *b) {
     const size_t W = d->W;
     float sw = (float)sqrt((double)W);
@@ -334,15 +390,19 @@ static void head_option_summary(const clef_head_in *ins, const head_dims *d, hea
             size_t n = (size_t)ins[r].questions[q].n_options, i = d->r[r].q0 + q;
             double m = -INFINITY, sum = 0;
             for (size_t j = 0; j < n; j++) {
-                float s = (float)dotd(b->hR + (oi + j) * W, b->hB + i * W, W) / sw;
-                b->sc[j] = s;
-                if (b->sc[j] > m) m = b->sc[j];
+                float s = (float)dotd(b->host_option_states + (oi + j) * W, b->host_base_fields + i * W, W) / sw;
+                b->summary_weights[j] = s;
+                if (b->summary_weights[j] > m) m = b->summary_weights[j];
             }
-            for (size_t j = 0; j < n; j++) { b->sc[j] = exp(b->sc[j] - m); sum += b->sc[j]; }
+            for (size_t j = 0; j < n; j++) {
+                b->summary_weights[j] = exp(b->summary_weights[j] - m);
+                sum += b->summary_weights[j];
+            }
             for (size_t dd = 0; dd < W; dd++) {
                 double acc = 0;
-                for (size_t j = 0; j < n; j++) acc += (double)((float)(b->sc[j] / sum) * b->hR[(oi + j) * W + dd]);
-                b->hS[i * W + dd] = (float)acc;
+                for (size_t j = 0; j < n; j++)
+                    acc += (double)((float)(b->summary_weights[j] / sum) * b->host_option_states[(oi + j) * W + dd]);
+                b->host_option_summary[i * W + dd] = (float)acc;
             }
             oi += n;
         }
@@ -353,17 +413,18 @@ static void head_option_summary(const clef_head_in *ins, const head_dims *d, hea
 static void head_fields(clef_ops *ops, const clef_head_weights *hw, const head_dims *d, head_bufs *b) {
     const size_t W = d->W, Q = d->Q;
     const float ln_eps = 1e-5f;
-    ops->upload(ops, b->Sd, b->hS, Q * W);
-    ops->layernorm(ops, b->Sd, b->Sd, Q, W, &hw->option_summary_norm_w, &hw->option_summary_norm_b, ln_eps);
-    ops->add(ops, b->Fd, b->B, b->Sd, Q * W);
-    ops->linear(ops, b->Gp, b->G, d->n, &hw->global_projection, 0, W, NULL);
+    ops->upload(ops, b->option_summary, b->host_option_summary, Q * W);
+    ops->layernorm(ops, b->option_summary, b->option_summary, Q, W, &hw->option_summary_norm_w,
+                   &hw->option_summary_norm_b, ln_eps);
+    ops->add(ops, b->fields, b->base_fields, b->option_summary, Q * W);
+    ops->linear(ops, b->global_projected, b->global_rows, d->n, &hw->global_projection, 0, W, NULL);
     for (size_t r = 0; r < d->n; r++)
         for (size_t q = 0; q < d->r[r].Q; q++) {
-            float *f = b->Fd + (d->r[r].q0 + q) * W;
-            ops->add(ops, f, f, b->Gp + r * W, W);
+            float *f = b->fields + (d->r[r].q0 + q) * W;
+            ops->add(ops, f, f, b->global_projected + r * W, W);
         }
-    ops->embed(ops, b->Te, &hw->type_embedding, b->types, Q);
-    ops->add(ops, b->Fd, b->Fd, b->Te, Q * W);
+    ops->embed(ops, b->type_rows, &hw->type_embedding, b->question_types, Q);
+    ops->add(ops, b->fields, b->fields, b->type_rows, Q * W);
 }
 
 /* Step 13: TransformerDecoderLayers, norm_first, no masks; self-attention among a record's fields,
@@ -374,19 +435,19 @@ static void head_decoder(clef_ops *ops, const clef_head_config *hc, const clef_h
     const float ln_eps = 1e-5f;
     for (int l = 0; l < hc->layers; l++) {
         const clef_head_decoder_layer *D = &hw->layers[l];
-        ops->layernorm(ops, b->t1, b->Fd, Q, W, &D->norm1_w, &D->norm1_b, ln_eps);
-        mha(ops, d, b->segs, b->t2, b->t1, ROWS_FIELDS, b->t1, ROWS_FIELDS, &D->sa_in_w, &D->sa_in_b, &D->sa_out_w,
-            &D->sa_out_b, b->qs, b->ks, b->vs, b->as);
-        ops->add(ops, b->Fd, b->Fd, b->t2, Q * W);
-        ops->layernorm(ops, b->t1, b->Fd, Q, W, &D->norm2_w, &D->norm2_b, ln_eps);
-        mha(ops, d, b->segs, b->t2, b->t1, ROWS_FIELDS, b->M, ROWS_MEMORY, &D->ca_in_w, &D->ca_in_b, &D->ca_out_w,
-            &D->ca_out_b, b->qs, b->ks, b->vs, b->as);
-        ops->add(ops, b->Fd, b->Fd, b->t2, Q * W);
-        ops->layernorm(ops, b->t1, b->Fd, Q, W, &D->norm3_w, &D->norm3_b, ln_eps);
-        ops->linear(ops, b->ff, b->t1, Q, &D->linear1_w, 0, F, &D->linear1_b);
-        ops->gelu(ops, b->ff, Q * F, 0);
-        ops->linear(ops, b->t2, b->ff, Q, &D->linear2_w, 0, W, &D->linear2_b);
-        ops->add(ops, b->Fd, b->Fd, b->t2, Q * W);
+        ops->layernorm(ops, b->sublayer_in, b->fields, Q, W, &D->norm1_w, &D->norm1_b, ln_eps);
+        mha(ops, d, b->attn_segs, b->sublayer_out, b->sublayer_in, ROWS_FIELDS, b->sublayer_in, ROWS_FIELDS,
+            &D->sa_in_w, &D->sa_in_b, &D->sa_out_w, &D->sa_out_b, b->attn_q, b->attn_k, b->attn_v, b->attn_heads);
+        ops->add(ops, b->fields, b->fields, b->sublayer_out, Q * W);
+        ops->layernorm(ops, b->sublayer_in, b->fields, Q, W, &D->norm2_w, &D->norm2_b, ln_eps);
+        mha(ops, d, b->attn_segs, b->sublayer_out, b->sublayer_in, ROWS_FIELDS, b->memory, ROWS_MEMORY, &D->ca_in_w,
+            &D->ca_in_b, &D->ca_out_w, &D->ca_out_b, b->attn_q, b->attn_k, b->attn_v, b->attn_heads);
+        ops->add(ops, b->fields, b->fields, b->sublayer_out, Q * W);
+        ops->layernorm(ops, b->sublayer_in, b->fields, Q, W, &D->norm3_w, &D->norm3_b, ln_eps);
+        ops->linear(ops, b->ff_hidden, b->sublayer_in, Q, &D->linear1_w, 0, F, &D->linear1_b);
+        ops->gelu(ops, b->ff_hidden, Q * F, 0);
+        ops->linear(ops, b->sublayer_out, b->ff_hidden, Q, &D->linear2_w, 0, W, &D->linear2_b);
+        ops->add(ops, b->fields, b->fields, b->sublayer_out, Q * W);
     }
 }
 
@@ -400,29 +461,29 @@ static void head_option_features(const clef_head_weights *hw, const clef_head_in
     float prior_scale = expf(pls < ln100 ? pls : ln100);
     for (size_t r = 0; r < d->n; r++) {
         size_t oi = d->r[r].n0;
-        const float *g = b->hg + r * Hb;
+        const float *global = b->host_global_rows + r * Hb;
         for (size_t q = 0; q < d->r[r].Q; q++) {
             size_t n = (size_t)ins[r].questions[q].n_options, i = d->r[r].q0 + q;
-            const float *Fi = b->hF + i * W;
-            for (size_t k = 0; k < Hb; k++) b->v1[k] = b->hQ[i * Hb + k] + g[k];
-            normalize_into(b->v2, b->v1, Hb, 1e-12f); /* anchor */
-            float fn = (float)sqrt(dotd(Fi, Fi, W));
+            const float *field = b->host_fields + i * W;
+            for (size_t k = 0; k < Hb; k++) b->anchor_sum[k] = b->host_question_means[i * Hb + k] + global[k];
+            normalize_into(b->anchor, b->anchor_sum, Hb, 1e-12f);
+            float fn = (float)sqrt(dotd(field, field, W));
             if (fn < 1e-8f) fn = 1e-8f;
             for (size_t j = 0; j < n; j++) {
-                const float *o = b->hO + (oi + j) * W;
-                normalize_into(b->v3, b->hL + (oi + j) * Hb, Hb, 1e-12f);
-                b->hprior[oi + j] = prior_scale * (float)dotd(b->v3, b->v2, Hb);
+                const float *o = b->host_options_normed + (oi + j) * W;
+                normalize_into(b->lexical_unit, b->host_option_lexical_means + (oi + j) * Hb, Hb, 1e-12f);
+                b->host_prior[oi + j] = prior_scale * (float)dotd(b->lexical_unit, b->anchor, Hb);
                 float on = (float)sqrt(dotd(o, o, W));
                 if (on < 1e-8f) on = 1e-8f;
                 double c = 0;
-                for (size_t k = 0; k < W; k++) c += (double)(Fi[k] / fn) * (double)(o[k] / on);
-                b->hcos[oi + j] = (float)c;
-                float *fr = b->hfeat + (oi + j) * 4 * W;
+                for (size_t k = 0; k < W; k++) c += (double)(field[k] / fn) * (double)(o[k] / on);
+                b->host_cosine[oi + j] = (float)c;
+                float *fr = b->host_scorer_features + (oi + j) * 4 * W;
                 for (size_t k = 0; k < W; k++) {
-                    fr[k] = Fi[k];
+                    fr[k] = field[k];
                     fr[W + k] = o[k];
-                    fr[2 * W + k] = Fi[k] * o[k];
-                    fr[3 * W + k] = fabsf(Fi[k] - o[k]);
+                    fr[2 * W + k] = field[k] * o[k];
+                    fr[3 * W + k] = fabsf(field[k] - o[k]);
                 }
             }
             oi += n;
@@ -440,8 +501,8 @@ static void head_logits(const clef_head_weights *hw, const head_dims *d, const h
     for (size_t r = 0; r < d->n; r++)
         for (size_t j = 0; j < d->r[r].N; j++) {
             size_t o = d->r[r].n0 + j;
-            float joint = joint_scale * b->hcos[o] + b->hr[o];
-            logits[r][j] = b->hprior[o] + gate * joint;
+            float joint = joint_scale * b->host_cosine[o] + b->host_residual_logits[o];
+            logits[r][j] = b->host_prior[o] + gate * joint;
         }
 }
 
@@ -461,30 +522,30 @@ int clef_head_forward_batch(clef_ops *ops, const clef_head_config *hc, const cle
     head_option_queries(ops, hw, ins, &d, &b);            /* 7 */
     head_evidence_routing(ops, hc, hw, &d, &b);           /* 8 */
     /* 10: base fields; 11: option summary (host) */
-    ops->linear(ops, b.B, b.Qv, Q, &hw->question_projection, 0, W, NULL);
+    ops->linear(ops, b.base_fields, b.question_means, Q, &hw->question_projection, 0, W, NULL);
     if (clef_ops_take(ops, "a head op", err)) goto done;
-    ops->download(ops, b.hR, b.R, N * W);
-    ops->download(ops, b.hB, b.B, Q * W);
+    ops->download(ops, b.host_option_states, b.option_states, N * W);
+    ops->download(ops, b.host_base_fields, b.base_fields, Q * W);
     head_option_summary(ins, &d, &b);
     head_fields(ops, hw, &d, &b);        /* 12 */
     head_decoder(ops, hc, hw, &d, &b);   /* 13 */
     /* 14: field_norm */
-    ops->layernorm(ops, b.Fd, b.Fd, Q, W, &hw->field_norm_w, &hw->field_norm_b, ln_eps);
-    /* 15: per option: o = option_norm(R), cosine, residual scorer, prior */
-    ops->layernorm(ops, b.On, b.R, N, W, &hw->option_norm_w, &hw->option_norm_b, ln_eps);
+    ops->layernorm(ops, b.fields, b.fields, Q, W, &hw->field_norm_w, &hw->field_norm_b, ln_eps);
+    /* 15: per option: o = option_norm(option_states), cosine, residual scorer, prior */
+    ops->layernorm(ops, b.options_normed, b.option_states, N, W, &hw->option_norm_w, &hw->option_norm_b, ln_eps);
     if (clef_ops_take(ops, "a head op", err)) goto done;
-    ops->download(ops, b.hF, b.Fd, Q * W);
-    ops->download(ops, b.hO, b.On, N * W);
-    ops->download(ops, b.hQ, b.Qv, Q * Hb);
-    ops->download(ops, b.hg, b.G, d.n * Hb);
-    ops->download(ops, b.hL, b.Lx, N * Hb);
+    ops->download(ops, b.host_fields, b.fields, Q * W);
+    ops->download(ops, b.host_options_normed, b.options_normed, N * W);
+    ops->download(ops, b.host_question_means, b.question_means, Q * Hb);
+    ops->download(ops, b.host_global_rows, b.global_rows, d.n * Hb);
+    ops->download(ops, b.host_option_lexical_means, b.option_lexical_means, N * Hb);
     head_option_features(hw, ins, &d, &b);
-    ops->upload(ops, b.feat, b.hfeat, N * 4 * W);
-    ops->linear(ops, b.r1, b.feat, N, &hw->scorer0_w, 0, W, &hw->scorer0_b);
-    ops->gelu(ops, b.r1, N * W, 0);
-    ops->linear(ops, b.r2, b.r1, N, &hw->scorer3_w, 0, 1, &hw->scorer3_b);
+    ops->upload(ops, b.scorer_features, b.host_scorer_features, N * 4 * W);
+    ops->linear(ops, b.scorer_hidden, b.scorer_features, N, &hw->scorer0_w, 0, W, &hw->scorer0_b);
+    ops->gelu(ops, b.scorer_hidden, N * W, 0);
+    ops->linear(ops, b.residual_logits, b.scorer_hidden, N, &hw->scorer3_w, 0, 1, &hw->scorer3_b);
     if (clef_ops_take(ops, "a head op", err)) goto done;
-    ops->download(ops, b.hr, b.r2, N);
+    ops->download(ops, b.host_residual_logits, b.residual_logits, N);
     head_logits(hw, &d, &b, logits);
     rc = 0;
 done:

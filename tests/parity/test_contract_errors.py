@@ -13,6 +13,9 @@ import struct
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from reference_errors import compare_message, ref_name  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUILD = os.environ.get("CLEF_BUILD", os.path.join(ROOT, "build"))
 TOKENIZER = os.path.join(ROOT, "models", "tiny", "tokenizer.json")
@@ -299,41 +302,6 @@ def main():
         print("FAIL", f_)
     print(f"{len(meta) - len(fails)} passed, {len(fails)} failed")
     sys.exit(1 if fails else 0)
-
-
-def ref_name(err):
-    """The engine names that a reference exception maps to (docs/errors.md)."""
-    cls, m = err["class"], err["message"]
-    if err["stage"] == "parse":
-        return {"InvalidUtf8"} if cls == "UnicodeDecodeError" else {"BadJson"}
-    if m == "model and state are required":
-        return {"MissingModelOrState"}
-    if m == "at least one question is required":
-        return {"NoQuestions"}
-    if m.endswith(": type must be noul, choice, or score"):
-        return {"BadQuestionType"}
-    if m.endswith(": criteria must not be empty"):
-        return {"EmptyCriteria"}
-    if m.startswith("schema requires "):
-        return {"SchemaTooLong"}
-    if m.endswith("has no attribute 'get'"):
-        return {"BadJson", "BadQuestion"}
-    if m.startswith("unhashable type"):
-        return {"BadQuestionType", "BadCriteria"}
-    if ("has no attribute 'items'" in m or "is not iterable" in m or "dictionary update sequence" in m):
-        return {"BadCriteria"}
-    if "surrogate" in m or m.startswith("TextEncodeInput must be"):
-        return {"LoneSurrogate"}
-    if "Image features and image tokens do not match" in m:
-        return {"MediaTokenMismatch"}
-    return {"UnsupportedMedia"}
-
-
-def compare_message(err):
-    """Messages we copy exactly (docs/errors.md): everything but media decoder/processor failures."""
-    if err["stage"] == "parse":
-        return True
-    return ref_name(err) != {"UnsupportedMedia"}
 
 
 if __name__ == "__main__":

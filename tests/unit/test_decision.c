@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "decision/encode.h"
+#include "decision/encode_piece.h"
 #include "decision/request.h"
 #include "decision/response.h"
 #include "test.h"

@@ -97,13 +97,6 @@ template <typename... A> static inline bool graph_call(clef_ops *ops, int op, A.
     return im->gmode == G_REPLAY;
 }
 
-void graph_break(clef_ops *ops, const char *why) {
-    Impl *im = IM(ops);
-    if (im->gmode == G_OFF) return;
-    if (!im->gbroken) im->gwhy = why;
-    im->gbroken = true;
-}
-
 /* A replay's upload: the host bytes into the next staging slot (the captured memcpy reads it). */
 static void replay_stage(clef_ops *ops, const void *src, size_t bytes) {
     Impl *im = IM(ops);

@@ -181,7 +181,9 @@ void graph_break(clef_ops *ops, const char *why);
 /* Fills the op table with the graph-aware entry points (cuda_graph.cu) around the op_* functions. */
 void graph_install(clef_ops *ops);
 void graph_destroy(clef_ops *ops);
-/* Arena of a pool (cuda_backend.cu): NULL when out of memory. */
+/* Arena of a pool (cuda_frame.cu): add_chunk gives it a device chunk of `bytes` (false when cudaMalloc
+ * fails); pool_alloc is NULL when out of memory. */
+bool add_chunk(Pool *pool, size_t bytes);
 void *pool_alloc(Impl *im, Pool *pool, size_t bytes);
 void pool_release(Pool *pool);
 
@@ -190,7 +192,8 @@ void pool_release(Pool *pool);
 const void *weight_raw(clef_ops *ops, const clef_tensor *t, int *dtype);
 const float *weight_f32(clef_ops *ops, const clef_tensor *t);
 
-/* Per-op CUDA event timing (RAII). */
+/* Per-op CUDA event timing (RAII): pairs of events, folded into the totals every EV_PAIRS. */
+static const size_t EV_PAIRS = 8192;
 struct ProfScope {
     clef_ops *ops;
     int pair = -1;
@@ -215,7 +218,7 @@ __device__ __forceinline__ float dev_siluf(float x) { return x / (1.0f + expf(-x
 __device__ __forceinline__ float dev_sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
 
 /* Op entry points, one per table slot (defined in the family files; memory and transfers in
- * cuda_backend.cu). cuda_graph.cu puts them in the table behind its wrappers. */
+ * cuda_frame.cu). cuda_graph.cu puts them in the table behind its wrappers. */
 float *cu_alloc(clef_ops *, size_t);
 void cu_free(clef_ops *, float *);
 void cu_upload(clef_ops *, float *, const float *, size_t);
