@@ -94,6 +94,18 @@ enum {
 
 CLEF_API void clef_options_default(clef_options *o);
 
+/* The batch path's defaults, for a driver that packs requests into clef_run_batch itself (the Python
+ * package's Engine.decide_many, clef.ray): the values `clef serve` and `clef batch` start from, so a
+ * driver writes none of its own. Set by clef_batch_options_default; fields may be added at the end. */
+typedef struct clef_batch_options {
+    size_t batch_tokens; /* tokens in one packed forward (--batch-tokens) */
+    size_t max_batch;    /* requests in one packed forward (--max-batch) */
+    size_t queue_len;    /* requests waiting for the model thread (serve's --queue) */
+    size_t max_body;     /* bytes of one request body: serve's --max-body, batch's --max-line */
+} clef_batch_options;
+
+CLEF_API void clef_batch_options_default(clef_batch_options *o);
+
 /* What this build can run on this machine, as lines "backends: ...", "cpu features: ...",
  * "cpu gemm kernel: ..." (NUL-terminated, cut to len). */
 CLEF_API void clef_build_info(char *buf, size_t len);

@@ -8,6 +8,10 @@
   name with '_' for '-', or its `.dst`'s last member): a number, a shift (`16u << 20`) or a size
   (`16 MiB`; a comment's `(default 32)` counts too), or the string as a C literal. Two such lines are two homes: one must use the other's name (a constant in
   serve/scheduler.h, serve/server.h, or clef_options_default's value).
+- The Python package (python/src/clef) writes none of these defaults: it reads them from the library
+  (clef/_defaults.py: clef_options_default, clef_batch_options_default). A line of a .py file there
+  naming the option's field (or the flag: `--max-batch`; `max_ongoing`, a Ray Serve replica's
+  requests, is max_batch's value) together with its default value fails.
 - The flags table of docs/serving.md (a second copy for readers) shows the defaults `clef serve
   --help` prints.
 - --help shows the defaults, not what the options before it set: `clef serve --port 9 --help` says
@@ -136,6 +140,48 @@ def check_one_home(defaults, fields):
     print("checked %d defaults against %d lines of src/ and include/" % (len(seen), len(lines)))
 
 
+# The Python package's own names of a value a flag's default sets (see the docstring).
+PY_ALIASES = {"--max-batch": {"max_ongoing"}}
+
+
+def py_values_in(line):
+    """values_in, and products such as 16 * 1024 * 1024."""
+    vals = []
+    for m in re.finditer(r"\b\d+(?:\s*\*\s*\d+)+\b", line):
+        v = 1
+        for x in re.findall(r"\d+", m.group(0)):
+            v *= int(x)
+        vals.append(v)
+    return vals + values_in(line)
+
+
+def check_python_writes_none(defaults, fields):
+    """No default that clef's --help prints is written in python/src/clef (it reads the library's)."""
+    lines = []
+    for dirpath, _, files in os.walk(os.path.join(ROOT, "python", "src", "clef")):
+        for f in sorted(files):
+            if f.endswith(".py"):
+                rel = os.path.relpath(os.path.join(dirpath, f), ROOT)
+                # a flag's name is its field's: --max-batch names max_batch
+                lines += [(rel, n, line, re.sub(r"(?<=\w)-(?=\w)", "_", line))
+                          for n, line in enumerate(read(rel).splitlines(), 1)]
+    check(len(lines) > 500, "read only %d lines of python/src/clef" % len(lines))
+    n, seen = 0, set()
+    for verb, flags in sorted(defaults.items()):
+        for flag, (text, arg) in sorted(flags.items()):
+            v = number(text)
+            if flag in seen or "|" in arg or v is None or v <= 1:
+                continue
+            seen.add(flag)
+            names = fields.get(flag, {flag[2:].replace("-", "_")}) | PY_ALIASES.get(flag, set())
+            for rel, ln, line, named in lines:
+                if any(names_field(named, f) for f in names) and v in py_values_in(line):
+                    n += 1
+                    check(False, "%s:%d: %s's default %s written in the Python package (read it from the library: "
+                          "clef._defaults):\n  %s" % (rel, ln, flag, text, line.strip()))
+    print("checked python/src/clef (%d lines) for copies of %d defaults: %d found" % (len(lines), len(seen), n))
+
+
 def check_serving_md(serve):
     n = 0
     for line in read("docs/serving.md").splitlines():
@@ -162,7 +208,9 @@ def main():
         return 1 if fails else 77
     defaults = {verb: help_defaults(verb) for verb in VERBS}
     check(len(defaults["serve"]) >= 25, "read %d defaults from clef serve --help" % len(defaults["serve"]))
-    check_one_home(defaults, dst_fields())
+    fields = dst_fields()
+    check_one_home(defaults, fields)
+    check_python_writes_none(defaults, fields)
     check_serving_md(defaults["serve"])
     after = help_defaults("serve", "--port", "9", "--max-batch", "7")
     check(after == defaults["serve"], "clef serve --port 9 --max-batch 7 --help shows other defaults: %r"

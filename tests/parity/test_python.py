@@ -1,7 +1,8 @@
 """The Python package (python/, `import clef`) against `clef decide`, on models/tiny.
 
 1. ctypes layout: python/src/clef/_lib.py's structs have clef.h's offsets and sizes (a C program
-   prints them).
+   prints them); the defaults the package reads from the library (clef._defaults) are the ones
+   `clef serve --help` and `clef batch --help` print.
 2. The package as a user gets it: a wheel built from python/ (its setup.py runs make for
    <build>/dist/libclef.so and bundles it) installed with pip into a fresh venv; that venv's python
    answers a request byte-equal to `clef decide`.
@@ -19,6 +20,7 @@ import ctypes
 import json
 import os
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
@@ -44,6 +46,7 @@ os.environ["CLEF_LIBRARY"] = str(LIB)
 sys.path.insert(0, str(ROOT / "python" / "src"))
 import clef  # noqa: E402
 from clef import _lib  # noqa: E402
+from clef._defaults import defaults as clef_defaults  # noqa: E402
 
 failures = []
 
@@ -81,7 +84,8 @@ def body_of(req) -> bytes:
 
 # ---- 1. the ctypes structs have clef.h's layout
 def check_layout(tmp: pathlib.Path):
-    fields = {"clef_options": _lib.Options, "clef_result": _lib.Result, "clef_cache_info": _lib.CacheInfo}
+    fields = {"clef_options": _lib.Options, "clef_result": _lib.Result, "clef_cache_info": _lib.CacheInfo,
+              "clef_batch_options": _lib.BatchOptions}
     lines = ['#include <stddef.h>', '#include <stdio.h>', '#include "clef.h"', "int main(void) {"]
     for cname, cls in fields.items():
         lines.append(f'printf("{cname} sizeof %zu\\n", sizeof({cname}));')
@@ -100,14 +104,37 @@ def check_layout(tmp: pathlib.Path):
         cname, field, value = line.split()
         cls = fields[cname]
         if field == "sizeof":
-            # Options ends with a reserve past the C struct (_lib.py): the C size is where it starts
-            want = cls._reserve.offset if cls is _lib.Options else ctypes.sizeof(cls)
+            # Options and BatchOptions end with a reserve past the C struct (_lib.py): the C size is where it starts
+            want = cls._reserve.offset if hasattr(cls, "_reserve") else ctypes.sizeof(cls)
             check(int(value) == want, f"{cname}: sizeof {value} in C, {want} in python/src/clef/_lib.py")
         else:
             check(int(value) == getattr(cls, field).offset,
                   f"{cname}.{field}: offset {value} in C, {getattr(cls, field).offset} in _lib.py")
         n += 1
     print(f"layout: {n} sizes and offsets equal")
+
+
+def help_default(verb: str, flag: str) -> int:
+    """The default `clef VERB --help` prints for flag, as a number (K/M/G: powers of 1024)."""
+    out = subprocess.run([str(CLI), verb, "--help"], capture_output=True, text=True, timeout=60).stdout
+    for line in out.splitlines():
+        m = re.match(r"^\s+(?:-\w, )?" + re.escape(flag) + r" .*\(default (\d+)([KMG]?)\)", line)
+        if m:
+            return int(m.group(1)) << {"": 0, "K": 10, "M": 20, "G": 30}[m.group(2)]
+    check(False, f"clef {verb} --help shows no default for {flag}")
+    return -1
+
+
+def check_defaults():
+    d = clef_defaults()
+    for verb, flag, got in (("serve", "--batch-tokens", d.batch_tokens), ("serve", "--max-batch", d.max_batch),
+                            ("serve", "--queue", d.queue_len), ("serve", "--max-body", d.max_body),
+                            ("serve", "--max-length", d.max_length), ("serve", "--state-cache-mb", d.state_cache_mb),
+                            ("batch", "--max-line", d.max_body), ("batch", "--batch-tokens", d.batch_tokens),
+                            ("batch", "--max-batch", d.max_batch)):
+        want = help_default(verb, flag)
+        check(got == want, f"the package's default for clef {verb} {flag} is {got}, --help says {want}")
+    print(f"defaults: the library's, as clef serve/batch --help print them: {d}")
 
 
 # ---- 2. pip: a wheel built from python/ into a fresh venv
@@ -148,6 +175,7 @@ def main():
     with tempfile.TemporaryDirectory() as t:
         tmp = pathlib.Path(t)
         check_layout(tmp)
+        check_defaults()
 
         expected = {}  # body -> (CLI answer, exit code)
         for req in TEXT_REQUESTS:
@@ -301,7 +329,7 @@ def main():
     def norm(xs):
         return [("error", x.type, x.status, x.body) if isinstance(x, clef.Error) else x for x in xs]
 
-    for budget in (8192, 1):  # one batch; every request its own batch
+    for budget in (clef_defaults().batch_tokens, 1):  # one batch; every request its own batch
         got = engine.decide_many(many, batch_tokens=budget, return_exceptions=True)
         check(norm(got) == one_by_one, f"decide_many(batch_tokens={budget}) differs from decide one by one")
     raw = engine.decide_many(reqs, raw=True)

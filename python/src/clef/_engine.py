@@ -12,6 +12,7 @@ import warnings
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from . import _lib
+from ._defaults import defaults
 
 # What a request may be: a mapping (made JSON by the package) or the JSON body as text or bytes.
 Request = Union[Mapping[str, Any], str, bytes, bytearray, memoryview]
@@ -408,16 +409,22 @@ class Engine:
         """The response as a dict ({"model", "answers", "usage"}); raises clef.Error."""
         return json.loads(self.decide_raw(request))
 
-    def decide_many(self, requests: Iterable[Request], *, batch_tokens: int = 8192, max_batch: int = 32,
-                    raw: bool = False, return_exceptions: bool = False) -> List[Any]:
+    def decide_many(self, requests: Iterable[Request], *, batch_tokens: Optional[int] = None,
+                    max_batch: Optional[int] = None, raw: bool = False,
+                    return_exceptions: bool = False) -> List[Any]:
         """Answers several requests, in order, through the batch path: every request prepared,
         then the model run on batches of them (in order: the first always joins; the next ones while
-        the batch holds at most batch_tokens tokens and max_batch requests, the defaults of
-        `clef serve`), then each response built. Each answer equals decide()'s for the same request.
+        the batch holds at most batch_tokens tokens and max_batch requests; None: the library's
+        defaults, those of `clef serve`), then each response built. Each answer equals decide()'s
+        for the same request.
 
         raw: the response bodies as str instead of dicts. return_exceptions: a refused request's
         place holds its clef.Error; otherwise the first refusal is raised once all are done.
         """
+        if batch_tokens is None:
+            batch_tokens = defaults().batch_tokens
+        if max_batch is None:
+            max_batch = defaults().max_batch
         if batch_tokens < 1 or max_batch < 1:
             raise ValueError("batch_tokens and max_batch must be at least 1")
         bodies = [encode_request(r) for r in requests]

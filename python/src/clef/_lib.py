@@ -2,8 +2,9 @@
 
 The structs below mirror clef.h field for field; tests/parity/test_python.py compiles a C program
 that prints clef.h's offsets and compares them with these, so a change to clef.h that is not made
-here fails the suite. clef_options_default writes the whole C struct: _Options ends with a reserve
-so that a struct grown by a newer library never writes past the Python object.
+here fails the suite. clef_options_default and clef_batch_options_default write the whole C struct:
+Options and BatchOptions end with a reserve so that a struct grown by a newer library never writes
+past the Python object.
 """
 from __future__ import annotations
 
@@ -42,6 +43,16 @@ class Options(ctypes.Structure):
     ]
 
 
+class BatchOptions(ctypes.Structure):
+    _fields_ = [
+        ("batch_tokens", ctypes.c_size_t),
+        ("max_batch", ctypes.c_size_t),
+        ("queue_len", ctypes.c_size_t),
+        ("max_body", ctypes.c_size_t),
+        ("_reserve", ctypes.c_uint64 * 16),
+    ]
+
+
 class Result(ctypes.Structure):
     _fields_ = [
         ("body", ctypes.c_void_p),
@@ -77,6 +88,7 @@ _job_p = ctypes.c_void_p
 def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     sigs = {
         "clef_options_default": (None, [ctypes.POINTER(Options)]),
+        "clef_batch_options_default": (None, [ctypes.POINTER(BatchOptions)]),
         "clef_open": (_engine_p, [ctypes.POINTER(Options), ctypes.c_char_p, ctypes.c_size_t]),
         "clef_close": (None, [_engine_p]),
         "clef_engine_backend": (ctypes.c_char_p, [_engine_p]),

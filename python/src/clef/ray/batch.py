@@ -32,6 +32,7 @@ import sys
 import time
 from typing import Dict, List, Optional
 
+from .._defaults import defaults
 from . import _files
 
 WORK_SUFFIX = ".clef-ray"
@@ -45,6 +46,8 @@ def _parse_size(s: str) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
+    """The options; the defaults that clef batch shares are the library's (loads libclef)."""
+    d = defaults()
     p = argparse.ArgumentParser(prog="python -m clef.ray batch",
                                 description="clef batch over a Ray cluster: one answer line per request line of IN, "
                                             "in order, the bytes clef batch writes; resumable.")
@@ -57,11 +60,15 @@ def parser() -> argparse.ArgumentParser:
                                                           "its node")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     p.add_argument("--precision", choices=("fp32", "fast"), default=os.environ.get("CLEF_PRECISION") or "fp32")
-    p.add_argument("--batch-tokens", type=int, default=8192)
-    p.add_argument("--max-batch", type=int, default=32)
-    p.add_argument("--state-cache-mb", type=int, default=None)
-    p.add_argument("--max-length", type=int, default=16384)
-    p.add_argument("--max-line", type=_parse_size, default=16 << 20)
+    p.add_argument("--batch-tokens", type=int, default=d.batch_tokens,
+                   help="tokens in one packed forward (default %(default)s)")
+    p.add_argument("--max-batch", type=int, default=d.max_batch, help="requests in one packed forward (default "
+                                                                     "%(default)s)")
+    p.add_argument("--state-cache-mb", type=int, default=None,
+                   help=f"MiB of saved states per engine, 0 = off (default {d.state_cache_mb})")
+    p.add_argument("--max-length", type=int, default=d.max_length, help="tokens per request (default %(default)s)")
+    p.add_argument("--max-line", type=_parse_size, default=d.max_body, metavar="BYTES",
+                   help="longer lines get a RequestTooLong line (K, M, G suffixes; default %(default)s)")
     p.add_argument("--split", choices=("file", "qwen2", "qwen35"), default="file")
     p.add_argument("--tile", type=int, choices=(0, 256, 448), default=0)
     p.add_argument("--allow-image-paths", action="store_true")

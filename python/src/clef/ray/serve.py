@@ -33,9 +33,13 @@ from ray.serve.config import RequestRouterConfig
 from starlette.requests import Request
 from starlette.responses import Response
 
+from .._defaults import defaults
+
 ROUTE = "/v1/systemone"
 ROUTER = "ray.serve.experimental.consistent_hash_router.ConsistentHashRouter"
 _SANE_ID = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")  # clef_request_id_sane
+# The library's defaults (clef serve's): the decorators below need them when the module loads.
+_DEFAULTS = defaults()
 
 
 def _json_string(s: str) -> str:
@@ -55,9 +59,11 @@ def _json_content_type(ct: Optional[str]) -> bool:
     return ct[:n].lower() == "application/json" and (len(ct) == n or ct[n] in "; \t")
 
 
-@serve.deployment(name="ClefEngine", max_ongoing_requests=32)
+# max_ongoing_requests: one full batch per replica (build's max_ongoing, the library's max_batch)
+@serve.deployment(name="ClefEngine", max_ongoing_requests=_DEFAULTS.max_batch)
 class ClefEngine:
-    def __init__(self, model: str, engine_kwargs: dict, batch_tokens: int = 8192, max_batch: int = 32):
+    def __init__(self, model: str, engine_kwargs: dict, batch_tokens: Optional[int] = None,
+                 max_batch: Optional[int] = None):
         import clef
 
         self._clef = clef
@@ -66,7 +72,7 @@ class ClefEngine:
         self.max_batch = max_batch
         self.replica = serve.get_replica_context().replica_id.unique_id
 
-    @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.02)
+    @serve.batch(max_batch_size=_DEFAULTS.max_batch, batch_wait_timeout_s=0.02)
     async def decide(self, bodies: List[bytes]) -> List[Tuple[int, str, str, dict]]:
         res = await asyncio.to_thread(self.engine.decide_many, bodies, batch_tokens=self.batch_tokens,
                                       max_batch=self.max_batch, raw=True, return_exceptions=True)
@@ -77,7 +83,7 @@ class ClefEngine:
 
 @serve.deployment(name="ClefIngress")
 class ClefIngress:
-    def __init__(self, engine, model: str, key_kwargs: dict, max_body: int = 16 << 20):
+    def __init__(self, engine, model: str, key_kwargs: dict, max_body: int = _DEFAULTS.max_body):
         import clef
 
         self._clef = clef
@@ -139,11 +145,13 @@ class ClefIngress:
 
 
 def build(model: str, *, replicas: int = 1, max_replicas: Optional[int] = None, target_ongoing: float = 8,
-          threads: int = 0, engine_cpus: float = 1, max_body: int = 16 << 20, batch_tokens: int = 8192,
-          max_batch: int = 32, max_ongoing: int = 32, engine_kwargs: Optional[dict] = None,
+          threads: int = 0, engine_cpus: float = 1, max_body: int = _DEFAULTS.max_body,
+          batch_tokens: int = _DEFAULTS.batch_tokens, max_batch: int = _DEFAULTS.max_batch,
+          max_ongoing: int = _DEFAULTS.max_batch, engine_kwargs: Optional[dict] = None,
           route_prefix: str = "/") -> "serve.Application":
     """The application: an ingress and `replicas` engines (autoscaled up to max_replicas on ongoing
-    requests when it is larger)."""
+    requests when it is larger). The sizes default to the library's, those of `clef serve`;
+    max_ongoing (requests one replica holds) to one full batch."""
     model = os.path.abspath(model)
     kw = dict(engine_kwargs or {})
     kw["threads"] = threads
@@ -181,7 +189,8 @@ def main(argv: List[str]) -> int:
     p.add_argument("--target-ongoing", type=float, default=8)
     p.add_argument("--threads", type=int, default=0)
     p.add_argument("--engine-cpus", type=float, default=1)
-    p.add_argument("--max-ongoing", type=int, default=32)
+    p.add_argument("--max-ongoing", type=int, default=_DEFAULTS.max_batch,
+                   help="requests one engine replica holds at once (default %(default)s: one full batch)")
     a = p.parse_args(argv)
     import ray
 
