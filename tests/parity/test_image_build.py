@@ -3,7 +3,13 @@ downloads Debian, by debootstrap where no container registry is reachable):
 
 - tools/build-image.sh builds the image with buildah and exports it as an OCI archive whose
   index.json names a manifest digest;
-- the exported archive is what is run: `buildah from oci-archive:...` (no podman needed);
+- the exported archive goes through a registry: Debian's docker-registry (distribution) on
+  127.0.0.1 and a free port, its storage in the test's temp folder; `skopeo copy oci-archive:...
+  docker://...` pushes it, `skopeo inspect` reads back the manifest digest the archive names, and
+  podman pulls it (its own vfs store in the temp folder: a second client loads the image);
+- what runs is the image pulled from that registry: `buildah from docker://127.0.0.1:PORT/...`
+  (podman's `run` needs cgroups this development container does not give; buildah's chroot
+  isolation does not);
 - the image declares user 10001:10001 and a command run without --user is that user, whose group
   (clef) has that id too, and who owns /models;
 - `clef version` in the image is the host's version and the commit the image was built from;
@@ -12,12 +18,14 @@ downloads Debian, by debootstrap where no container registry is reachable):
   200, and POST /v1/systemone answers the same bytes as the host's `build/clef decide` on the same
   request, from a process whose uid is 10001.
 
-Needs root (buildah's vfs store, debootstrap) and build/clef for the expected bytes.
+Needs root (buildah's vfs store, debootstrap), Debian's docker-registry, skopeo and podman (the test
+installs them, as tools/build-image.sh installs buildah) and build/clef for the expected bytes.
 """
 import http.client
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -67,6 +75,53 @@ def request(port, method, path, body=None, headers=None):
     return r.status, data
 
 
+def free_port():
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def push_to_registry(archive, digest, tmp):
+    """A registry on loopback (Debian's docker-registry, storage in tmp); the archive pushed to it
+    with skopeo, its manifest read back, the image pulled by podman. Returns (the registry's
+    process, the image's reference there)."""
+    port = free_port()
+    cfg = os.path.join(tmp, "registry.yml")
+    with open(cfg, "w") as f:
+        f.write(f"version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {tmp}/registry\n"
+                f"http:\n  addr: 127.0.0.1:{port}\n")
+    registry = subprocess.Popen(["docker-registry", "serve", cfg], stdout=subprocess.DEVNULL,
+                                stderr=open(os.path.join(tmp, "registry.log"), "wb"))
+    t_end = time.monotonic() + 30
+    up = None
+    while up != 200 and time.monotonic() < t_end:
+        try:
+            up, _ = request(port, "GET", "/v2/")
+        except OSError:
+            time.sleep(0.1)
+    check(up == 200, f"docker-registry answers GET /v2/ on 127.0.0.1:{port} ({up})")
+    remote = f"127.0.0.1:{port}/clef:image-test"
+    t0 = time.monotonic()
+    push = sh(["skopeo", "copy", "--dest-tls-verify=false", f"oci-archive:{archive}", f"docker://{remote}"],
+              timeout=1800)
+    check(push.returncode == 0, f"skopeo pushes the archive to the registry ({time.monotonic() - t0:.0f} s) "
+                                f"{push.stderr[-300:]}")
+    got = sh(["skopeo", "inspect", "--tls-verify=false", "--raw", f"docker://{remote}"], timeout=300).stdout
+    import hashlib
+
+    check(got != "" and "sha256:" + hashlib.sha256(got.encode()).hexdigest() == digest,
+          f"the registry serves the manifest the archive names ({digest[:19]}...)")
+    pod = ["podman", "--storage-driver", "vfs", "--root", os.path.join(tmp, "podman"),
+           "--runroot", os.path.join(tmp, "podman-run"), "--events-backend", "file"]
+    pulled = sh(pod + ["pull", "--tls-verify=false", remote], timeout=1800)
+    user = sh(pod + ["image", "inspect", "--format", "{{.Config.User}}", remote]).stdout.strip()
+    check(pulled.returncode == 0 and user == "10001:10001",
+          f"podman pulls it from the registry; its user is 10001:10001 ({user}) {pulled.stderr[-300:]}")
+    return registry, remote
+
+
 def main():
     if os.environ.get("CLEF_BUILD_IMAGE") != "1":
         skip("CLEF_BUILD_IMAGE=1 builds the container image (minutes, downloads Debian; not in CI)")
@@ -74,6 +129,15 @@ def main():
         skip("buildah's vfs store and debootstrap need root")
     if not os.access(CLEF, os.X_OK):
         skip(f"no {CLEF} (make) for the expected bytes")
+    missing = [pkg for tool, pkg in (("docker-registry", "docker-registry"), ("skopeo", "skopeo"),
+                                     ("podman", "podman")) if not shutil.which(tool)]
+    if missing:
+        print(f"installing {' '.join(missing)} (Debian)", flush=True)
+        sh(["apt-get", "update", "-qq"], timeout=600)
+        r = sh(["apt-get", "install", "-y", "-qq", "--no-install-recommends"] + missing, timeout=1800,
+               env=dict(os.environ, DEBIAN_FRONTEND="noninteractive"))
+        if r.returncode != 0:
+            skip(f"cannot install {' '.join(missing)}: {r.stderr[-300:]}")
 
     tmp = tempfile.mkdtemp(prefix="clef-image-")
     archive = os.path.join(tmp, "clef-oci.tar")
@@ -90,13 +154,15 @@ def main():
     check(re.fullmatch(r"sha256:[0-9a-f]{64}", digest) is not None,
           f"the OCI archive names its manifest ({digest}, {os.path.getsize(archive)} bytes)")
 
-    # the exported archive, not the store's copy, is what runs: it is what a user would load
-    ctr = sh(BUILDAH + ["from", "--quiet", "--pull=always", f"oci-archive:{archive}"], timeout=1800).stdout.strip()
-    check(ctr != "", f"buildah from oci-archive: {ctr}")
-    if not ctr:
-        sys.exit(1)
-    server = None
+    # the exported archive, not the store's copy, is what is pushed, pulled and run
+    registry, remote = push_to_registry(archive, digest, tmp)
+    server, ctr = None, ""
     try:
+        ctr = sh(BUILDAH + ["from", "--quiet", "--pull=always", "--tls-verify=false", f"docker://{remote}"],
+                 timeout=1800).stdout.strip()
+        check(ctr != "", f"buildah from docker://{remote}: {ctr}")
+        if not ctr:
+            return
         cfg = json.loads(sh(BUILDAH + ["inspect", "--type", "container", ctr]).stdout)["OCIv1"]["config"]
         check(cfg.get("User") == "10001:10001", f"the image declares user 10001 ({cfg.get('User')})")
         ids = sh(BUILDAH + ["run"] + RUN + [ctr, "--", "sh", "-c", "id -u; id -g; id -gn; stat -c %u:%g /models"], timeout=300)
@@ -157,8 +223,11 @@ def main():
             except subprocess.TimeoutExpired:
                 os.killpg(server.pid, signal.SIGKILL)
                 server.wait()
-        sh(BUILDAH + ["rm", ctr])
-        sh(BUILDAH + ["rmi", IMAGE])
+        if ctr:
+            sh(BUILDAH + ["rm", ctr])
+        sh(BUILDAH + ["rmi", IMAGE, remote])
+        registry.terminate()
+        registry.wait()
         sh(["rm", "-rf", tmp])
 
     print(f"image built and exported in {build_s:.0f} s; whole test {time.monotonic() - t0:.0f} s")
