@@ -39,8 +39,9 @@
  *
  * Scenarios: a text request (three question types); an image request (PNG, the vision tower); two
  * requests on one long state (a miss that snapshots, then a hit that resumes); a packed batch of
- * three jobs in one clef_run_batch (the long state, the text request, the image request: a failed
- * group is rerun one job at a time).
+ * two jobs in one clef_run_batch (the long state, the image request: a failed group is rerun one
+ * job at a time). The packed batch had the text request as a third job: without it the batch
+ * reaches the same sites (the same set of call-path hashes, 98) at a third less time.
  * Exit 0 pass, 1 fail, 77 skip (models/tiny missing). */
 #include <errno.h>
 #include <execinfo.h>
@@ -518,7 +519,7 @@ int main(int argc, char **argv) {
         {.name = "text", .n = 1, .req = {text}},
         {.name = "image", .n = 1, .req = {image}},
         {.name = "state-cache", .n = 2, .req = {longreq[0], longreq[1]}},
-        {.name = "packed", .packed = 1, .n = 3, .req = {longreq[2], text, image}},
+        {.name = "packed", .packed = 1, .n = 2, .req = {longreq[2], image}},
     };
     const char *st = getenv("CLEF_ALLOC_STRIDE");
     long stride_env = st ? atol(st) : 0;
