@@ -1,4 +1,5 @@
-/* AVX-512 loops for the CPU backend's elementwise ops, norms and conv1d (see cpu_simd.h). */
+/* AVX-512 loops for the CPU backend's elementwise ops, norms and conv1d (see cpu_simd.h; their
+ * AVX2 + FMA twins, the same bits, are in cpu_simd_avx2.c). */
 /* No contraction: a product followed by a sum must round twice, as in the scalar loops; the FMAs
  * below are written out where one rounding is what the scalar code (or glibc's expf) does. */
 #pragma GCC optimize("fp-contract=off")
