@@ -31,7 +31,7 @@ void clef_simd_sigmoid_mul(float *x, const float *g, size_t n);
  * x / (1 + exp(-2u)), u = sqrt(2/pi) (x + 0.044715 x^3) (= 0.5 x (1 + tanh u)), with this file's own
  * double exp (no FMA, so the scalar form below and this loop give the same bits; within a few ulp
  * of libm's exp, far below the fp32 rounding of the result). clef_gelu_tanh1 is the scalar form,
- * for CPUs without AVX-512. */
+ * for CPUs without AVX2 + FMA. */
 void clef_simd_gelu_tanh(float *x, size_t n);
 float clef_gelu_tanh1(float x);
 /* y = a + b; y may alias a or b. */
