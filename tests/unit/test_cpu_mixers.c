@@ -13,7 +13,9 @@
  * the peak RSS by far less than one T x T score matrix (134 MB in double), with sampled rows checked
  * against a direct double computation; the AVX2 and plain-C kernels (selected with CLEF_CPU_MASK in
  * a child process) give the same bits as AVX-512 for the delta rule and attention (the plain-C
- * path, without FMA, within the bound for attention). */
+ * path, without FMA, within the bound for attention). The fp32-product attention (AVX-512 and its
+ * AVX2 build, whichever this CPU runs) within TOL_F32 of the reference, 1/2/3 threads alike, and
+ * the two builds alike where both run (test_attention_f32 checks their exact order). */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -146,6 +148,11 @@ static int f32_run(clef_pool *p, float *o, const at_in *a) {
                                   a->nkv, a->hd, a->scale, a->causal);
 }
 
+static int f32avx2_run(clef_pool *p, float *o, const at_in *a) {
+    return clef_cpu_attention_f32_avx2(p, o, a->ldo, a->q, a->ldq, a->k, a->ldk, a->v, a->ldv, a->Tq, a->Tk,
+                                       a->nh, a->nkv, a->hd, a->scale, a->causal);
+}
+
 static void check_attention(size_t Tq, size_t Tk, size_t nh, size_t nkv, size_t hd, int causal, int pad,
                             double qs, int grow) {
     at_in a = at_make(Tq, Tk, nh, nkv, hd, causal, pad, qs, grow);
@@ -172,6 +179,21 @@ static void check_attention(size_t Tq, size_t Tk, size_t nh, size_t nkv, size_t 
         CHECK_MSG(memcmp(o1, o2, n * 4) == 0 && memcmp(o1, o3, n * 4) == 0,
                   "fp32 attention Tq=%zu: 1/2/3 threads differ", Tq);
         printf("  fp32 products: max|d|/max %.3g\n", ef);
+    }
+    if (clef_simd2_ok()) { /* its AVX2 build (cpu_attention_f32_avx2.c): the same bits as AVX-512 */
+        float *a512 = NULL;
+        if (clef_simd_ok() && (a512 = malloc(n * 4))) memcpy(a512, o1, n * 4);
+        rc = f32avx2_run(pools[1], o1, &a) | f32avx2_run(pools[2], o2, &a) | f32avx2_run(pools[3], o3, &a);
+        CHECK(rc == 0);
+        double ef = relmax(o1, r, n);
+        if (ef > worst_f32) worst_f32 = ef;
+        CHECK_MSG(ef <= TOL_F32, "fp32 attention (AVX2) Tq=%zu Tk=%zu nh=%zu nkv=%zu hd=%zu causal=%d: max|f32-ref|/max|ref| %.3g",
+                  Tq, Tk, nh, nkv, hd, causal, ef);
+        CHECK_MSG(memcmp(o1, o2, n * 4) == 0 && memcmp(o1, o3, n * 4) == 0,
+                  "fp32 attention (AVX2) Tq=%zu: 1/2/3 threads differ", Tq);
+        if (a512) CHECK_MSG(memcmp(o1, a512, n * 4) == 0, "fp32 attention Tq=%zu: AVX2 and AVX-512 bits differ", Tq);
+        printf("  fp32 products (AVX2): max|d|/max %.3g%s\n", ef, a512 ? ", the AVX-512 kernel's bits" : "");
+        free(a512);
     }
     free(o1); free(o2); free(o3); free(r);
     at_free(&a);

@@ -1,4 +1,5 @@
-/* The AVX-512 loops of src/compute/cpu/cpu_simd.c give the scalar loops' bits: expf against libm
+/* The AVX-512 loops of src/compute/cpu/cpu_simd.c and their AVX2 + FMA twins (cpu_simd_avx2.c)
+ * give the scalar loops' bits (each set that this CPU can run is checked; an AVX-512 CPU checks both): expf against libm
  * (a stride through all 2^32 inputs plus the special cases; the whole range was checked once, see
  * docs/performance.md), the elementwise ops, the norms' sums and scalings and the conv1d row,
  * each against the scalar expression it replaces, on awkward lengths (tails) and magnitudes. */
@@ -25,11 +26,8 @@ static float frand(float scale) { /* uniform-ish in [-scale, scale), some exact 
 
 static int same(const float *a, const float *b, size_t n) { return memcmp(a, b, n * sizeof(float)) == 0; }
 
-int main(void) {
-    if (!clef_simd_ok()) {
-        puts("skip: no AVX-512 on this CPU (the scalar loops run)");
-        return 77;
-    }
+static void check_loops(const clef_simd_loops *L, const char *set) {
+    printf("%s loops\n", set);
     /* ---- expf: every 251st bit pattern and the special values */
     {
         enum { B = 4096 };
@@ -42,19 +40,19 @@ int main(void) {
                 uint32_t v = (uint32_t)u;
                 memcpy(&x[k], &v, 4);
             }
-            clef_simd_expf(y, x, k);
+            L->expf_(y, x, k);
             for (size_t i = 0; i < k; i++) {
                 float r = expf(x[i]);
                 bad += memcmp(&r, &y[i], 4) != 0;
             }
             n += k;
         }
-        CHECK_MSG(bad == 0, "expf: %zu of %zu differ from libm", bad, n);
+        CHECK_MSG(bad == 0, "%s expf: %zu of %zu differ from libm", set, bad, n);
         const float sp[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 88.0f, -88.0f, 88.7228f, 88.7229f, -103.97f,
                             -103.28f, -104.0f, 1e-30f, -1e-30f, 0x1p-149f, 1.0f, -1.0f, 0.5f, 87.99f, -87.99f};
         size_t ns = sizeof sp / sizeof sp[0];
         float ys[32];
-        clef_simd_expf(ys, sp, ns);
+        L->expf_(ys, sp, ns);
         int ok = 1;
         for (size_t i = 0; i < ns; i++) {
             float r = expf(sp[i]);
@@ -78,7 +76,7 @@ int main(void) {
                 memcpy(&x[k], &b32, 4);
             }
             memcpy(y, x, k * sizeof(float));
-            clef_simd_gelu_tanh(y, k);
+            L->gelu_tanh(y, k);
             for (size_t i = 0; i < k; i++, n++) {
                 float s1 = clef_gelu_tanh1(x[i]);
                 if (memcmp(&s1, &y[i], 4) != 0 && !(isnan(s1) && isnan(y[i]))) bad++;
@@ -105,37 +103,37 @@ int main(void) {
     }
 
     /* ---- elementwise, lengths with tails */
-    const size_t lens[] = {1, 15, 16, 17, 100, 4099};
+    const size_t lens[] = {1, 3, 7, 8, 9, 15, 16, 17, 100, 4099}; /* tails of 8 and 16 lanes */
     for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
         size_t n = lens[li];
         float *a = malloc(n * 4), *b = malloc(n * 4), *y = malloc(n * 4), *r = malloc(n * 4);
-        if (!a || !b || !y || !r) { CHECK(0); return TEST_END(); }
+        if (!a || !b || !y || !r) { CHECK(0); return; }
         for (size_t i = 0; i < n; i++) { a[i] = frand(12.0f); b[i] = frand(3.0f); }
         for (size_t i = 0; i < n; i++) r[i] = silu_s(a[i]) * b[i];
-        clef_simd_silu_mul(y, a, b, n);
+        L->silu_mul(y, a, b, n);
         CHECK_MSG(same(y, r, n), "silu_mul n=%zu", n);
         memcpy(y, a, n * 4);
-        clef_simd_silu_mul(y, y, b, n); /* in place */
+        L->silu_mul(y, y, b, n); /* in place */
         CHECK_MSG(same(y, r, n), "silu_mul in place n=%zu", n);
         for (size_t i = 0; i < n; i++) r[i] = b[i] * sigm_s(a[i]);
         memcpy(y, b, n * 4);
-        clef_simd_sigmoid_mul(y, a, n);
+        L->sigmoid_mul(y, a, n);
         CHECK_MSG(same(y, r, n), "sigmoid_mul n=%zu", n);
         for (size_t i = 0; i < n; i++) r[i] = a[i] + b[i];
-        clef_simd_add(y, a, b, n);
+        L->add(y, a, b, n);
         CHECK_MSG(same(y, r, n), "add n=%zu", n);
         free(a); free(b); free(y); free(r);
     }
     /* ---- norms: 8 rows of D at stride ld */
-    const size_t Ds[] = {1, 7, 16, 128, 257};
+    const size_t Ds[] = {1, 3, 5, 7, 8, 9, 16, 72, 128, 257};
     for (size_t di = 0; di < sizeof Ds / sizeof Ds[0]; di++) {
         size_t D = Ds[di], ld = D + 3;
         float *x = malloc(8 * ld * 4), *z = malloc(8 * ld * 4), *w = malloc(D * 4), *y = malloc(D * 4), *r = malloc(D * 4);
-        if (!x || !z || !w || !y || !r) { CHECK(0); return TEST_END(); }
+        if (!x || !z || !w || !y || !r) { CHECK(0); return; }
         for (size_t i = 0; i < 8 * ld; i++) { x[i] = frand(5.0f) * 1e-3f; z[i] = frand(6.0f); }
         for (size_t d = 0; d < D; d++) w[d] = frand(1.0f);
         double ss[8];
-        clef_simd_sumsq8(ss, x, ld, D);
+        L->sumsq8(ss, x, ld, D);
         int ok = 1;
         for (size_t j = 0; j < 8; j++) {
             double s = 0;
@@ -146,22 +144,22 @@ int main(void) {
         float inv = (float)(1.0 / sqrt(ss[3] / (double)D + 1e-6));
         for (int off = 0; off < 2; off++) {
             for (size_t d = 0; d < D; d++) { float nn = x[3 * ld + d] * inv; r[d] = nn * (off ? 1.0f + w[d] : w[d]); }
-            clef_simd_rms_scale(y, x + 3 * ld, inv, w, off, D);
+            L->rms_scale(y, x + 3 * ld, inv, w, off, D);
             CHECK_MSG(same(y, r, D), "rms_scale D=%zu offset %d", D, off);
         }
         for (int k = 0; k < 2; k++) {
             float sc = k ? 0.125f : 1.0f;
             for (size_t d = 0; d < D; d++) { float t = x[5 * ld + d] * inv; r[d] = sc != 1.0f ? t * sc : t; }
-            clef_simd_l2_scale(y, x + 5 * ld, inv, sc, D);
+            L->l2_scale(y, x + 5 * ld, inv, sc, D);
             CHECK_MSG(same(y, r, D), "l2_scale D=%zu scale %g", D, sc);
         }
         for (size_t d = 0; d < D; d++) { float nn = w[d] * (x[d] * inv); r[d] = nn * silu_s(z[d]); }
-        clef_simd_gated_scale(y, x, z, inv, w, D);
+        L->gated_scale(y, x, z, inv, w, D);
         CHECK_MSG(same(y, r, D), "gated_scale D=%zu", D);
         /* layernorm: statistics of 8 rows, then the scaling (bias in z) */
         double mean[8], var[8];
         for (size_t i = 0; i < 8 * ld; i++) x[i] = 3.0f + frand(2.0f);
-        clef_simd_meanvar8(mean, var, x, ld, D);
+        L->meanvar8(mean, var, x, ld, D);
         ok = 1;
         for (size_t j = 0; j < 8; j++) {
             const float *xr = x + j * ld;
@@ -175,18 +173,18 @@ int main(void) {
         double rstd = 1.0 / sqrt(var[2] / (double)D + 1e-5);
         for (size_t d = 0; d < D; d++)
             r[d] = (float)(((double)x[2 * ld + d] - mean[2]) * rstd * (double)w[d] + (double)z[d]);
-        clef_simd_ln_scale(y, x + 2 * ld, mean[2], rstd, w, z, D);
+        L->ln_scale(y, x + 2 * ld, mean[2], rstd, w, z, D);
         CHECK_MSG(same(y, r, D), "ln_scale D=%zu", D);
         free(x); free(z); free(w); free(y); free(r);
     }
     /* ---- conv1d + SiLU rows, K = 4, the first rows with fewer taps */
     {
         size_t T = 6, K = 4;
-        const size_t Cs[] = {1, 16, 37};
-        for (size_t ci = 0; ci < 3; ci++) {
+        const size_t Cs[] = {1, 8, 9, 16, 37};
+        for (size_t ci = 0; ci < sizeof Cs / sizeof Cs[0]; ci++) {
             size_t C = Cs[ci];
             float *x = malloc(T * C * 4), *wt = malloc(K * C * 4), *y = malloc(C * 4), *r = malloc(C * 4);
-            if (!x || !wt || !y || !r) { CHECK(0); return TEST_END(); }
+            if (!x || !wt || !y || !r) { CHECK(0); return; }
             for (size_t i = 0; i < T * C; i++) x[i] = frand(4.0f);
             for (size_t i = 0; i < K * C; i++) wt[i] = frand(1.0f);
             int ok = 1;
@@ -197,12 +195,22 @@ int main(void) {
                     for (size_t k = k0; k < K; k++) s += (double)wt[k * C + c] * x[(t + k + 1 - K) * C + c];
                     r[c] = silu_s((float)s);
                 }
-                clef_simd_conv_silu_row(y, x, t, C, wt, K, k0);
+                L->conv_silu_row(y, x, t, C, wt, K, k0);
                 ok &= same(y, r, C);
             }
             CHECK_MSG(ok, "conv_silu_row C=%zu", C);
             free(x); free(wt); free(y); free(r);
         }
     }
+}
+
+int main(void) {
+    if (!clef_simd_ok() && !clef_simd2_ok()) {
+        puts("skip: neither AVX-512 nor AVX2 + FMA on this CPU (the scalar loops run)");
+        return 77;
+    }
+    if (clef_simd_ok()) check_loops(&clef_simd_loops_avx512, "AVX-512");
+    else puts("AVX-512 loops: not checked (no AVX-512 on this CPU)");
+    if (clef_simd2_ok()) check_loops(&clef_simd_loops_avx2, "AVX2");
     return TEST_END();
 }

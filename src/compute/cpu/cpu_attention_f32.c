@@ -1,6 +1,7 @@
 /* Softmax attention with fp32 products: the default path's attention on CPUs with AVX-512
- * (cpu_ops.c chooses it; the parity path, CLEF_LINEAR=double, keeps cpu_attention.c's double
- * accumulation).
+ * (cpu_ops.c chooses it; CPUs with AVX2 + FMA but no AVX-512 run cpu_attention_f32_avx2.c, the
+ * same operations per element in the same order, so the same bits; the parity path,
+ * CLEF_LINEAR=double, keeps cpu_attention.c's double accumulation).
  *
  * Why: the vision tower attends over every patch of an image in each of its 27 blocks, O(patches²)
  * (8,160 patches for a 1920 x 1080 image), and there the double products were two thirds of the

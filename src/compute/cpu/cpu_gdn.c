@@ -152,11 +152,11 @@ typedef struct { float *y; const float *x; size_t T, C, K; const float *wt; size
 
 /* One output row t of x's rows [0, T): its K taps in tap order, summed in double (as the
  * reference), from the first tap inside x (k0). */
-static void conv_row(const conv_ctx *c, size_t t, size_t k0, int simd) {
+static void conv_row(const conv_ctx *c, size_t t, size_t k0, const clef_simd_loops *simd) {
     const size_t K = c->K, C = c->C;
     float *yr = c->y + t * C;
-    if (simd) { /* the same sums and roundings, 16 channels at a time */
-        clef_simd_conv_silu_row(yr, c->x, t, C, c->wt, K, k0);
+    if (simd) { /* the same sums and roundings, 16 (AVX-512) or 8 (AVX2) channels at a time */
+        simd->conv_silu_row(yr, c->x, t, C, c->wt, K, k0);
         return;
     }
     for (size_t ch = 0; ch < C; ch++) {
@@ -171,7 +171,7 @@ static void conv_fn(void *c_, size_t b, size_t e, int worker) {
     (void)worker;
     conv_ctx *c = c_;
     const size_t K = c->K;
-    const int simd = clef_simd_ok();
+    const clef_simd_loops *simd = clef_simd_loops_here();
     for (size_t t = b > c->first ? b : c->first; t < e; t++) conv_row(c, t, t + 1 >= K ? 0 : K - 1 - t, simd);
 }
 
@@ -221,7 +221,7 @@ int clef_cpu_conv1d_silu_segs(clef_pool *pool, float *y, const float *x, size_t 
             memcpy(tmp, ss->in, H * C * sizeof(float));
             memcpy(tmp + H * C, xs, first * C * sizeof(float));
             conv_ctx cw = {tmpy, tmp, H + first, C, K, wt, 0};
-            const int simd = clef_simd_ok();
+            const clef_simd_loops *simd = clef_simd_loops_here();
             for (size_t t = 0; t < first; t++) conv_row(&cw, H + t, 0, simd);
             memcpy(ys, tmpy + H * C, first * C * sizeof(float));
         }
@@ -252,13 +252,14 @@ typedef struct { float *y; const float *x, *z, *w; size_t ld, D; float eps, scal
 static void l2_fn(void *c_, size_t b, size_t e, int worker) {
     (void)worker;
     nrm_ctx *c = c_;
-    if (clef_simd_ok() && 7 * c->ld + c->D <= (size_t)INT32_MAX) { /* 8 rows at once, the same bits */
+    const clef_simd_loops *L = clef_simd_loops_here();
+    if (L && 7 * c->ld + c->D <= (size_t)INT32_MAX) { /* 8 rows at once, the same bits */
         for (; e - b >= 8; b += 8) {
             double ss[8];
-            clef_simd_sumsq8(ss, c->y + b * c->ld, c->ld, c->D);
+            L->sumsq8(ss, c->y + b * c->ld, c->ld, c->D);
             for (size_t j = 0; j < 8; j++) {
                 float *x = c->y + (b + j) * c->ld;
-                clef_simd_l2_scale(x, x, (float)(1.0 / sqrt(ss[j] + (double)c->eps)), c->scale, c->D);
+                L->l2_scale(x, x, (float)(1.0 / sqrt(ss[j] + (double)c->eps)), c->scale, c->D);
             }
         }
     }
@@ -284,13 +285,14 @@ static void gated_fn(void *c_, size_t b, size_t e, int worker) {
     (void)worker;
     nrm_ctx *c = c_;
     const size_t D = c->D;
-    if (clef_simd_ok() && 8 * D <= (size_t)INT32_MAX) { /* 8 rows at once, the same bits */
+    const clef_simd_loops *L = clef_simd_loops_here();
+    if (L && 8 * D <= (size_t)INT32_MAX) { /* 8 rows at once, the same bits */
         for (; e - b >= 8; b += 8) {
             double ss[8];
-            clef_simd_sumsq8(ss, c->x + b * D, D, D);
+            L->sumsq8(ss, c->x + b * D, D, D);
             for (size_t j = 0; j < 8; j++) {
                 float inv = (float)(1.0 / sqrt(ss[j] / (double)D + (double)c->eps));
-                clef_simd_gated_scale(c->y + (b + j) * D, c->x + (b + j) * D, c->z + (b + j) * D, inv, c->w, D);
+                L->gated_scale(c->y + (b + j) * D, c->x + (b + j) * D, c->z + (b + j) * D, inv, c->w, D);
             }
         }
     }

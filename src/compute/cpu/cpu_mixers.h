@@ -9,7 +9,8 @@
  * inside one work item (a v-head; a kv head x block of query rows), so the bits never depend on the
  * thread count. The previous scalar implementations, which the tests and the benchmark compare these
  * with, live in tests/unit/ref_mixers.c (not in the library). Attention has a second implementation
- * with fp32 products (clef_cpu_attention_f32), the default path's where AVX-512 is usable (cpu_ops.c). */
+ * with fp32 products (clef_cpu_attention_f32, and its AVX2 build clef_cpu_attention_f32_avx2 with
+ * the same bits), the default path's where AVX-512 or AVX2 + FMA is usable (cpu_ops.c). */
 #ifndef CLEF_COMPUTE_CPU_MIXERS_H
 #define CLEF_COMPUTE_CPU_MIXERS_H
 
@@ -46,6 +47,11 @@ int clef_cpu_attention(clef_pool *pool, float *o, size_t ldo, const float *q, si
 int clef_cpu_attention_f32(clef_pool *pool, float *o, size_t ldo, const float *q, size_t ldq,
                            const float *k, size_t ldk, const float *v, size_t ldv, size_t Tq, size_t Tk,
                            size_t nh, size_t nkv, size_t hd, float scale, int causal);
+/* Its AVX2 + FMA build (cpu_attention_f32_avx2.c), the same bits: the default path's attention
+ * where clef_simd2_ok() but not clef_simd_ok(). */
+int clef_cpu_attention_f32_avx2(clef_pool *pool, float *o, size_t ldo, const float *q, size_t ldq,
+                                const float *k, size_t ldk, const float *v, size_t ldv, size_t Tq, size_t Tk,
+                                size_t nh, size_t nkv, size_t hd, float scale, int causal);
 /* Shared by the two attention implementations: query blocks of about `rows` rows (all heads of a
  * kv group together), at least two per worker and a multiple of the workers (the kv heads run one
  * after another, each waiting for its slowest worker). A row's bits depend on neither. */

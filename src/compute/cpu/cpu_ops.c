@@ -276,28 +276,29 @@ typedef struct {
 
 enum { K_RMS, K_LAYER, K_L2, K_GATED };
 
-/* rmsnorm and layernorm rows 8 at a time with the AVX-512 loops (cpu_simd.h: the scalar loop's
- * bits); returns the first row left for the scalar loop. */
+/* rmsnorm and layernorm rows 8 at a time with the AVX-512 or AVX2 loops (cpu_simd.h: the scalar
+ * loop's bits); returns the first row left for the scalar loop. */
 static size_t norm_simd(norm_ctx *c, size_t b, size_t e) {
     size_t D = c->D;
-    if ((c->kind != K_RMS && c->kind != K_LAYER) || !clef_simd_ok() || 7 * c->ldx + D > (size_t)INT32_MAX) return b;
+    const clef_simd_loops *L = clef_simd_loops_here();
+    if ((c->kind != K_RMS && c->kind != K_LAYER) || !L || 7 * c->ldx + D > (size_t)INT32_MAX) return b;
     if (c->kind == K_LAYER) {
         for (; e - b >= 8; b += 8) {
             double mean[8], var[8];
-            clef_simd_meanvar8(mean, var, c->x + b * c->ldx, c->ldx, D);
+            L->meanvar8(mean, var, c->x + b * c->ldx, c->ldx, D);
             for (size_t j = 0; j < 8; j++) {
                 double rstd = 1.0 / sqrt(var[j] / (double)D + (double)c->eps);
-                clef_simd_ln_scale(c->y + (b + j) * c->ldy, c->x + (b + j) * c->ldx, mean[j], rstd, c->w, c->z, D);
+                L->ln_scale(c->y + (b + j) * c->ldy, c->x + (b + j) * c->ldx, mean[j], rstd, c->w, c->z, D);
             }
         }
         return b;
     }
     for (; e - b >= 8; b += 8) {
         double ss[8];
-        clef_simd_sumsq8(ss, c->x + b * c->ldx, c->ldx, D);
+        L->sumsq8(ss, c->x + b * c->ldx, c->ldx, D);
         for (size_t j = 0; j < 8; j++) {
             float inv = (float)(1.0 / sqrt(ss[j] / (double)D + (double)c->eps));
-            clef_simd_rms_scale(c->y + (b + j) * c->ldy, c->x + (b + j) * c->ldx, inv, c->w, c->offset, D);
+            L->rms_scale(c->y + (b + j) * c->ldy, c->x + (b + j) * c->ldx, inv, c->w, c->offset, D);
         }
     }
     return b;
@@ -444,16 +445,18 @@ static void cpu_delta_rule(clef_ops *ops, float *o, const float *q, const float 
 
 /* ---------------------------------------------------------------- attention */
 
-/* fp32 products on the default path (as its GEMMs accumulate in fp32), double accumulation on the
- * parity path (CLEF_LINEAR=double) and where the AVX-512 loops are not available. */
+/* fp32 products on the default path (as its GEMMs accumulate in fp32; the AVX-512 kernel, or its
+ * AVX2 twin with the same bits), double accumulation on the parity path (CLEF_LINEAR=double) and
+ * where neither AVX-512 nor AVX2 + FMA is available. */
 /* One kernel call per segment (each plans its own query blocks over the workers). */
 static void cpu_attention(clef_ops *ops, float *o, size_t ldo, const float *q, size_t ldq, const float *k,
                           size_t ldk, const float *v, size_t ldv, const clef_attn_seg *segs, size_t nseg,
                           size_t nh, size_t nkv, size_t hd, float scale, int causal) {
     int fp32 = !linear_force_double(ops) && clef_simd_ok();
+    int fp32_avx2 = !linear_force_double(ops) && !fp32 && clef_simd2_ok();
     for (size_t i = 0; i < nseg; i++) {
         const clef_attn_seg *sg = &segs[i];
-        if ((fp32 ? clef_cpu_attention_f32 : clef_cpu_attention)(
+        if ((fp32 ? clef_cpu_attention_f32 : fp32_avx2 ? clef_cpu_attention_f32_avx2 : clef_cpu_attention)(
                 POOL(ops), o + sg->q0 * ldo, ldo, q + sg->q0 * ldq, ldq, k + sg->k0 * ldk, ldk, v + sg->k0 * ldv,
                 ldv, sg->nq, sg->nk, nh, nkv, hd, scale, causal)) {
             clef_ops_fail(ops, CLEF_OPS_OOM, "attention: out of memory for the workers' scores (%zu keys)", sg->nk);
@@ -494,22 +497,23 @@ static void ew_fn(void *c_, size_t b, size_t e, int worker) {
     }
 }
 
-/* The same ops with the AVX-512 loops (cpu_simd.h: the same bits). */
+/* The same ops with the AVX-512 or AVX2 loops (cpu_simd.h: the same bits). */
 static void ew_simd_fn(void *c_, size_t b, size_t e, int worker) {
     (void)worker;
     ew_ctx *c = c_;
+    const clef_simd_loops *L = clef_simd_loops_here();
     switch (c->kind) {
-    case E_SILU_MUL: clef_simd_silu_mul(c->y + b, c->a + b, c->b + b, e - b); break;
-    case E_SIGMOID_MUL: clef_simd_sigmoid_mul(c->y + b, c->a + b, e - b); break;
-    case E_ADD: clef_simd_add(c->y + b, c->a + b, c->b + b, e - b); break;
-    case E_GELU_TANH: clef_simd_gelu_tanh(c->y + b, e - b); break;
+    case E_SILU_MUL: L->silu_mul(c->y + b, c->a + b, c->b + b, e - b); break;
+    case E_SIGMOID_MUL: L->sigmoid_mul(c->y + b, c->a + b, e - b); break;
+    case E_ADD: L->add(c->y + b, c->a + b, c->b + b, e - b); break;
+    case E_GELU_TANH: L->gelu_tanh(c->y + b, e - b); break;
     default: ew_fn(c_, b, e, worker); break;
     }
 }
 
 static void ew(clef_ops *ops, float *y, const float *a, const float *b, size_t n, int kind) {
     ew_ctx c = {y, a, b, kind};
-    clef_pool_for(POOL(ops), n, 4096, clef_simd_ok() ? ew_simd_fn : ew_fn, &c);
+    clef_pool_for(POOL(ops), n, 4096, clef_simd_loops_here() ? ew_simd_fn : ew_fn, &c);
 }
 static void cpu_silu_mul(clef_ops *ops, float *y, const float *gate, const float *up, size_t n) { ew(ops, y, gate, up, n, E_SILU_MUL); }
 static void cpu_gelu(clef_ops *ops, float *x, size_t n, int tanh_approx) { ew(ops, x, NULL, NULL, n, tanh_approx ? E_GELU_TANH : E_GELU); }

@@ -1,4 +1,5 @@
-/* AVX-512 loops for the CPU backend's elementwise ops, norms and conv1d (see cpu_simd.h). */
+/* AVX-512 loops for the CPU backend's elementwise ops, norms and conv1d (see cpu_simd.h; their
+ * AVX2 + FMA twins, the same bits, are in cpu_simd_avx2.c). */
 /* No contraction: a product followed by a sum must round twice, as in the scalar loops; the FMAs
  * below are written out where one rounding is what the scalar code (or glibc's expf) does. */
 #pragma GCC optimize("fp-contract=off")
@@ -60,6 +61,8 @@ T512 static inline __m256 vexp8(__m256 x) {
     return _mm512_cvtpd_ps(_mm512_mul_pd(y, s));
 }
 
+const uint64_t *const clef_exp2f_table = EXP2F_T;
+
 T512 static inline __m512 vexp16(__m512 x) {
     __m256 lo = vexp8(_mm512_castps512_ps256(x)), hi = vexp8(_mm512_extractf32x8_ps(x, 1));
     __m512 y = _mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1);
@@ -105,6 +108,8 @@ T512 void clef_simd_expf(float *y, const float *x, size_t n) {
 static const double GT_P[14] = {1.0 / 6227020800.0, 1.0 / 479001600.0, 1.0 / 39916800.0, 1.0 / 3628800.0,
                                 1.0 / 362880.0, 1.0 / 40320.0, 1.0 / 5040.0, 1.0 / 720.0, 1.0 / 120.0,
                                 1.0 / 24.0, 1.0 / 6.0, 0.5, 1.0, 1.0};
+
+const double *const clef_gelu_poly = GT_P;
 
 float clef_gelu_tanh1(float xf) {
     double x = xf;
@@ -268,4 +273,14 @@ T512 void clef_simd_conv_silu_row(float *y, const float *x, size_t t, size_t C, 
         __m512 s = _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvtpd_ps(a0)), _mm512_cvtpd_ps(a1), 1);
         _mm512_mask_storeu_ps(y + c, m, vsilu(s));
     }
+}
+
+const clef_simd_loops clef_simd_loops_avx512 = {
+    clef_simd_expf, clef_simd_silu_mul, clef_simd_sigmoid_mul, clef_simd_gelu_tanh, clef_simd_add,
+    clef_simd_sumsq8, clef_simd_rms_scale, clef_simd_l2_scale, clef_simd_gated_scale,
+    clef_simd_meanvar8, clef_simd_ln_scale, clef_simd_conv_silu_row,
+};
+
+const clef_simd_loops *clef_simd_loops_here(void) {
+    return clef_simd_ok() ? &clef_simd_loops_avx512 : clef_simd2_ok() ? &clef_simd_loops_avx2 : NULL;
 }
