@@ -452,12 +452,15 @@ static void cpu_delta_rule(clef_ops *ops, float *o, const float *q, const float 
 static void cpu_attention(clef_ops *ops, float *o, size_t ldo, const float *q, size_t ldq, const float *k,
                           size_t ldk, const float *v, size_t ldv, const clef_attn_seg *segs, size_t nseg,
                           size_t nh, size_t nkv, size_t hd, float scale, int causal) {
-    int fp32 = !linear_force_double(ops) && clef_simd_ok();
-    int fp32_avx2 = !linear_force_double(ops) && !fp32 && clef_simd2_ok();
+    int (*kernel)(clef_pool *, float *, size_t, const float *, size_t, const float *, size_t, const float *,
+                  size_t, size_t, size_t, size_t, size_t, size_t, float, int) =
+        linear_force_double(ops) ? clef_cpu_attention
+        : clef_simd_ok()         ? clef_cpu_attention_f32
+        : clef_simd2_ok()        ? clef_cpu_attention_f32_avx2
+                                 : clef_cpu_attention;
     for (size_t i = 0; i < nseg; i++) {
         const clef_attn_seg *sg = &segs[i];
-        if ((fp32 ? clef_cpu_attention_f32 : fp32_avx2 ? clef_cpu_attention_f32_avx2 : clef_cpu_attention)(
-                POOL(ops), o + sg->q0 * ldo, ldo, q + sg->q0 * ldq, ldq, k + sg->k0 * ldk, ldk, v + sg->k0 * ldv,
+        if (kernel(POOL(ops), o + sg->q0 * ldo, ldo, q + sg->q0 * ldq, ldq, k + sg->k0 * ldk, ldk, v + sg->k0 * ldv,
                 ldv, sg->nq, sg->nk, nh, nkv, hd, scale, causal)) {
             clef_ops_fail(ops, CLEF_OPS_OOM, "attention: out of memory for the workers' scores (%zu keys)", sg->nk);
             return;
