@@ -45,7 +45,7 @@ ifeq ($(SAN),1)
   EXTRA_LDLIBS += -fsanitize=address,undefined
 endif
 
-LIB_SRC  := $(shell find src -name '*.c' -not -path 'src/cli/*' -not -path 'src/compute/cuda/*' | sort)
+LIB_SRC  := $(shell find -H src -name '*.c' -not -path 'src/cli/*' -not -path 'src/compute/cuda/*' | sort)
 CLI_SRC  := $(sort $(wildcard src/cli/*.c))
 TEST_SRC := $(sort $(wildcard tests/unit/test_*.c))
 TOOL_SRC := $(sort $(wildcard tests/tools/*.c))
@@ -209,14 +209,13 @@ $(DIST)/libclef.a: $(LIB_OBJ)
 # against the system's shared libraries needs. Not Requires.private: pkg-config --static then also
 # pulls each package's own private libraries (libmicrohttpd -> gnutls -> -lunistring -lp11-kit ...),
 # which Debian 12 does not install for linking, and the link fails.
-$(DIST)/clef.pc: clef.pc.in include/clef.h Makefile
-	@mkdir -p $(dir $@)
-	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|' \
-	    -e 's|@VERSION@|$(VERSION)|' -e 's|@LIBS_PRIVATE@|$(strip $(shell pkg-config --libs $(PKGS)) -lm -pthread $(CUDA_LIBS))|' $< > $@
+# Written straight to its destination, never into the build: PREFIX is part of its content, and two
+# installs of one build with different prefixes (the README test beside test_install) would otherwise
+# race on one shared file.
+CLEF_PC_SED = sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|' \
+    -e 's|@VERSION@|$(VERSION)|' -e 's|@LIBS_PRIVATE@|$(strip $(shell pkg-config --libs $(PKGS)) -lm -pthread $(CUDA_LIBS))|'
 
-# Always regenerated: PREFIX is part of its content.
-.PHONY: $(DIST)/clef.pc
-install: dist $(BUILD)/clef $(DIST)/clef.pc
+install: dist $(BUILD)/clef
 	$(INSTALL) -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(PKGCONFIGDIR)
 	$(INSTALL) -m 755 $(BUILD)/clef $(DESTDIR)$(BINDIR)/clef
 	$(INSTALL) -m 755 $(SO_REAL) $(DESTDIR)$(LIBDIR)/libclef.so.$(VERSION)
@@ -224,7 +223,8 @@ install: dist $(BUILD)/clef $(DIST)/clef.pc
 	ln -sf $(SO_NAME) $(DESTDIR)$(LIBDIR)/libclef.so
 	$(INSTALL) -m 644 $(DIST)/libclef.a $(DESTDIR)$(LIBDIR)/libclef.a
 	$(INSTALL) -m 644 include/clef.h $(DESTDIR)$(INCLUDEDIR)/clef.h
-	$(INSTALL) -m 644 $(DIST)/clef.pc $(DESTDIR)$(PKGCONFIGDIR)/clef.pc
+	$(CLEF_PC_SED) clef.pc.in > $(DESTDIR)$(PKGCONFIGDIR)/clef.pc
+	chmod 644 $(DESTDIR)$(PKGCONFIGDIR)/clef.pc
 
 uninstall:
 	rm -f $(DESTDIR)$(BINDIR)/clef $(DESTDIR)$(LIBDIR)/libclef.so.$(VERSION) \
