@@ -79,10 +79,22 @@ worker() {
     run_job "$b" "$kind" "$t"
   done
 }
+# What the suite runs from each folder (programs, libraries): no test may rebuild one of them while
+# the others run it (an execve of a half-linked binary fails with EACCES, at random).
+built() { for b in "$@"; do find "$b/clef" "$b/libclef.a" "$b/dist" "$b/tests" -maxdepth 1 -type f \
+  -printf '%p %i %T@\n' 2>/dev/null; done | sort; }
+built "$@" > "$tmpd/built.before"
 t_start=$SECONDS
 for _ in $(seq 1 "$jobs_n"); do worker & done
 wait
 : >> "$tmpd/results"
+built "$@" > "$tmpd/built.after"
+rebuilt=0
+if ! cmp -s "$tmpd/built.before" "$tmpd/built.after"; then
+  echo "---- the build under test changed while the suite ran (a test rebuilt it):"
+  diff "$tmpd/built.before" "$tmpd/built.after" | sed 's/^/      | /' | head -n 20
+  rebuilt=1
+fi
 
 # ---- the summary
 pass=$(awk '$1 == 0' "$tmpd/results" | wc -l)
@@ -101,6 +113,7 @@ for f in "$tmpd"/log.*.name; do
   tail -n 40 "${f%.name}" | sed 's/^/      | /'
 done
 [ $missing -eq 0 ] || { fail=$((fail + missing)); failed+=("$missing tests did not report"); }
+[ $rebuilt -eq 0 ] || { fail=$((fail + 1)); failed+=("a test rebuilt the build under test (above)"); }
 if [ $fail -gt 0 ]; then printf 'failed: %s\n' "${failed[@]}"; fi
 echo "$pass passed, $fail failed, $skip skipped"
 [ $fail -eq 0 ]
