@@ -5,6 +5,11 @@ the author's schema ("coreai-clef-flash-fixtures/1") for `clef gate` (tests/pari
     .venv-ref/bin/python tools/reference/make_gate_fixture.py [--model models/tiny]
         [--author ../shared/fixtures/clef-flash/fixtures-clef-flash.json]
         [--images tests/fixtures/images] [--out tests/fixtures/gate_tiny/fixtures-gate-tiny.json]
+        [--dtype float32|bfloat16]
+
+--dtype bfloat16 runs the same requests with the model loaded in torch bf16 (what a transformers user
+gets with dtype=torch.bfloat16): the anchor the CPU precisions are compared with (docs/precision.md,
+tools/reference/gate_anchor.py); its output goes to fixtures-gate-tiny-bf16.json by default.
 
 Reference: joint_schema_model.py (sha256 0e304cf7…, from .venv-ref/clef_vendor),
 load_release_model(models/tiny, dtype=torch.float32, device="cpu"), torch.set_num_threads(1); each run is
@@ -66,8 +71,12 @@ def main():
     ap.add_argument("--author", default=os.path.join(ROOT, "..", "shared", "fixtures", "clef-flash",
                                                      "fixtures-clef-flash.json"))
     ap.add_argument("--images", default=os.path.join(ROOT, "tests", "fixtures", "images"))
-    ap.add_argument("--out", default=os.path.join(ROOT, "tests", "fixtures", "gate_tiny", "fixtures-gate-tiny.json"))
+    ap.add_argument("--out")
+    ap.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
     args = ap.parse_args()
+    suffix = "" if args.dtype == "float32" else "-bf16"
+    args.out = args.out or os.path.join(ROOT, "tests", "fixtures", "gate_tiny", f"fixtures-gate-tiny{suffix}.json")
+    dtype = getattr(torch, args.dtype)
 
     assert sha256_file(jsm.__file__) == JSM_SHA256, f"{jsm.__file__}: not the pinned joint_schema_model.py"
     manifest = {}
@@ -91,7 +100,7 @@ def main():
         elif run["id"] in IMAGE_SUBST:
             chosen.append(run)
 
-    model, processor = jsm.load_release_model(args.model, dtype=torch.float32, device="cpu")
+    model, processor = jsm.load_release_model(args.model, dtype=dtype, device="cpu")
     captured = {}
     model.head.register_forward_hook(lambda m, a, o: captured.__setitem__("head", o))
     orig_encode = jsm.encode_record
@@ -157,16 +166,16 @@ def main():
 
     out = {
         "schema": author["schema"],
-        "what": "The reference (joint_schema_model.py, fp32) on the tiny random checkpoint (models/tiny), over a "
+        "what": f"The reference (joint_schema_model.py, {'fp32' if args.dtype == 'float32' else 'torch bf16'}) on the tiny random checkpoint (models/tiny), over a "
                 "subset of the author's fixture requests; written by tools/reference/make_gate_fixture.py for "
                 "tests/parity/test_gate.py. Same schema as the author's fixture; image records use stand-in images.",
         "source": {"hf_id": "models/tiny (random weights, release layout)", "checkpoint_manifest": manifest,
                    "joint_schema_model_sha256": JSM_SHA256,
                    "author_fixture_sha256": sha256_file(args.author),
-                   "oracle": "joint_schema_model.load_release_model(models/tiny, device='cpu', dtype=float32) + "
+                   "oracle": f"joint_schema_model.load_release_model(models/tiny, device='cpu', dtype={args.dtype}) + "
                              "systemone(), torch.set_num_threads(1)",
                    "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
-                   "device": "cpu", "dtype": "float32"},
+                   "device": "cpu", "dtype": args.dtype},
         "contract": author["contract"],
         "arms": author["arms"],
         "images": list(images.values()),
