@@ -49,6 +49,9 @@ LIB_SRC  := $(shell find -H src -name '*.c' -not -path 'src/cli/*' -not -path 's
 CLI_SRC  := $(sort $(wildcard src/cli/*.c))
 TEST_SRC := $(sort $(wildcard tests/unit/test_*.c))
 TOOL_SRC := $(sort $(wildcard tests/tools/*.c))
+ifneq ($(VIDEO),1) # test_video writes its clips with FFmpeg itself
+  TEST_SRC := $(filter-out tests/unit/test_video.c,$(TEST_SRC))
+endif
 
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/obj/%.o)

@@ -81,6 +81,48 @@ __device__ __forceinline__ float warp_sum(float v) {
     return v;
 }
 
+/* One attention call's operands, as op_attention receives them. */
+struct AttnArgs {
+    float *o;
+    size_t ldo;
+    const float *q;
+    size_t ldq;
+    const float *k;
+    size_t ldk;
+    const float *v;
+    size_t ldv;
+    const clef_attn_seg *segs;
+    size_t nseg, nh, nkv, hd;
+    float scale;
+    int causal;
+};
+
+/* The kernels on fp32 operands (SIMT, 3xTF32 tensor cores, register tiles) share one signature and
+ * one launcher; a pick names the kernel and how it is launched. */
+typedef void (*AttnKernel)(float *, size_t, const float *, size_t, const float *, size_t, const float *, size_t,
+                           AttnTab, size_t, size_t, int, float, int);
+struct AttnPick {
+    AttnKernel kernel;
+    size_t smem;      /* dynamic shared memory, bytes */
+    int bq, threads;  /* query rows and threads per block */
+    const char *what; /* for a failed launch's message */
+};
+
+/* Launches p over every segment group; false when its shared memory is over the device's (the
+ * caller falls back). True also when CUDA refused the opt-in (ops->status is then set). */
+static bool launch_attn(clef_ops *ops, const AttnPick &p, const AttnArgs &a) {
+    Impl *im = IM(ops);
+    if (p.smem > (size_t)im->max_smem_optin) return false;
+    if (!smem_optin(ops, p.kernel, p.smem, "attention (shared memory)")) return true;
+    for_seg_groups(a.segs, a.nseg, p.bq, [&](const AttnTab &tab, unsigned nb) {
+        dim3 grid(nb, (unsigned)a.nh);
+        p.kernel<<<grid, p.threads, p.smem, im->stream>>>(a.o, a.ldo, a.q, a.ldq, a.k, a.ldk, a.v, a.ldv, tab, a.nh, a.nkv,
+                                                          (int)a.hd, a.scale, a.causal);
+    });
+    launch_ok(ops, p.what);
+    return true;
+}
+
 __global__ void __launch_bounds__(NW * 32)
 k_attention(float *o, size_t ldo, const float *q, size_t ldq, const float *k, size_t ldk, const float *v, size_t ldv,
             AttnTab tab, size_t nh, size_t nkv, int hd, float scale, int causal) {
@@ -367,24 +409,13 @@ k_attention_tc(float *o, size_t ldo, const float *q, size_t ldq, const float *k,
     store_rows<NO>(o, ldo, h, hd, Tq, row0, row1, c4, oacc, l0, l1);
 }
 
-/* Launches the tensor-core kernel for the padded head dim DP; false when it does not apply (shared
- * memory) so the caller falls back to SIMT. */
-template <int DP>
-static bool launch_tc(clef_ops *ops, float *o, size_t ldo, const float *q, size_t ldq, const float *k, size_t ldk,
-                      const float *v, size_t ldv, const clef_attn_seg *segs, size_t nseg, size_t nh, size_t nkv,
-                      size_t hd, float scale, int causal) {
-    Impl *im = IM(ops);
-    size_t smem = t2_smem_bytes<DP>();
-    if (smem > (size_t)im->max_smem_optin) return false;
-    if (!smem_optin(ops, k_attention_tc<DP>, smem, "attention (shared memory)"))
-        return true; /* failed is set: nothing more to do */
-    for_seg_groups(segs, nseg, T2_BQ, [&](const AttnTab &tab, unsigned nb) {
-        dim3 grid(nb, (unsigned)nh);
-        k_attention_tc<DP><<<grid, T2_NT, smem, im->stream>>>(o, ldo, q, ldq, k, ldk, v, ldv, tab, nh, nkv, (int)hd,
-                                                              scale, causal);
-    });
-    launch_ok(ops, "attention (tensor cores)");
-    return true;
+/* The tensor-core kernel for the head dim hd, padded to the next of 32, 64, 72, 128, 256. */
+template <int DP> static AttnPick tc_pick() {
+    return {k_attention_tc<DP>, t2_smem_bytes<DP>(), T2_BQ, T2_NT, "attention (tensor cores)"};
+}
+static AttnPick pick_tc(size_t hd) {
+    return hd <= 32 ? tc_pick<32>() : hd <= 64 ? tc_pick<64>() : hd <= 72 ? tc_pick<72>() : hd <= 128 ? tc_pick<128>()
+                                                                                                     : tc_pick<256>();
 }
 
 /* ---- register-tiled SIMT kernel for the fp32 (parity) precision: CLEF_CUDA_ATTN=v3 and v4 (the
@@ -532,22 +563,13 @@ k_attention_rt(float *o, size_t ldo, const float *q, size_t ldq, const float *k,
     }
 }
 
-/* Launches the register-tiled fp32 kernel for DP; false when it does not apply (shared memory). */
-template <int DP>
-static bool launch_rt(clef_ops *ops, float *o, size_t ldo, const float *q, size_t ldq, const float *k, size_t ldk,
-                      const float *v, size_t ldv, const clef_attn_seg *segs, size_t nseg, size_t nh, size_t nkv,
-                      size_t hd, float scale, int causal) {
-    Impl *im = IM(ops);
-    size_t smem = t3_smem_bytes<DP>();
-    if (smem > (size_t)im->max_smem_optin) return false;
-    if (!smem_optin(ops, k_attention_rt<DP>, smem, "attention (shared memory)")) return true; /* failed is set */
-    for_seg_groups(segs, nseg, T3_BQ, [&](const AttnTab &tab, unsigned nb) {
-        dim3 grid(nb, (unsigned)nh);
-        k_attention_rt<DP><<<grid, T3_NT, smem, im->stream>>>(o, ldo, q, ldq, k, ldk, v, ldv, tab, nh, nkv, (int)hd,
-                                                              scale, causal);
-    });
-    launch_ok(ops, "attention (register tiles)");
-    return true;
+/* The register-tiled fp32 kernel for the head dim hd, padded to the next of 32, 64, 80, 128, 256. */
+template <int DP> static AttnPick rt_pick() {
+    return {k_attention_rt<DP>, t3_smem_bytes<DP>(), T3_BQ, T3_NT, "attention (register tiles)"};
+}
+static AttnPick pick_rt(size_t hd) {
+    return hd <= 32 ? rt_pick<32>() : hd <= 64 ? rt_pick<64>() : hd <= 80 ? rt_pick<80>() : hd <= 128 ? rt_pick<128>()
+                                                                                                     : rt_pick<256>();
 }
 
 /* ---- v4: one-term bf16 attention on the tensor cores (the bf16 precision only; CLEF_CUDA_ATTN=v4) ----
@@ -721,10 +743,10 @@ k_attention_bf16(float *o, size_t ldo, const __nv_bfloat16 *q, size_t ldq, const
 /* The bf16 kernel for the padded head dim DP: the pre-pass into scratch, then the attention; false when
  * it does not apply (shared memory, scratch) so the caller falls back. */
 template <int DP>
-static bool launch_bf16(clef_ops *ops, float *o, size_t ldo, const float *q, size_t ldq, const float *k, size_t ldk,
-                        const float *v, size_t ldv, const clef_attn_seg *segs, size_t nseg, size_t nh, size_t nkv,
-                        size_t hd, float scale, int causal) {
+static bool launch_bf16_dp(clef_ops *ops, const AttnArgs &a) {
     Impl *im = IM(ops);
+    const clef_attn_seg *segs = a.segs;
+    const size_t nseg = a.nseg, nh = a.nh, nkv = a.nkv, hd = a.hd;
     const size_t smem = t4_smem_bytes<DP>();
     if (smem > (size_t)im->max_smem_optin) return false;
     size_t qrows = 0, krows = 0;
@@ -742,20 +764,30 @@ static bool launch_bf16(clef_ops *ops, float *o, size_t ldo, const float *q, siz
         scratch_free(ops, qb);
         return true;
     }
-    heads_to_bf16<DP>(im->stream, qb, q, ldq, qrows, nh, hd);
+    heads_to_bf16<DP>(im->stream, qb, a.q, a.ldq, qrows, nh, hd);
     if (krows) {
-        heads_to_bf16<DP>(im->stream, kb, k, ldk, krows, nkv, hd);
-        heads_to_bf16<DP>(im->stream, vb, v, ldv, krows, nkv, hd);
+        heads_to_bf16<DP>(im->stream, kb, a.k, a.ldk, krows, nkv, hd);
+        heads_to_bf16<DP>(im->stream, vb, a.v, a.ldv, krows, nkv, hd);
     }
-    const float scale_log2 = scale * 1.4426950408889634f; /* softmax in base 2: exp(x) = exp2(x log2 e) */
+    const float scale_log2 = a.scale * 1.4426950408889634f; /* softmax in base 2: exp(x) = exp2(x log2 e) */
     for_seg_groups(segs, nseg, T4_BQ, [&](const AttnTab &tab, unsigned nb) {
         dim3 grid(nb, (unsigned)nh);
-        k_attention_bf16<DP><<<grid, T4_NT, smem, im->stream>>>(o, ldo, qb, nh * DP, kb, nkv * DP, vb, nkv * DP, tab, nh,
-                                                                nkv, (int)hd, scale_log2, causal);
+        k_attention_bf16<DP><<<grid, T4_NT, smem, im->stream>>>(a.o, a.ldo, qb, nh * DP, kb, nkv * DP, vb, nkv * DP, tab,
+                                                                nh, nkv, (int)hd, scale_log2, a.causal);
     });
     launch_ok(ops, "attention (bf16)");
     scratch_free(ops, qb);
     return true;
+}
+
+/* The bf16 family's launcher: the head dim hd padded to the next of 32, 64, 80, 128, 256. */
+static bool launch_bf16(clef_ops *ops, const AttnArgs &a) {
+    const size_t hd = a.hd;
+    return hd <= 32    ? launch_bf16_dp<32>(ops, a)
+           : hd <= 64  ? launch_bf16_dp<64>(ops, a)
+           : hd <= 80  ? launch_bf16_dp<80>(ops, a)
+           : hd <= 128 ? launch_bf16_dp<128>(ops, a)
+                       : launch_bf16_dp<256>(ops, a);
 }
 
 void op_attention(clef_ops *ops, float *o, size_t ldo, const float *q, size_t ldq, const float *k, size_t ldk,
@@ -793,42 +825,15 @@ void op_attention(clef_ops *ops, float *o, size_t ldo, const float *q, size_t ld
     const bool tc = im->attn_kernel != CLEF_CUDA_ATTN_SIMT && im->precision != CLEF_CUDA_FP32 && im->cc_major >= 8;
     const bool one_term = tc && im->attn_kernel == CLEF_CUDA_ATTN_V4 && im->precision == CLEF_CUDA_BF16;
     prof_flop(ops, OP_ATTENTION, 4.0 * pairs * (double)hd * (double)nh * (tc && !one_term ? 3.0 : 1.0));
-    if (one_term) {
-        bool done = hd <= 32    ? launch_bf16<32>(ops, o, ldo, q, ldq, k, ldk, v, ldv, segs, nseg, nh, nkv, hd, scale, causal)
-                    : hd <= 64  ? launch_bf16<64>(ops, o, ldo, q, ldq, k, ldk, v, ldv, segs, nseg, nh, nkv, hd, scale, causal)
-                    : hd <= 80  ? launch_bf16<80>(ops, o, ldo, q, ldq, k, ldk, v, ldv, segs, nseg, nh, nkv, hd, scale, causal)
-                    : hd <= 128 ? launch_bf16<128>(ops, o, ldo, q, ldq, k, ldk, v, ldv, segs, nseg, nh, nkv, hd, scale, causal)
-                                : launch_bf16<256>(ops, o, ldo, q, ldq, k, ldk, v, ldv, segs, nseg, nh, nkv, hd, scale, causal);
-        if (done) return;
-    }
-    if (tc) {
-        bool done = hd <= 32    ? launch_tc<32>(ops, o, ldo, q, ldq, k, ldk, v, ldv, segs, nseg, nh, nkv, hd, scale, causal)
-                    : hd <= 64  ? launch_tc<64>(ops, o, ldo, q, ldq, k, ldk, v, ldv, segs, nseg, nh, nkv, hd, scale, causal)
-                    : hd <= 72  ? launch_tc<72>(ops, o, ldo, q, ldq, k, ldk, v, ldv, segs, nseg, nh, nkv, hd, scale, causal)
-                    : hd <= 128 ? launch_tc<128>(ops, o, ldo, q, ldq, k, ldk, v, ldv, segs, nseg, nh, nkv, hd, scale, causal)
-                                : launch_tc<256>(ops, o, ldo, q, ldq, k, ldk, v, ldv, segs, nseg, nh, nkv, hd, scale, causal);
-        if (done) return;
-    }
-    if (im->attn_kernel >= CLEF_CUDA_ATTN_V3 && im->precision == CLEF_CUDA_FP32) { /* v4 is v3 outside bf16 */
-        bool done = hd <= 32    ? launch_rt<32>(ops, o, ldo, q, ldq, k, ldk, v, ldv, segs, nseg, nh, nkv, hd, scale, causal)
-                    : hd <= 64  ? launch_rt<64>(ops, o, ldo, q, ldq, k, ldk, v, ldv, segs, nseg, nh, nkv, hd, scale, causal)
-                    : hd <= 80  ? launch_rt<80>(ops, o, ldo, q, ldq, k, ldk, v, ldv, segs, nseg, nh, nkv, hd, scale, causal)
-                    : hd <= 128 ? launch_rt<128>(ops, o, ldo, q, ldq, k, ldk, v, ldv, segs, nseg, nh, nkv, hd, scale, causal)
-                                : launch_rt<256>(ops, o, ldo, q, ldq, k, ldk, v, ldv, segs, nseg, nh, nkv, hd, scale, causal);
-        if (done) return;
-    }
-    size_t smem = ((size_t)BQ * hd + (size_t)BK * (hd + 1) + (size_t)BK * hd) * sizeof(float);
-    if (smem > (size_t)im->max_smem_optin) {
-        fail_code(ops, CLEF_OPS_SHAPE, "attention", "not enough shared memory on this device");
+    const AttnArgs a = {o, ldo, q, ldq, k, ldk, v, ldv, segs, nseg, nh, nkv, hd, scale, causal};
+    if (one_term && launch_bf16(ops, a)) return;
+    if (tc && launch_attn(ops, pick_tc(hd), a)) return;
+    if (im->attn_kernel >= CLEF_CUDA_ATTN_V3 && im->precision == CLEF_CUDA_FP32 && /* v4 is v3 outside bf16 */
+        launch_attn(ops, pick_rt(hd), a))
         return;
-    }
-    if (!smem_optin(ops, k_attention, smem, "attention (shared memory)")) return;
-    for_seg_groups(segs, nseg, BQ, [&](const AttnTab &tab, unsigned nb) {
-        dim3 grid(nb, (unsigned)nh);
-        k_attention<<<grid, NW * 32, smem, im->stream>>>(o, ldo, q, ldq, k, ldk, v, ldv, tab, nh, nkv, (int)hd, scale,
-                                                         causal);
-    });
-    launch_ok(ops, "attention");
+    const size_t smem = ((size_t)BQ * hd + (size_t)BK * (hd + 1) + (size_t)BK * hd) * sizeof(float);
+    if (!launch_attn(ops, {k_attention, smem, BQ, NW * 32, "attention"}, a))
+        fail_code(ops, CLEF_OPS_SHAPE, "attention", "not enough shared memory on this device");
 }
 
 } // namespace clefcu

@@ -775,20 +775,47 @@ k_delta_scan3(DeltaScratch S, float *o, DeltaTab tab, size_t Hv, size_t dk, size
     }
 }
 
-/* Kernel B v3 with NCOL columns a thread: its shared-memory opt-in, then its launch (one block per
- * value head, 16 NCOL state columns and segment). */
-template <int NCOL> static bool scan3_optin(clef_ops *ops, bool fast, size_t smem) {
-    return fast ? smem_optin(ops, k_delta_scan3<float, NCOL>, smem, "delta_rule (shared memory)")
-                : smem_optin(ops, k_delta_scan3<double, NCOL>, smem, "delta_rule (shared memory)");
+/* Each kernel family (A: the chunk preparation; B: the scan over chunks) shares one signature and
+ * one launch; a pick names the variant the knobs, the precision and the shapes choose. */
+typedef void (*DeltaPrepKernel)(DeltaScratch, const float *, const float *, const float *, const float *, const float *,
+                                DeltaTab, size_t, size_t, size_t, size_t, int, size_t);
+typedef void (*DeltaScanKernel)(DeltaScratch, float *, DeltaTab, size_t, size_t, size_t, int, size_t);
+struct DeltaPrepPick {
+    DeltaPrepKernel kernel;
+    int threads;
+    size_t smem; /* dynamic shared memory, bytes */
+};
+struct DeltaScanPick {
+    DeltaScanKernel kernel;
+    int threads;
+    size_t smem;
+    size_t cols; /* state columns a block owns: the grid's y is dv / cols */
+};
+
+/* Kernel A: v3's prep2 (dk % 4 == 0, dk <= 128) or v1's. */
+static DeltaPrepPick pick_prep(const Impl *im, size_t dk, int C) {
+    const size_t sm2 = prep2_smem_bytes(dk);
+    if (im->delta_kernel >= CLEF_CUDA_DELTA_V3 && dk % 4 == 0 && dk <= (size_t)A2_DKMAX &&
+        sm2 <= (size_t)im->max_smem_optin)
+        return {k_delta_prep2, A2_NT, sm2};
+    return {k_delta_prep, NT, ((size_t)C + (size_t)C * C) * sizeof(float)};
 }
-template <int NCOL>
-static void scan3_launch(cudaStream_t st, bool fast, size_t smem, const DeltaScratch &S, float *o, const DeltaTab &tab,
-                         size_t Hv, size_t dk, size_t dv, int C, size_t nch) {
-    const dim3 gb((unsigned)Hv, (unsigned)((dv + 16 * NCOL - 1) / (16 * NCOL)), (unsigned)tab.nseg);
-    if (fast)
-        k_delta_scan3<float, NCOL><<<gb, S2_NT, smem, st>>>(S, o, tab, Hv, dk, dv, C, nch);
-    else
-        k_delta_scan3<double, NCOL><<<gb, S2_NT, smem, st>>>(S, o, tab, Hv, dk, dv, C, nch);
+
+/* Kernel B: v3 (kernel B v3: 32 columns a block under v4, 16 under v5), v2, or v1; fast: fp32 sums
+ * (the fast and bf16 precisions), else double. smB: v1's shared memory, checked by the caller. */
+static DeltaScanPick pick_scan(const Impl *im, size_t dk, size_t smB, bool fast) {
+    const size_t optin = (size_t)im->max_smem_optin;
+    const size_t sm2 = scan2_smem_floats(dk) * sizeof(float);
+    const bool v2 = im->delta_kernel != CLEF_CUDA_DELTA_V1 && dk % 4 == 0 && dk <= (size_t)S2_DKMAX && sm2 <= optin;
+    if (v2 && im->delta_kernel == CLEF_CUDA_DELTA_V5) {
+        const size_t sm3 = scan3_smem_floats<1>(dk) * sizeof(float);
+        if (sm3 <= optin) return {fast ? k_delta_scan3<float, 1> : k_delta_scan3<double, 1>, S2_NT, sm3, 16};
+    } else if (v2 && im->delta_kernel >= CLEF_CUDA_DELTA_V4) {
+        const size_t sm3 = scan3_smem_floats<2>(dk) * sizeof(float);
+        if (sm3 <= optin) return {fast ? k_delta_scan3<float, 2> : k_delta_scan3<double, 2>, S2_NT, sm3, 32};
+    }
+    if (v2) return {fast ? k_delta_scan2<float> : k_delta_scan2<double>, S2_NT, sm2, (size_t)S2_VS};
+    return {k_delta_scan, NT, smB, (size_t)VS};
 }
 
 /* Groups of up to DSEG_MAX segments with rows: calls f(tab) for each. */
@@ -864,7 +891,6 @@ void op_delta_rule(clef_ops *ops, float *o, const float *q, const float *k, cons
         prof_flop(ops, OP_DELTA_RULE, (double)nch_all * (double)Hv * (4 * c2 * dk + c2 * (double)(dk + dv) + 6 * cd + c2 * dv));
     }
     const size_t nch = nch_max; /* scratch blocks per head */
-    size_t smA = ((size_t)C + (size_t)C * C) * sizeof(float);
     size_t smB = (dk * VS + (size_t)C * VS + (size_t)C * KT + (size_t)C * C) * sizeof(float);
     if (smB > (size_t)im->max_smem_optin || nch > 0x7fffffffu || Hv > 65535) {
         fail_code(ops, CLEF_OPS_SHAPE, "delta_rule", "key head dim too large for the device's shared memory");
@@ -881,52 +907,22 @@ void op_delta_rule(clef_ops *ops, float *o, const float *q, const float *k, cons
     S.In = S.U + Hv * nch * (size_t)C * dv;
     S.lam = S.In + Hv * nch * (size_t)C * C;
 
-    const size_t smA2 = prep2_smem_bytes(dk);
-    const bool a2 = im->delta_kernel >= CLEF_CUDA_DELTA_V3 && dk % 4 == 0 && dk <= (size_t)A2_DKMAX &&
-                    smA2 <= (size_t)im->max_smem_optin;
-    const size_t sm2 = scan2_smem_floats(dk) * sizeof(float);
-    const bool v2 = im->delta_kernel != CLEF_CUDA_DELTA_V1 && dk % 4 == 0 && dk <= (size_t)S2_DKMAX &&
-                    sm2 <= (size_t)im->max_smem_optin;
-    const bool v5 = im->delta_kernel == CLEF_CUDA_DELTA_V5; /* kernel B v3 with 16 columns a block */
-    const size_t sm3 = (v5 ? scan3_smem_floats<1>(dk) : scan3_smem_floats<2>(dk)) * sizeof(float);
-    const bool v3b = v2 && im->delta_kernel >= CLEF_CUDA_DELTA_V4 && sm3 <= (size_t)im->max_smem_optin;
-    const bool fast = im->precision != CLEF_CUDA_FP32; /* fast and bf16: fp32 sums in kernel B v2 / v3 */
-    bool ok = smem_optin(ops, k_delta_scan, smB, "delta_rule (shared memory)") &&
-              (!a2 || smem_optin(ops, k_delta_prep2, smA2, "delta_rule (shared memory)")) &&
-              (!v2 || v3b ||
-               (fast ? smem_optin(ops, k_delta_scan2<float>, sm2, "delta_rule (shared memory)")
-                     : smem_optin(ops, k_delta_scan2<double>, sm2, "delta_rule (shared memory)"))) &&
-              (!v3b || (v5 ? scan3_optin<1>(ops, fast, sm3) : scan3_optin<2>(ops, fast, sm3)));
-    if (!ok) {
+    const DeltaPrepPick A = pick_prep(im, dk, C);
+    const DeltaScanPick B = pick_scan(im, dk, smB, im->precision != CLEF_CUDA_FP32);
+    if (!smem_optin(ops, A.kernel, A.smem, "delta_rule (shared memory)") ||
+        !smem_optin(ops, B.kernel, B.smem, "delta_rule (shared memory)")) {
         scratch_free(ops, base);
         return;
     }
     for_delta_groups(segs, nseg, st, chunk, [&](const DeltaTab &tab) {
-        const unsigned gch = tab.first[tab.nseg]; /* the group's chunks (<= nch) */
         {
             ProfScope pa(ops, OP_DELTA_A);
-            dim3 ga(gch, (unsigned)Hv);
-            if (a2)
-                k_delta_prep2<<<ga, A2_NT, smA2, im->stream>>>(S, q, k, v, beta, g, tab, Hk, Hv, dk, dv, C, nch);
-            else
-                k_delta_prep<<<ga, NT, smA, im->stream>>>(S, q, k, v, beta, g, tab, Hk, Hv, dk, dv, C, nch);
+            const dim3 ga(tab.first[tab.nseg] /* the group's chunks (<= nch) */, (unsigned)Hv);
+            A.kernel<<<ga, A.threads, A.smem, im->stream>>>(S, q, k, v, beta, g, tab, Hk, Hv, dk, dv, C, nch);
         }
         ProfScope pb(ops, OP_DELTA_B);
-        if (v3b) {
-            if (v5)
-                scan3_launch<1>(im->stream, fast, sm3, S, o, tab, Hv, dk, dv, C, nch);
-            else
-                scan3_launch<2>(im->stream, fast, sm3, S, o, tab, Hv, dk, dv, C, nch);
-        } else if (v2) {
-            dim3 gb((unsigned)Hv, (unsigned)((dv + S2_VS - 1) / S2_VS), (unsigned)tab.nseg);
-            if (fast)
-                k_delta_scan2<float><<<gb, S2_NT, sm2, im->stream>>>(S, o, tab, Hv, dk, dv, C, nch);
-            else
-                k_delta_scan2<double><<<gb, S2_NT, sm2, im->stream>>>(S, o, tab, Hv, dk, dv, C, nch);
-        } else {
-            dim3 gb((unsigned)Hv, (unsigned)((dv + VS - 1) / VS), (unsigned)tab.nseg);
-            k_delta_scan<<<gb, NT, smB, im->stream>>>(S, o, tab, Hv, dk, dv, C, nch);
-        }
+        const dim3 gb((unsigned)Hv, (unsigned)((dv + B.cols - 1) / B.cols), (unsigned)tab.nseg);
+        B.kernel<<<gb, B.threads, B.smem, im->stream>>>(S, o, tab, Hv, dk, dv, C, nch);
     });
     launch_ok(ops, "delta_rule");
     scratch_free(ops, base);
