@@ -145,6 +145,8 @@ def main():
     clef = os.path.join(BUILD, "clef")
     if not os.path.exists(clef):
         skip(f"{clef} not built (make)")
+    if BUILD.rstrip("/").endswith("build-asan"):
+        skip("the optimized suite runs it (real4 under ASan takes over 10 minutes; its C code is the tiny tests')")
     if not os.path.exists(os.path.join(FIX, "index.json")):
         skip(f"{FIX}/index.json missing (tools/reference/make_real4_fixtures.py)")
     folders = []  # (index, data.bin, corpus) per fixture folder: the text requests, then images, then videos
