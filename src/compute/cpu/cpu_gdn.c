@@ -109,10 +109,11 @@ static void gemm_avx512(GEMM_ARGS) {
     GEMM_TILES((size_t)6, (size_t)4, ROWS6, R4_DECL, R4_INIT, R4_FMA, R4_STORE,
                vd8 b0 = LD(bp); vd8 b1 = LD(bp + 8); vd8 b2 = LD(bp + 16); vd8 b3 = LD(bp + 24);)
 }
-/* 2 x 16 (a vd8 is two ymm registers here) */
+/* 6 x 8 (a vd8 is two ymm registers here): 12 accumulators, 2 B registers and a broadcast of AVX2's
+ * 16; 12 FMAs per 8 loads, and 12 independent chains to cover the FMA latency (a 2 x 16 tile had 8
+ * FMAs per 6 loads and 8 chains) */
 __attribute__((target("avx2,fma"), optimize("fp-contract=fast"))) static void gemm_avx2(GEMM_ARGS) {
-    GEMM_TILES((size_t)2, (size_t)2, ROWS2, R2_DECL, R2_INIT, R2_FMA, R2_STORE,
-               vd8 b0 = LD(bp); vd8 b1 = LD(bp + 8);)
+    GEMM_TILES((size_t)6, (size_t)1, ROWS6, R1_DECL, R1_INIT, R1_FMA, R1_STORE, vd8 b0 = LD(bp);)
 }
 static void gemm_generic(GEMM_ARGS) {
     GEMM_TILES((size_t)2, (size_t)2, ROWS2, R2_DECL, R2_INIT, R2_FMA, R2_STORE,
