@@ -32,11 +32,8 @@ def sci(x):
 
 
 def main():
-    import json
-    with open(os.path.join(gate_anchor.GATE, "fixtures-gate-tiny.json"), encoding="utf-8") as f:
-        fp32 = json.load(f)
-    with open(os.path.join(gate_anchor.GATE, "fixtures-gate-tiny-bf16.json"), encoding="utf-8") as f:
-        bf16 = json.load(f)
+    fp32 = gate_anchor.load(os.path.join(gate_anchor.GATE, "fixtures-gate-tiny.json"))
+    bf16 = gate_anchor.load(os.path.join(gate_anchor.GATE, "fixtures-gate-tiny-bf16.json"))
     check(fp32["source"]["dtype"] == "float32" and bf16["source"]["dtype"] == "bfloat16",
           "the fixtures say their dtypes (float32, bfloat16)")
     check(len(bf16["runs"]) == len(fp32["runs"]), "the same number of runs (%d, %d)" % (len(fp32["runs"]),

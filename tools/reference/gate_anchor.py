@@ -29,6 +29,11 @@ def first_max(values):
     return top
 
 
+def load(path):
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
 def compare(fp32, other):
     """arm -> {runs, questions, argmax_same, max_dp, p99_dp}; raises on requests that do not line up."""
     theirs = {(r["id"], r["arm"]): r for r in other["runs"]}
@@ -63,10 +68,7 @@ def main():
     ap.add_argument("--other", default=os.path.join(GATE, "fixtures-gate-tiny-bf16.json"))
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    with open(args.fp32, encoding="utf-8") as f:
-        fp32 = json.load(f)
-    with open(args.other, encoding="utf-8") as f:
-        other = json.load(f)
+    fp32, other = load(args.fp32), load(args.other)
     res = compare(fp32, other)
     if args.json:
         print(json.dumps(res, sort_keys=True))
